@@ -1,0 +1,1 @@
+//! Producer configuration under Java property names.

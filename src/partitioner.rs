@@ -1,0 +1,1 @@
+//! The built-in partitioner: murmur2 for keyed records, sticky for the rest.

@@ -1,0 +1,1 @@
+//! Record batch v2 (magic 2).

@@ -1,0 +1,1 @@
+//! Zigzag varints as used by record batch v2.

@@ -1,0 +1,1 @@
+//! Test and benchmark tooling: the reference broker, its TCP face, the simulator.
