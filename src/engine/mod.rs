@@ -1,0 +1,76 @@
+//! The sans-IO producer engine: accumulator, per-partition sequence state, in-flight tracking,
+//! metadata routing and error classification. It performs no I/O, reads no clock, spawns
+//! nothing and takes no lock: the driver feeds it events (appends, connection results, frames,
+//! time) and carries out the [`Action`]s it emits. The same engine runs inside a glommio shard,
+//! inside the deterministic simulator, and inside unit tests.
+
+pub mod batch;
+pub mod connection;
+pub mod error_class;
+pub mod identity;
+pub mod metadata;
+pub mod partition;
+pub mod sender;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+pub use identity::{EpochCoordinator, ProducerIdAndEpoch};
+pub use partition::TopicPartition;
+pub use sender::{Engine, EngineConfig};
+
+use crate::error::ProduceError;
+
+/// Microseconds on the driver's monotonic clock.
+pub type Micros = u64;
+
+/// A broker node id (negative for bootstrap addresses not yet resolved by Metadata).
+pub type NodeId = i32;
+
+/// Where a record landed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    pub topic: Arc<str>,
+    pub partition: i32,
+    /// The record's offset; -1 when the broker answered DUPLICATE_SEQUENCE_NUMBER (it no longer
+    /// knew the original offset) or `acks=0`.
+    pub offset: i64,
+    /// CreateTime as sent, or the broker's LogAppendTime.
+    pub timestamp: i64,
+}
+
+/// A record's delivery handle: the engine completes it exactly once.
+pub trait Delivery {
+    fn complete(self, result: Result<RecordMetadata, ProduceError>);
+}
+
+/// What the driver must do on the engine's behalf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Open a connection to `address` for `node`; answer with `on_connected` or
+    /// `on_disconnected` carrying the same generation.
+    Connect {
+        node: NodeId,
+        generation: u64,
+        address: String,
+    },
+    /// Write one complete request frame on the connection.
+    Write {
+        node: NodeId,
+        generation: u64,
+        frame: Bytes,
+    },
+    /// Close the connection (a protocol violation or a request timeout).
+    Disconnect { node: NodeId, generation: u64 },
+    /// A topic's partition count is known or changed (for the callers' partitioner).
+    TopicMetadata {
+        topic: Arc<str>,
+        partition_count: i32,
+        error_code: i16,
+    },
+    /// InitProducerId returned this identity; install it in the epoch coordinator.
+    ProducerIdAssigned(ProducerIdAndEpoch),
+    /// A partition needs the epoch bumped past `observed` (KIP-360).
+    RequestEpochBump { observed: ProducerIdAndEpoch },
+}

@@ -1,0 +1,259 @@
+//! Per-partition producer state: Java's `TxnPartitionEntry` plus the partition's deque of
+//! batches (the accumulator's share of it) and its routing facts.
+//!
+//! Ownership: a stamped batch is either in this partition's `deque` (waiting for a retry) or
+//! inside one in-flight request; `inflight_batches_by_sequence` records both, so "in flight"
+//! here means "stamped and not finally completed", exactly as in Java.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::protocol::record_batch::increment_sequence;
+
+use super::batch::ProducerBatch;
+use super::identity::ProducerIdAndEpoch;
+use super::NodeId;
+
+/// A topic and partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
+        TopicPartition {
+            topic: topic.into(),
+            partition,
+        }
+    }
+}
+
+impl std::fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// One stamped, not yet finally completed batch, by its sequence range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InflightSequence {
+    pub producer: ProducerIdAndEpoch,
+    pub base_sequence: i32,
+    pub record_count: i32,
+}
+
+/// Java's `TxnPartitionEntry`.
+#[derive(Debug, Clone)]
+pub struct TxnPartitionEntry {
+    /// The pid/epoch this entry's sequences belong to; may lag the producer's ("stale").
+    pub producer_id_and_epoch: ProducerIdAndEpoch,
+    /// Base sequence for the next newly stamped batch.
+    pub next_sequence: i32,
+    /// Last sequence of the highest acked batch, -1 if none.
+    pub last_acked_sequence: i32,
+    /// Stamped batches not yet finally completed, in sequence order. Stamps are handed out
+    /// in increasing (wrapping) order and rewritten in order, so insertion order is sequence
+    /// order even across the i32 wrap: comparisons never need to be numeric.
+    pub inflight_batches_by_sequence: Vec<InflightSequence>,
+    /// Highest last offset of an acked batch, -1 if none (judges UNKNOWN_PRODUCER_ID).
+    pub last_acked_offset: i64,
+}
+
+impl Default for TxnPartitionEntry {
+    fn default() -> Self {
+        TxnPartitionEntry {
+            producer_id_and_epoch: ProducerIdAndEpoch::NONE,
+            next_sequence: 0,
+            last_acked_sequence: -1,
+            inflight_batches_by_sequence: Vec::new(),
+            last_acked_offset: -1,
+        }
+    }
+}
+
+impl TxnPartitionEntry {
+    /// `TM.firstInFlightSequence`: the lowest outstanding base, -1 if none.
+    pub fn first_in_flight_sequence(&self) -> i32 {
+        self.inflight_batches_by_sequence
+            .first()
+            .map_or(-1, |b| b.base_sequence)
+    }
+
+    pub fn has_inflight_batches(&self) -> bool {
+        !self.inflight_batches_by_sequence.is_empty()
+    }
+
+    pub fn add_inflight(&mut self, entry: InflightSequence) {
+        self.inflight_batches_by_sequence.push(entry);
+    }
+
+    pub fn remove_inflight(&mut self, producer: ProducerIdAndEpoch, base_sequence: i32) {
+        if let Some(i) = self
+            .inflight_batches_by_sequence
+            .iter()
+            .position(|b| b.producer == producer && b.base_sequence == base_sequence)
+        {
+            self.inflight_batches_by_sequence.remove(i);
+        }
+    }
+
+    /// `TPE.maybeUpdateLastAckedSequence`: raised only, so a late duplicate never lowers it.
+    /// "Higher" is judged relative to the in-flight order, not numerically, so it holds
+    /// across the wrap: a sequence counts as newer when it lies less than 2^30 ahead.
+    pub fn maybe_update_last_acked_sequence(&mut self, last_sequence: i32) {
+        if self.last_acked_sequence < 0 || sequence_is_after(last_sequence, self.last_acked_sequence) {
+            self.last_acked_sequence = last_sequence;
+        }
+    }
+
+    /// Whether `base_sequence` is the next one the broker expects (`TM.isNextSequence`).
+    pub fn is_next_sequence(&self, base_sequence: i32) -> bool {
+        increment_sequence(self.last_acked_sequence, 1) == base_sequence
+            || (self.last_acked_sequence == -1 && base_sequence == 0)
+    }
+}
+
+/// Serial-number comparison on the wrapping 31-bit sequence space (RFC 1982 style).
+pub fn sequence_is_after(a: i32, b: i32) -> bool {
+    let distance = (a as i64 - b as i64).rem_euclid(1i64 << 31);
+    distance != 0 && distance < (1i64 << 30)
+}
+
+/// Everything the engine keeps for one partition it owns.
+pub struct PartitionSlot<D> {
+    pub tp: TopicPartition,
+    pub entry: TxnPartitionEntry,
+    /// Retried batches in ascending sequence order, then unstamped batches (Java's deque).
+    pub deque: VecDeque<ProducerBatch<D>>,
+    pub leader: Option<NodeId>,
+    pub leader_epoch: i32,
+    /// `partitionsWithUnresolvedSequences`: the first sequence after an expired batch.
+    pub unresolved_sequence: Option<i32>,
+    /// Requested a bump for this partition (`partitionsToRewriteSequences`); its sequences are
+    /// rewritten once the new identity is in force and nothing of unknown outcome is in flight.
+    pub rewrite_pending: bool,
+    /// Stamped batches of this partition currently inside an in-flight request.
+    pub on_wire: usize,
+}
+
+impl<D> PartitionSlot<D> {
+    pub fn new(tp: TopicPartition) -> Self {
+        PartitionSlot {
+            tp,
+            entry: TxnPartitionEntry::default(),
+            deque: VecDeque::new(),
+            leader: None,
+            leader_epoch: -1,
+            unresolved_sequence: None,
+            rewrite_pending: false,
+            on_wire: 0,
+        }
+    }
+
+    /// `RA.insertInSequenceOrder`: the deque stays "retries ascending, then unsequenced".
+    pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
+        let position = self.entry.inflight_batches_by_sequence.iter().position(|s| {
+            Some(s.base_sequence) == batch.base_sequence()
+                && Some(s.producer) == batch.stamp.map(|st| st.producer)
+        });
+        // Index of the first deque element that comes later in sequence order (or is
+        // unstamped).
+        let insert_at = self
+            .deque
+            .iter()
+            .position(|queued| match (queued.stamp, position) {
+                (None, _) => true,
+                (Some(q), Some(mine)) => self
+                    .entry
+                    .inflight_batches_by_sequence
+                    .iter()
+                    .position(|s| s.base_sequence == q.base_sequence && s.producer == q.producer)
+                    .is_none_or(|theirs| theirs > mine),
+                (Some(_), None) => false,
+            })
+            .unwrap_or(self.deque.len());
+        self.deque.insert(insert_at, batch);
+    }
+
+    /// Checks the invariants that tie the deque, the in-flight set and the sequence counters
+    /// together. Run after every event in tests and the simulator.
+    pub fn assert_invariants(&self) {
+        let entry = &self.entry;
+        let mut seen_unstamped = false;
+        let mut previous: Option<usize> = None;
+        for batch in &self.deque {
+            match batch.stamp {
+                None => seen_unstamped = true,
+                Some(stamp) => {
+                    assert!(
+                        !seen_unstamped,
+                        "{}: a stamped batch sits behind an unstamped one",
+                        self.tp
+                    );
+                    let index = entry
+                        .inflight_batches_by_sequence
+                        .iter()
+                        .position(|s| s.base_sequence == stamp.base_sequence && s.producer == stamp.producer)
+                        .unwrap_or_else(|| {
+                            panic!("{}: queued stamped batch {:?} is not tracked in flight", self.tp, stamp)
+                        });
+                    if let Some(p) = previous {
+                        assert!(index > p, "{}: retries are out of sequence order", self.tp);
+                    }
+                    previous = Some(index);
+                }
+            }
+        }
+        // Consecutive in-flight batches of one identity have consecutive sequences.
+        for pair in entry.inflight_batches_by_sequence.windows(2) {
+            if pair[0].producer == pair[1].producer {
+                assert_eq!(
+                    increment_sequence(pair[0].base_sequence, pair[0].record_count),
+                    pair[1].base_sequence,
+                    "{}: in-flight sequences have a gap",
+                    self.tp
+                );
+            }
+        }
+        if let Some(last) = entry.inflight_batches_by_sequence.last() {
+            if last.producer == entry.producer_id_and_epoch {
+                assert_eq!(
+                    increment_sequence(last.base_sequence, last.record_count),
+                    entry.next_sequence,
+                    "{}: next_sequence does not follow the last stamped batch",
+                    self.tp
+                );
+            }
+        }
+        assert!(entry.next_sequence >= 0, "{}: negative next_sequence", self.tp);
+        assert!(
+            self.on_wire <= entry.inflight_batches_by_sequence.len(),
+            "{}: more batches on the wire than in flight",
+            self.tp
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serial_comparison_holds_across_the_wrap() {
+        assert!(sequence_is_after(1, i32::MAX));
+        assert!(sequence_is_after(10, 9));
+        assert!(!sequence_is_after(9, 10));
+        assert!(!sequence_is_after(i32::MAX, 1));
+    }
+
+    #[test]
+    fn next_sequence_wraps() {
+        let entry = TxnPartitionEntry {
+            last_acked_sequence: i32::MAX,
+            ..Default::default()
+        };
+        assert!(entry.is_next_sequence(0));
+    }
+}

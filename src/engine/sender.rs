@@ -1,0 +1,1754 @@
+//! The engine: Java's `Sender` loop and the idempotent parts of its `TransactionManager`,
+//! driven by events and emitting [`Action`]s.
+//!
+//! One `Engine` owns a set of partitions (one shard's). `poll` is `Sender.runOnce`, keeping
+//! Java's order: resolve sequences, adopt epoch bumps, identity and metadata requests, expiry,
+//! then drain. Deliberate deviations from Java, each for a stated reason:
+//! - a blocked partition is skipped (`continue`), it does not stall the whole node (§2.3 quirk);
+//! - sequence comparisons are wrap-aware (§2.2 quirk);
+//! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
+//!   sequences must be rewritten waits until none of its batches has an attempt of unknown
+//!   outcome (design.md "Never re-stamp");
+//! - an expired batch with an attempt of unknown outcome marks the partition unresolved even on
+//!   its first attempt (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
+//! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
+//!   unfinished, across all connections, which keeps every retry inside the broker's five-batch
+//!   de-duplication window even across leader changes.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, MetadataRequest,
+    ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::config::ProducerConfig;
+use crate::error::ProduceError;
+use crate::protocol::api::{api_versions_fallback, ApiKey, NegotiatedVersions};
+use crate::protocol::error_code::{self, code};
+use crate::protocol::record_batch::{self, Header};
+use crate::protocol::wire::{self, WireError};
+
+use super::batch::{record_size_upper_bound, BatchStamp, ProducerBatch};
+use super::connection::{Connection, ConnectionState, InFlightHeader};
+use super::error_class::{classify_produce_error, ProduceErrorClass};
+use super::identity::ProducerIdAndEpoch;
+use super::metadata::ClusterMetadata;
+use super::partition::{InflightSequence, PartitionSlot, TopicPartition};
+use super::{Action, Delivery, Micros, NodeId, RecordMetadata};
+
+/// The engine's share of the producer configuration, in engine units.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub client_id: String,
+    pub bootstrap_servers: Vec<String>,
+    pub acks: i16,
+    pub idempotent: bool,
+    pub transactional_id: Option<String>,
+    pub transaction_timeout_ms: i32,
+    pub linger: Micros,
+    pub batch_size: usize,
+    pub max_in_flight: usize,
+    pub delivery_timeout: Micros,
+    pub request_timeout: Micros,
+    pub retries: i32,
+    pub retry_backoff: Micros,
+    pub retry_backoff_max: Micros,
+    pub reconnect_backoff: Micros,
+    pub reconnect_backoff_max: Micros,
+    pub connection_setup_timeout: Micros,
+    pub max_request_size: usize,
+    pub metadata_max_age: Micros,
+    /// This engine sends InitProducerId when no identity is in force. In a sharded producer
+    /// exactly one engine owns the identity; the others adopt what it obtains.
+    pub owns_identity: bool,
+}
+
+fn micros(d: Duration) -> Micros {
+    d.as_micros().min(u64::MAX as u128) as Micros
+}
+
+impl EngineConfig {
+    pub fn from_producer_config(config: &ProducerConfig, owns_identity: bool) -> Self {
+        EngineConfig {
+            client_id: config.client_id.clone(),
+            bootstrap_servers: config.bootstrap_servers.clone(),
+            acks: config.acks.as_i16(),
+            idempotent: config.enable_idempotence,
+            transactional_id: config.transactional_id.clone(),
+            transaction_timeout_ms: config.transaction_timeout.as_millis().min(i32::MAX as u128) as i32,
+            linger: micros(config.linger),
+            batch_size: config.batch_size.max(1),
+            max_in_flight: config.max_in_flight_requests_per_connection,
+            delivery_timeout: micros(config.delivery_timeout),
+            request_timeout: micros(config.request_timeout),
+            retries: config.retries,
+            retry_backoff: micros(config.retry_backoff),
+            retry_backoff_max: micros(config.retry_backoff_max),
+            reconnect_backoff: micros(config.reconnect_backoff),
+            reconnect_backoff_max: micros(config.reconnect_backoff_max),
+            connection_setup_timeout: micros(config.socket_connection_setup_timeout),
+            max_request_size: config.max_request_size,
+            metadata_max_age: micros(config.metadata_max_age),
+            owns_identity,
+        }
+    }
+}
+
+/// The body of an in-flight request, by API.
+enum RequestBody<D> {
+    ApiVersions,
+    Metadata,
+    InitProducerId,
+    Produce(Vec<(usize, ProducerBatch<D>)>),
+}
+
+/// Counters for tests, the simulator and the perf tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub produce_requests: u64,
+    pub batches_sent: u64,
+    pub retries: u64,
+    pub epoch_bumps_requested: u64,
+    pub sequence_rewrites: u64,
+    pub disconnects: u64,
+    pub protocol_errors: u64,
+}
+
+pub struct Engine<D> {
+    config: EngineConfig,
+    client_id: StrBytes,
+    metadata: ClusterMetadata,
+    partitions: Vec<PartitionSlot<D>>,
+    partition_index: HashMap<TopicPartition, usize>,
+    connections: HashMap<NodeId, Connection<RequestBody<D>>>,
+    actions: VecDeque<Action>,
+    identity: ProducerIdAndEpoch,
+    /// A bump was requested from this identity and has not been adopted yet.
+    bump_requested_from: Option<ProducerIdAndEpoch>,
+    init_producer_id_in_flight: bool,
+    init_producer_id_retry_at: Micros,
+    metadata_in_flight: bool,
+    metadata_refresh_needed: bool,
+    metadata_retry_at: Micros,
+    last_metadata_refresh: Option<Micros>,
+    fatal: Option<ProduceError>,
+    /// Ids of batches not finally completed, for `flush`: a flush waits for every batch created
+    /// before it.
+    next_batch_id: u64,
+    split_children: HashMap<u64, usize>,
+    incomplete_batches: BTreeSet<u64>,
+    flushes: usize,
+    closing: bool,
+    drain_start: usize,
+    next_generation: u64,
+    stats: EngineStats,
+}
+
+impl<D: Delivery> Engine<D> {
+    pub fn new(config: EngineConfig) -> Self {
+        let metadata = ClusterMetadata::new(&config.bootstrap_servers);
+        Engine {
+            client_id: StrBytes::from_string(config.client_id.clone()),
+            config,
+            metadata,
+            partitions: Vec::new(),
+            partition_index: HashMap::new(),
+            connections: HashMap::new(),
+            actions: VecDeque::new(),
+            identity: ProducerIdAndEpoch::NONE,
+            bump_requested_from: None,
+            init_producer_id_in_flight: false,
+            init_producer_id_retry_at: 0,
+            metadata_in_flight: false,
+            metadata_refresh_needed: true,
+            metadata_retry_at: 0,
+            last_metadata_refresh: None,
+            fatal: None,
+            next_batch_id: 0,
+            split_children: HashMap::new(),
+            incomplete_batches: BTreeSet::new(),
+            flushes: 0,
+            closing: false,
+            drain_start: 0,
+            next_generation: 1,
+            stats: EngineStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    pub fn identity(&self) -> ProducerIdAndEpoch {
+        self.identity
+    }
+
+    pub fn fatal_error(&self) -> Option<&ProduceError> {
+        self.fatal.as_ref()
+    }
+
+    pub fn metadata(&self) -> &ClusterMetadata {
+        &self.metadata
+    }
+
+    /// The actions emitted since the last call.
+    pub fn take_actions(&mut self) -> impl Iterator<Item = Action> + '_ {
+        self.actions.drain(..)
+    }
+
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Events from the application side
+    // ----------------------------------------------------------------------------------------
+
+    /// Asks for a topic's metadata (the caller's partitioner needs its partition count).
+    pub fn request_topic(&mut self, topic: &str) {
+        if !self.metadata.interest.contains(topic) {
+            self.metadata.interest.insert(Arc::from(topic));
+            self.metadata_refresh_needed = true;
+            self.metadata_retry_at = 0;
+        } else if let Some(count) = self.metadata.partition_count(topic) {
+            self.actions.push_back(Action::TopicMetadata {
+                topic: Arc::from(topic),
+                partition_count: count,
+                error_code: code::NONE,
+            });
+        } else {
+            self.metadata_refresh_needed = true;
+        }
+    }
+
+    /// Appends one record to its partition's open batch (Java's `RecordAccumulator.append`).
+    /// Size limits are checked by the caller before the record is queued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &mut self,
+        now: Micros,
+        tp: &TopicPartition,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+        delivery: D,
+    ) {
+        if let Some(err) = &self.fatal {
+            delivery.complete(Err(err.clone()));
+            return;
+        }
+        if self.closing {
+            delivery.complete(Err(ProduceError::Closed));
+            return;
+        }
+        let slot_index = self.slot_index(tp);
+        let delivery = {
+            let slot = &mut self.partitions[slot_index];
+            match slot.deque.back_mut() {
+                Some(batch) if batch.is_open() => {
+                    match batch.try_append(timestamp, key, value, headers, delivery) {
+                        Ok(()) => return,
+                        Err(d) => {
+                            batch.close();
+                            d
+                        }
+                    }
+                }
+                _ => delivery,
+            }
+        };
+        let upper_bound = record_batch::RECORD_BATCH_OVERHEAD
+            + record_size_upper_bound(key, value, headers);
+        let max_size = self
+            .config
+            .batch_size
+            .min(self.config.max_request_size)
+            .max(upper_bound);
+        let mut batch = ProducerBatch::new(now, timestamp, max_size);
+        if batch
+            .try_append(timestamp, key, value, headers, delivery)
+            .is_err()
+        {
+            unreachable!("an empty batch takes one record")
+        }
+        batch.id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.incomplete_batches.insert(batch.id);
+        self.partitions[slot_index].deque.push_back(batch);
+    }
+
+    /// Starts a flush: every batch is ready at once. Returns a token that `flush_done` accepts
+    /// once every batch created before it has completed.
+    pub fn begin_flush(&mut self) -> u64 {
+        self.flushes += 1;
+        self.next_batch_id
+    }
+
+    /// True when every batch created before `token` has completed; ends that flush.
+    pub fn flush_done(&mut self, token: u64) -> bool {
+        let done = self
+            .incomplete_batches
+            .first()
+            .is_none_or(|&oldest| oldest >= token);
+        if done {
+            self.flushes = self.flushes.saturating_sub(1);
+        }
+        done
+    }
+
+    /// Close: send everything now; refuse new records.
+    pub fn begin_close(&mut self) {
+        self.closing = true;
+    }
+
+    /// True when no batch is queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.incomplete_batches.is_empty()
+    }
+
+    /// Fails every incomplete batch (a forced close).
+    pub fn abort_all(&mut self, error: ProduceError) {
+        for slot_index in 0..self.partitions.len() {
+            while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
+                self.finish_batch(slot_index, batch, Err(error.clone()));
+            }
+        }
+        let nodes: Vec<NodeId> = self.connections.keys().copied().collect();
+        for node in nodes {
+            let conn = self.connections.get_mut(&node).expect("listed");
+            let requests: Vec<_> = conn.in_flight.drain(..).collect();
+            for (_, body) in requests {
+                if let RequestBody::Produce(batches) = body {
+                    for (slot_index, batch) in batches {
+                        self.partitions[slot_index].on_wire -= 1;
+                        let err = self.unknown_outcome_error(slot_index, "producer closed");
+                        self.finish_batch(slot_index, batch, Err(err));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The identity in force for the whole producer changed (installed or bumped).
+    pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
+        self.identity = identity;
+        if self.bump_requested_from.is_some_and(|from| from != identity) {
+            self.bump_requested_from = None;
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Events from the network side
+    // ----------------------------------------------------------------------------------------
+
+    pub fn on_connected(&mut self, now: Micros, node: NodeId, generation: u64) {
+        let Some(conn) = self.connections.get_mut(&node) else {
+            return;
+        };
+        if conn.generation != generation || !matches!(conn.state, ConnectionState::Connecting { .. }) {
+            return;
+        }
+        conn.failures = 0;
+        self.send_api_versions(now, node, ApiKey::ApiVersions.supported().max);
+    }
+
+    /// The connection is gone (or never came up). Requests on it have unknown outcomes.
+    pub fn on_disconnected(&mut self, now: Micros, node: NodeId, generation: u64) {
+        let Some(conn) = self.connections.get_mut(&node) else {
+            return;
+        };
+        if conn.generation != generation || matches!(conn.state, ConnectionState::Idle { .. }) {
+            return;
+        }
+        self.stats.disconnects += 1;
+        conn.failures = conn.failures.saturating_add(1);
+        let backoff = exponential_backoff(
+            self.config.reconnect_backoff,
+            self.config.reconnect_backoff_max,
+            conn.failures,
+        );
+        conn.state = ConnectionState::Idle {
+            retry_at: now + backoff,
+        };
+        let requests: Vec<_> = conn.in_flight.drain(..).collect();
+        for (header, body) in requests {
+            self.fail_request_on_disconnect(now, header, body);
+        }
+    }
+
+    /// A complete response frame (length prefix removed) arrived on a connection.
+    pub fn on_frame(&mut self, now: Micros, node: NodeId, generation: u64, body: Bytes) {
+        let Some(conn) = self.connections.get_mut(&node) else {
+            return;
+        };
+        if conn.generation != generation {
+            return;
+        }
+        let correlation_id = match wire::response_correlation_id(&body) {
+            Ok(id) => id,
+            Err(_) => return self.protocol_violation(now, node, generation),
+        };
+        let matches_front = conn
+            .in_flight
+            .front()
+            .is_some_and(|(h, _)| h.correlation_id == correlation_id);
+        if !matches_front {
+            // Kafka answers in order on one connection; anything else is a broken peer.
+            return self.protocol_violation(now, node, generation);
+        }
+        let (header, request) = conn.in_flight.pop_front().expect("front checked");
+        let result = match request {
+            RequestBody::ApiVersions => self.handle_api_versions(now, node, header, body),
+            RequestBody::Metadata => self.handle_metadata(now, header, body),
+            RequestBody::InitProducerId => self.handle_init_producer_id(now, header, body),
+            RequestBody::Produce(batches) => self.handle_produce(now, node, header, body, batches),
+        };
+        if result.is_err() {
+            self.protocol_violation(now, node, generation);
+        }
+    }
+
+    fn protocol_violation(&mut self, now: Micros, node: NodeId, generation: u64) {
+        self.stats.protocol_errors += 1;
+        self.actions.push_back(Action::Disconnect { node, generation });
+        self.on_disconnected(now, node, generation);
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The loop
+    // ----------------------------------------------------------------------------------------
+
+    /// One pass of the sender loop (Java's `Sender.runOnce`, in its order).
+    pub fn poll(&mut self, now: Micros) {
+        self.maybe_resolve_sequences();
+        if let Some(err) = self.fatal.clone() {
+            for slot_index in 0..self.partitions.len() {
+                while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
+                    let result = if batch.outcome_unknown {
+                        Err(self.unknown_outcome_error(slot_index, &err.to_string()))
+                    } else {
+                        Err(err.clone())
+                    };
+                    self.finish_batch(slot_index, batch, result);
+                }
+            }
+        }
+        self.apply_sequence_rewrites();
+        self.check_connection_timeouts(now);
+        self.maybe_init_producer_id(now);
+        self.maybe_refresh_metadata(now);
+        self.expire_batches(now);
+        if self.fatal.is_none() {
+            self.drain(now);
+        }
+        self.connect_to_needed_leaders(now);
+    }
+
+    /// The earliest time `poll` has something to do, if any (the driver's timer).
+    pub fn next_wakeup(&self, now: Micros) -> Option<Micros> {
+        let mut next: Option<Micros> = None;
+        let mut consider = |t: Micros| next = Some(next.map_or(t, |n: Micros| n.min(t)));
+        for slot in &self.partitions {
+            for batch in &slot.deque {
+                consider(batch.created + self.config.delivery_timeout);
+            }
+            if let Some(head) = slot.deque.front() {
+                if head.attempts > 0 {
+                    consider(head.last_attempt + self.backoff_for(head.attempts));
+                } else if head.stamp.is_none() {
+                    consider(head.created + self.config.linger);
+                }
+            }
+        }
+        for conn in self.connections.values() {
+            match conn.state {
+                ConnectionState::Idle { retry_at } => {
+                    if retry_at > now {
+                        consider(retry_at)
+                    }
+                }
+                ConnectionState::Connecting { since } => {
+                    consider(since + self.config.connection_setup_timeout)
+                }
+                _ => {}
+            }
+            if let Some((header, _)) = conn.in_flight.front() {
+                consider(header.sent_at + self.config.request_timeout);
+            }
+        }
+        if self.metadata_refresh_needed && !self.metadata_in_flight {
+            consider(self.metadata_retry_at.max(now));
+        }
+        if let Some(last) = self.last_metadata_refresh {
+            consider(last + self.config.metadata_max_age);
+        }
+        if self.config.owns_identity && self.config.idempotent && !self.identity.is_valid() {
+            consider(self.init_producer_id_retry_at.max(now));
+        }
+        next.map(|t| t.max(now))
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sequences and epochs
+    // ----------------------------------------------------------------------------------------
+
+    /// `TM.maybeResolveSequences`: settle unresolved partitions that have nothing in flight.
+    fn maybe_resolve_sequences(&mut self) {
+        for slot_index in 0..self.partitions.len() {
+            let slot = &mut self.partitions[slot_index];
+            if slot.unresolved_sequence.is_none() || slot.entry.has_inflight_batches() {
+                continue;
+            }
+            let all_acked = slot.entry.is_next_sequence(slot.entry.next_sequence);
+            slot.unresolved_sequence = None;
+            if !all_acked {
+                // The expired batch's sequences can be neither reused nor skipped: abandon the
+                // sequence space by moving to a new epoch.
+                self.request_bump_for(slot_index);
+            }
+        }
+    }
+
+    /// `TM.requestIdempotentEpochBumpForPartition`.
+    fn request_bump_for(&mut self, slot_index: usize) {
+        if !self.config.idempotent {
+            return;
+        }
+        self.partitions[slot_index].rewrite_pending = true;
+        let observed = self.identity;
+        if observed.is_valid() && self.bump_requested_from != Some(observed) {
+            self.bump_requested_from = Some(observed);
+            self.stats.epoch_bumps_requested += 1;
+            self.actions.push_back(Action::RequestEpochBump { observed });
+        }
+    }
+
+    /// `TPE.startSequencesAtBeginning` for the partitions that asked for a bump, once the new
+    /// identity is in force and none of their batches is on the wire or of unknown outcome.
+    fn apply_sequence_rewrites(&mut self) {
+        if !self.identity.is_valid() || self.bump_requested_from.is_some() {
+            return;
+        }
+        for slot in &mut self.partitions {
+            if !slot.rewrite_pending {
+                continue;
+            }
+            if slot.entry.producer_id_and_epoch == self.identity {
+                // Already on the current identity (adopted lazily): nothing to rewrite.
+                slot.rewrite_pending = false;
+                continue;
+            }
+            let blocked = slot.on_wire > 0
+                || slot
+                    .deque
+                    .iter()
+                    .any(|b| b.stamp.is_some() && b.outcome_unknown);
+            if blocked {
+                continue;
+            }
+            let mut next = 0i32;
+            let mut inflight = Vec::new();
+            for batch in slot.deque.iter_mut() {
+                if batch.stamp.is_none() {
+                    break;
+                }
+                batch.set_stamp(
+                    BatchStamp {
+                        producer: self.identity,
+                        base_sequence: next,
+                    },
+                    false,
+                );
+                inflight.push(InflightSequence {
+                    producer: self.identity,
+                    base_sequence: next,
+                    record_count: batch.record_count,
+                });
+                next = record_batch::increment_sequence(next, batch.record_count);
+            }
+            slot.entry.inflight_batches_by_sequence = inflight;
+            slot.entry.next_sequence = next;
+            slot.entry.last_acked_sequence = -1;
+            slot.entry.producer_id_and_epoch = self.identity;
+            slot.unresolved_sequence = None;
+            slot.rewrite_pending = false;
+            self.stats.sequence_rewrites += 1;
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Requests other than Produce
+    // ----------------------------------------------------------------------------------------
+
+    fn send_api_versions(&mut self, now: Micros, node: NodeId, version: i16) {
+        let request = ApiVersionsRequest::default()
+            .with_client_software_name(StrBytes::from_static_str("kacrab"))
+            .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION")));
+        if let Some(conn) = self.connections.get_mut(&node) {
+            conn.state = ConnectionState::Negotiating { version };
+        }
+        self.send_request(now, node, ApiKey::ApiVersions, version, &request, RequestBody::ApiVersions);
+    }
+
+    fn send_request<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        now: Micros,
+        node: NodeId,
+        api: ApiKey,
+        version: i16,
+        request: &R,
+        body: RequestBody<D>,
+    ) {
+        let conn = self.connections.get_mut(&node).expect("sending on a known connection");
+        let correlation_id = conn.take_correlation_id();
+        match wire::encode_request(api, version, correlation_id, &self.client_id, request) {
+            Ok(frame) => {
+                conn.in_flight.push_back((
+                    InFlightHeader {
+                        correlation_id,
+                        api,
+                        version,
+                        sent_at: now,
+                    },
+                    body,
+                ));
+                self.actions.push_back(Action::Write {
+                    node,
+                    generation: conn.generation,
+                    frame,
+                });
+            }
+            Err(err) => {
+                // Our own encoder refused the message: a bug, not a network fault. Fail the
+                // producer loudly rather than spin.
+                self.fatal = Some(ProduceError::Fatal(err.to_string()));
+            }
+        }
+    }
+
+    fn handle_api_versions(
+        &mut self,
+        now: Micros,
+        node: NodeId,
+        header: InFlightHeader,
+        body: Bytes,
+    ) -> Result<(), WireError> {
+        // A broker that does not support the version asked for answers UNSUPPORTED_VERSION in
+        // the v0 body layout (Java's `ApiVersionsResponse.parse` falls back the same way).
+        let response: ApiVersionsResponse = match wire::decode_response::<ApiVersionsRequest>(
+            ApiKey::ApiVersions,
+            header.version,
+            body.clone(),
+        ) {
+            Ok(r) => r,
+            Err(e) if header.version > 0 => {
+                wire::decode_response::<ApiVersionsRequest>(ApiKey::ApiVersions, 0, body)
+                    .map_err(|_| e)?
+            }
+            Err(e) => return Err(e),
+        };
+        if response.error_code == code::UNSUPPORTED_VERSION {
+            match api_versions_fallback(&response, header.version) {
+                Some(version) => {
+                    self.send_api_versions(now, node, version);
+                    return Ok(());
+                }
+                None => {
+                    self.fatal = Some(ProduceError::Fatal(format!(
+                        "broker {node} supports no ApiVersions version kacrab implements"
+                    )));
+                    return Ok(());
+                }
+            }
+        }
+        if response.error_code != code::NONE {
+            return Err(WireError::Malformed {
+                api: ApiKey::ApiVersions,
+                version: header.version,
+                reason: format!("error {}", error_code::name(response.error_code)),
+            });
+        }
+        let versions = NegotiatedVersions::from_response(&response);
+        // The producer cannot work without these; Java treats UnsupportedVersion as fatal.
+        let mut needed = vec![ApiKey::Metadata, ApiKey::Produce];
+        if self.config.idempotent {
+            needed.push(ApiKey::InitProducerId);
+        }
+        for api in needed {
+            if let Err(err) = versions.version(api) {
+                self.fatal = Some(ProduceError::Fatal(format!("broker {node}: {err}")));
+                return Ok(());
+            }
+        }
+        let conn = self.connections.get_mut(&node).expect("known");
+        conn.versions = versions;
+        conn.state = ConnectionState::Ready;
+        Ok(())
+    }
+
+    /// A ready connection with the fewest requests in flight (Java's least-loaded node).
+    fn least_loaded_ready(&self) -> Option<NodeId> {
+        self.connections
+            .values()
+            .filter(|c| c.is_ready() && self.metadata.nodes.contains_key(&c.node))
+            .min_by_key(|c| (c.in_flight.len(), c.node))
+            .map(|c| c.node)
+    }
+
+    /// Makes sure some connection is coming up when none is ready.
+    fn ensure_some_connection(&mut self, now: Micros) {
+        if self.connections.values().any(|c| {
+            c.is_ready() || matches!(c.state, ConnectionState::Connecting { .. } | ConnectionState::Negotiating { .. })
+        }) {
+            return;
+        }
+        let mut nodes: Vec<NodeId> = self.metadata.nodes.keys().copied().collect();
+        nodes.sort_unstable();
+        // Prefer the node whose backoff ends first.
+        let candidate = nodes.into_iter().min_by_key(|n| match self.connections.get(n) {
+            Some(Connection {
+                state: ConnectionState::Idle { retry_at },
+                ..
+            }) => *retry_at,
+            _ => 0,
+        });
+        if let Some(node) = candidate {
+            self.maybe_connect(now, node);
+        }
+    }
+
+    fn maybe_connect(&mut self, now: Micros, node: NodeId) {
+        let Some(address) = self.metadata.nodes.get(&node).cloned() else {
+            return;
+        };
+        let generation = self.next_generation;
+        let conn = self
+            .connections
+            .entry(node)
+            .or_insert_with(|| Connection::new(node));
+        match conn.state {
+            ConnectionState::Idle { retry_at } if retry_at <= now => {}
+            _ => return,
+        }
+        self.next_generation += 1;
+        conn.generation = generation;
+        conn.state = ConnectionState::Connecting { since: now };
+        conn.versions = NegotiatedVersions::default();
+        self.actions.push_back(Action::Connect {
+            node,
+            generation,
+            address,
+        });
+    }
+
+    fn maybe_refresh_metadata(&mut self, now: Micros) {
+        if let Some(last) = self.last_metadata_refresh {
+            if now >= last + self.config.metadata_max_age {
+                self.metadata_refresh_needed = true;
+            }
+        }
+        if !self.metadata_refresh_needed || self.metadata_in_flight || now < self.metadata_retry_at {
+            return;
+        }
+        let Some(node) = self.least_loaded_ready() else {
+            self.ensure_some_connection(now);
+            return;
+        };
+        let version = match self.connections[&node].versions.version(ApiKey::Metadata) {
+            Ok(v) => v,
+            Err(_) => return,
+        };
+        let topics = self
+            .metadata
+            .interest
+            .iter()
+            .map(|t| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+            })
+            .collect();
+        let mut request = MetadataRequest::default().with_topics(Some(topics));
+        if version >= 4 {
+            request = request.with_allow_auto_topic_creation(false);
+        }
+        self.metadata_in_flight = true;
+        self.metadata_refresh_needed = false;
+        self.send_request(now, node, ApiKey::Metadata, version, &request, RequestBody::Metadata);
+    }
+
+    fn handle_metadata(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
+        self.metadata_in_flight = false;
+        let response =
+            wire::decode_response::<MetadataRequest>(ApiKey::Metadata, header.version, body)?;
+        self.last_metadata_refresh = Some(now);
+        self.metadata_retry_at = now + self.config.retry_backoff;
+        let changed = self.metadata.update(&response);
+        for topic in &response.topics {
+            let Some(name) = &topic.name else { continue };
+            let name: Arc<str> = Arc::from(name.0.as_str());
+            if topic.error_code != code::NONE {
+                // Keep asking while someone waits for the topic.
+                self.metadata_refresh_needed = true;
+            }
+            let partition_count = self.metadata.partition_count(&name).unwrap_or(0);
+            if changed.contains(&name) || topic.error_code != code::NONE {
+                self.actions.push_back(Action::TopicMetadata {
+                    topic: name,
+                    partition_count,
+                    error_code: topic.error_code,
+                });
+            }
+        }
+        // Update the leaders of our partitions; a higher leader epoch lets a waiting retry skip
+        // its backoff (KIP-951).
+        for slot in &mut self.partitions {
+            let Some(leader) = self.metadata.leader(&slot.tp.topic, slot.tp.partition) else {
+                self.metadata_refresh_needed = true;
+                continue;
+            };
+            if leader.leader_epoch > slot.leader_epoch {
+                for batch in slot.deque.iter_mut().filter(|b| b.attempts > 0) {
+                    batch.backoff_skip = true;
+                }
+            }
+            if leader.leader.is_none() {
+                self.metadata_refresh_needed = true;
+            }
+            slot.leader = leader.leader;
+            slot.leader_epoch = leader.leader_epoch;
+        }
+        Ok(())
+    }
+
+    fn maybe_init_producer_id(&mut self, now: Micros) {
+        if !self.config.owns_identity
+            || !self.config.idempotent
+            || self.identity.is_valid()
+            || self.init_producer_id_in_flight
+            || now < self.init_producer_id_retry_at
+            || self.fatal.is_some()
+        {
+            return;
+        }
+        let Some(node) = self.least_loaded_ready() else {
+            self.ensure_some_connection(now);
+            return;
+        };
+        let version = match self.connections[&node].versions.version(ApiKey::InitProducerId) {
+            Ok(v) => v,
+            Err(_) => return,
+        };
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(self.config.transaction_timeout_ms)
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1);
+        self.init_producer_id_in_flight = true;
+        self.send_request(now, node, ApiKey::InitProducerId, version, &request, RequestBody::InitProducerId);
+    }
+
+    fn handle_init_producer_id(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
+        self.init_producer_id_in_flight = false;
+        let response = wire::decode_response::<InitProducerIdRequest>(
+            ApiKey::InitProducerId,
+            header.version,
+            body,
+        )?;
+        match response.error_code {
+            code::NONE => {
+                let identity =
+                    ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
+                if identity.is_valid() {
+                    self.actions.push_back(Action::ProducerIdAssigned(identity));
+                } else {
+                    self.init_producer_id_retry_at = now + self.config.retry_backoff;
+                }
+            }
+            code::CLUSTER_AUTHORIZATION_FAILED | code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
+                // §5.2 / scenario 18: fail the batches, stay uninitialized and try again.
+                let err = ProduceError::Fatal(format!(
+                    "InitProducerId failed: {}",
+                    error_code::name(response.error_code)
+                ));
+                for slot_index in 0..self.partitions.len() {
+                    // Nothing is stamped without a producer id, so every queued batch is
+                    // unsent and fails definitely.
+                    let queued: Vec<_> = self.partitions[slot_index].deque.drain(..).collect();
+                    for batch in queued {
+                        self.finish_batch(slot_index, batch, Err(err.clone()));
+                    }
+                }
+                self.init_producer_id_retry_at = now + self.config.retry_backoff;
+            }
+            code::UNSUPPORTED_VERSION | code::INVALID_PRODUCER_ID_MAPPING | code::PRODUCER_FENCED => {
+                self.fatal = Some(ProduceError::Fatal(format!(
+                    "InitProducerId failed: {}",
+                    error_code::name(response.error_code)
+                )));
+            }
+            _ => {
+                // Retriable (COORDINATOR_*, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS, ...).
+                self.init_producer_id_retry_at = now + self.config.retry_backoff;
+            }
+        }
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Timeouts and expiry
+    // ----------------------------------------------------------------------------------------
+
+    fn check_connection_timeouts(&mut self, now: Micros) {
+        let mut to_close = Vec::new();
+        for conn in self.connections.values() {
+            match conn.state {
+                ConnectionState::Connecting { since }
+                    if now >= since + self.config.connection_setup_timeout =>
+                {
+                    to_close.push((conn.node, conn.generation))
+                }
+                ConnectionState::Negotiating { .. } | ConnectionState::Ready => {
+                    if let Some((header, _)) = conn.in_flight.front() {
+                        if now >= header.sent_at + self.config.request_timeout {
+                            // Java's NetworkClient closes the connection on a request timeout;
+                            // every request on it then has an unknown outcome.
+                            to_close.push((conn.node, conn.generation));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (node, generation) in to_close {
+            self.actions.push_back(Action::Disconnect { node, generation });
+            self.on_disconnected(now, node, generation);
+        }
+    }
+
+    /// Fails batches past `delivery.timeout.ms` (`S.getExpiredInflightBatches`,
+    /// `RA.expiredBatches`).
+    fn expire_batches(&mut self, now: Micros) {
+        let timeout = self.config.delivery_timeout;
+        for slot_index in 0..self.partitions.len() {
+            loop {
+                let slot = &mut self.partitions[slot_index];
+                let Some(position) = slot
+                    .deque
+                    .iter()
+                    .position(|b| now >= b.created + timeout)
+                else {
+                    break;
+                };
+                let batch = slot.deque.remove(position).expect("position is valid");
+                let result = Err(self.expiry_error(slot_index, &batch));
+                if let (Some(stamp), Some(last)) = (batch.stamp, batch.last_sequence()) {
+                    let slot = &mut self.partitions[slot_index];
+                    slot.entry.remove_inflight(stamp.producer, stamp.base_sequence);
+                    if stamp.producer == slot.entry.producer_id_and_epoch
+                        && (batch.in_retry || batch.outcome_unknown)
+                    {
+                        mark_sequence_unresolved(slot, last);
+                    }
+                }
+                self.finish_batch(slot_index, batch, result);
+            }
+        }
+        // Batches whose attempt is on the wire: complete their deliveries now; the batch stays
+        // in its request for bookkeeping until the answer or the disconnect.
+        let mut expired_on_wire = Vec::new();
+        for conn in self.connections.values_mut() {
+            for (_, body) in conn.in_flight.iter_mut() {
+                if let RequestBody::Produce(batches) = body {
+                    for (slot_index, batch) in batches.iter_mut() {
+                        if !batch.expired && now >= batch.created + timeout {
+                            batch.expired = true;
+                            let records = std::mem::take(&mut batch.records);
+                            expired_on_wire.push((*slot_index, batch.stamp, batch.last_sequence(), records));
+                        }
+                    }
+                }
+            }
+        }
+        for (slot_index, stamp, last, records) in expired_on_wire {
+            let err = self.unknown_outcome_error(
+                slot_index,
+                &format!(
+                    "delivery.timeout.ms ({:?}) passed while an attempt was in flight",
+                    Duration::from_micros(timeout)
+                ),
+            );
+            for record in records {
+                record.delivery.complete(Err(err.clone()));
+            }
+            let slot = &mut self.partitions[slot_index];
+            if let (Some(stamp), Some(last)) = (stamp, last) {
+                slot.entry.remove_inflight(stamp.producer, stamp.base_sequence);
+                if stamp.producer == slot.entry.producer_id_and_epoch {
+                    mark_sequence_unresolved(slot, last);
+                }
+            }
+        }
+    }
+
+    fn expiry_error(&self, slot_index: usize, batch: &ProducerBatch<D>) -> ProduceError {
+        let tp = &self.partitions[slot_index].tp;
+        if batch.outcome_unknown {
+            self.unknown_outcome_error(
+                slot_index,
+                &format!(
+                    "delivery.timeout.ms ({:?}) passed after an attempt of unknown outcome",
+                    Duration::from_micros(self.config.delivery_timeout)
+                ),
+            )
+        } else {
+            ProduceError::TimedOut {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                timeout: Duration::from_micros(self.config.delivery_timeout),
+            }
+        }
+    }
+
+    fn unknown_outcome_error(&self, slot_index: usize, reason: &str) -> ProduceError {
+        let tp = &self.partitions[slot_index].tp;
+        ProduceError::OutcomeUnknown {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            reason: reason.to_string(),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Drain and Produce
+    // ----------------------------------------------------------------------------------------
+
+    fn backoff_for(&self, attempts: u32) -> Micros {
+        exponential_backoff(self.config.retry_backoff, self.config.retry_backoff_max, attempts)
+    }
+
+    fn connect_to_needed_leaders(&mut self, now: Micros) {
+        let mut needed: Vec<NodeId> = self
+            .partitions
+            .iter()
+            .filter(|s| !s.deque.is_empty())
+            .filter_map(|s| s.leader)
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        for node in needed {
+            let state = self.connections.get(&node).map(|c| c.state.clone());
+            if matches!(state, None | Some(ConnectionState::Idle { .. })) {
+                self.maybe_connect(now, node);
+            }
+        }
+    }
+
+    /// Whether the partition's head batch may go out now, and if so whether it must be stamped.
+    fn head_is_drainable(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
+        let Some(head) = slot.deque.front() else {
+            return false;
+        };
+        if head.attempts > 0
+            && !head.backoff_skip
+            && now < head.last_attempt + self.backoff_for(head.attempts)
+        {
+            return false;
+        }
+        if !self.config.idempotent {
+            return head.stamp.is_some() || self.batch_ready(slot, now);
+        }
+        if !self.identity.is_valid() {
+            return false; // gate 2: no producer id
+        }
+        match head.stamp {
+            Some(stamp) => {
+                // Gate 4: while retrying, only the lowest outstanding batch is in flight.
+                if stamp.base_sequence != slot.entry.first_in_flight_sequence()
+                    || Some(stamp.producer)
+                        != slot.entry.inflight_batches_by_sequence.first().map(|s| s.producer)
+                {
+                    return false;
+                }
+                // A batch waiting for its sequence rewrite does not go out under the old
+                // stamp, unless an earlier attempt's outcome is unknown: that one is only ever
+                // retried under its original stamp.
+                !(slot.rewrite_pending && !head.outcome_unknown)
+            }
+            None => {
+                let stale = slot.entry.producer_id_and_epoch != self.identity;
+                if stale && slot.entry.has_inflight_batches() {
+                    return false; // gate 3a
+                }
+                if slot.unresolved_sequence.is_some() || slot.rewrite_pending {
+                    return false; // gate 3b
+                }
+                if slot.entry.inflight_batches_by_sequence.len() >= self.config.max_in_flight {
+                    return false;
+                }
+                self.batch_ready(slot, now)
+            }
+        }
+    }
+
+    /// `RA.batchReady` for an unstamped head.
+    fn batch_ready(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
+        let Some(head) = slot.deque.front() else {
+            return false;
+        };
+        slot.deque.len() > 1
+            || head.is_full()
+            || now >= head.created + self.config.linger
+            || self.flushes > 0
+            || self.closing
+    }
+
+    fn drain(&mut self, now: Micros) {
+        let count = self.partitions.len();
+        if count == 0 {
+            return;
+        }
+        let mut nodes: Vec<NodeId> = self
+            .connections
+            .values()
+            .filter(|c| c.is_ready() && c.produce_in_flight() < self.config.max_in_flight)
+            .map(|c| c.node)
+            .collect();
+        nodes.sort_unstable();
+        let start = self.drain_start % count;
+        self.drain_start = self.drain_start.wrapping_add(1);
+        for node in nodes {
+            loop {
+                let conn = &self.connections[&node];
+                if conn.produce_in_flight() >= self.config.max_in_flight {
+                    break;
+                }
+                let version = match conn.versions.version(ApiKey::Produce) {
+                    Ok(v) => v,
+                    Err(_) => break,
+                };
+                let mut batches: Vec<(usize, ProducerBatch<D>)> = Vec::new();
+                let mut size = 0usize;
+                for k in 0..count {
+                    let slot_index = (start + k) % count;
+                    let slot = &self.partitions[slot_index];
+                    if slot.leader != Some(node) || !self.head_is_drainable(slot, now) {
+                        continue;
+                    }
+                    let head_size = slot.deque.front().expect("drainable").size_in_bytes();
+                    if !batches.is_empty() && size + head_size > self.config.max_request_size {
+                        break;
+                    }
+                    let mut batch = self.partitions[slot_index]
+                        .deque
+                        .pop_front()
+                        .expect("drainable");
+                    self.stamp_if_needed(slot_index, &mut batch);
+                    self.partitions[slot_index].on_wire += 1;
+                    if batch.attempts > 0 {
+                        self.stats.retries += 1;
+                    }
+                    size += batch.size_in_bytes();
+                    batches.push((slot_index, batch));
+                }
+                if batches.is_empty() {
+                    break;
+                }
+                self.send_produce(now, node, version, batches);
+            }
+        }
+    }
+
+    /// Stamps an unstamped batch at its first drain (§2.1), after the lazy switch to the
+    /// current identity.
+    fn stamp_if_needed(&mut self, slot_index: usize, batch: &mut ProducerBatch<D>) {
+        batch.close();
+        if batch.stamp.is_some() || !self.config.idempotent {
+            return;
+        }
+        let identity = self.identity;
+        let slot = &mut self.partitions[slot_index];
+        if slot.entry.producer_id_and_epoch != identity {
+            debug_assert!(!slot.entry.has_inflight_batches());
+            // `TM.maybeUpdateProducerIdAndEpoch` → `startSequencesAtBeginning` with nothing in
+            // flight.
+            slot.entry.producer_id_and_epoch = identity;
+            slot.entry.next_sequence = 0;
+            slot.entry.last_acked_sequence = -1;
+        }
+        let base_sequence = slot.entry.next_sequence;
+        batch.set_stamp(
+            BatchStamp {
+                producer: identity,
+                base_sequence,
+            },
+            self.config.transactional_id.is_some(),
+        );
+        slot.entry.next_sequence =
+            record_batch::increment_sequence(base_sequence, batch.record_count);
+        slot.entry.add_inflight(InflightSequence {
+            producer: identity,
+            base_sequence,
+            record_count: batch.record_count,
+        });
+    }
+
+    fn send_produce(
+        &mut self,
+        now: Micros,
+        node: NodeId,
+        version: i16,
+        batches: Vec<(usize, ProducerBatch<D>)>,
+    ) {
+        let mut topic_data: Vec<TopicProduceData> = Vec::new();
+        for (slot_index, batch) in &batches {
+            let tp = &self.partitions[*slot_index].tp;
+            let partition = PartitionProduceData::default()
+                .with_index(tp.partition)
+                .with_records(Some(batch.bytes()));
+            match topic_data.iter_mut().find(|t| t.name.0.as_str() == &*tp.topic) {
+                Some(t) => t.partition_data.push(partition),
+                None => topic_data.push(
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                        .with_partition_data(vec![partition]),
+                ),
+            }
+        }
+        let request = ProduceRequest::default()
+            .with_transactional_id(
+                self.config
+                    .transactional_id
+                    .as_ref()
+                    .map(|t| kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))),
+            )
+            .with_acks(self.config.acks)
+            .with_timeout_ms(self.config.request_timeout.min(i32::MAX as u64 * 1000) as i32 / 1000)
+            .with_topic_data(topic_data);
+        self.stats.produce_requests += 1;
+        self.stats.batches_sent += batches.len() as u64;
+        if self.config.acks == 0 {
+            // No response will come: the request being written is all the confirmation acks=0
+            // gives (Java completes with offset -1).
+            let conn = self.connections.get_mut(&node).expect("known");
+            let correlation_id = conn.take_correlation_id();
+            if let Ok(frame) = wire::encode_request(ApiKey::Produce, version, correlation_id, &self.client_id, &request) {
+                self.actions.push_back(Action::Write {
+                    node,
+                    generation: conn.generation,
+                    frame,
+                });
+            }
+            for (slot_index, batch) in batches {
+                self.partitions[slot_index].on_wire -= 1;
+                self.complete_success(slot_index, batch, -1, -1);
+            }
+            return;
+        }
+        self.send_request(now, node, ApiKey::Produce, version, &request, RequestBody::Produce(batches));
+    }
+
+    fn handle_produce(
+        &mut self,
+        now: Micros,
+        _node: NodeId,
+        header: InFlightHeader,
+        body: Bytes,
+        batches: Vec<(usize, ProducerBatch<D>)>,
+    ) -> Result<(), WireError> {
+        let response: ProduceResponse =
+            match wire::decode_response::<ProduceRequest>(ApiKey::Produce, header.version, body) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The batches' fate is unknown; treat them as a lost connection would.
+                    self.fail_request_on_disconnect(now, header, RequestBody::Produce(batches));
+                    return Err(e);
+                }
+            };
+        for (slot_index, batch) in batches {
+            self.partitions[slot_index].on_wire -= 1;
+            let tp = self.partitions[slot_index].tp.clone();
+            let partition_response = response
+                .responses
+                .iter()
+                .filter(|t| t.name.0.as_str() == &*tp.topic)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|p| p.index == tp.partition);
+            match partition_response {
+                Some(p) => self.complete_batch(
+                    now,
+                    slot_index,
+                    batch,
+                    p.error_code,
+                    p.base_offset,
+                    p.log_append_time_ms,
+                    p.log_start_offset,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                ),
+                // A response that leaves out a partition it was sent: its fate is unknown.
+                None => self.retry_or_fail(now, slot_index, batch, code::NETWORK_EXCEPTION, true, None),
+            }
+        }
+        Ok(())
+    }
+
+    fn fail_request_on_disconnect(&mut self, now: Micros, header: InFlightHeader, body: RequestBody<D>) {
+        match body {
+            RequestBody::ApiVersions => {}
+            RequestBody::Metadata => {
+                self.metadata_in_flight = false;
+                self.metadata_refresh_needed = true;
+            }
+            RequestBody::InitProducerId => {
+                self.init_producer_id_in_flight = false;
+                self.init_producer_id_retry_at = now + self.config.retry_backoff;
+            }
+            RequestBody::Produce(batches) => {
+                let _ = header;
+                for (slot_index, batch) in batches {
+                    self.partitions[slot_index].on_wire -= 1;
+                    // NETWORK_EXCEPTION: retriable, refresh metadata; the attempt may have
+                    // been appended, so the outcome is unknown.
+                    self.retry_or_fail(now, slot_index, batch, code::NETWORK_EXCEPTION, true, None);
+                }
+            }
+        }
+    }
+
+    /// `S.completeBatch` for one partition response.
+    #[allow(clippy::too_many_arguments)]
+    fn complete_batch(
+        &mut self,
+        now: Micros,
+        slot_index: usize,
+        mut batch: ProducerBatch<D>,
+        error: i16,
+        base_offset: i64,
+        log_append_time: i64,
+        log_start_offset: i64,
+        message: Option<String>,
+    ) {
+        let class = classify_produce_error(error);
+        match class {
+            ProduceErrorClass::Success => {
+                self.complete_success(slot_index, batch, base_offset, log_append_time)
+            }
+            ProduceErrorClass::DuplicateSequence => {
+                self.complete_success(slot_index, batch, -1, log_append_time)
+            }
+            ProduceErrorClass::MessageTooLarge if batch.record_count > 1 && !batch.expired => {
+                self.split_and_reenqueue(slot_index, batch)
+            }
+            ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId => {
+                // The broker's producer-state check answered for exactly this sequence range,
+                // after its duplicate check: no earlier attempt of this batch is in the log
+                // (at most five batches per partition are in flight, so it would still be in
+                // the broker's window).
+                batch.outcome_unknown = false;
+                let retry = self.idempotent_can_retry(slot_index, &batch, class, log_start_offset);
+                if retry {
+                    self.retry_or_fail(now, slot_index, batch, error, false, message)
+                } else {
+                    self.fail_batch(slot_index, batch, error, message, true)
+                }
+            }
+            ProduceErrorClass::Retriable | ProduceErrorClass::RetriableRefreshMetadata => {
+                let may_have_appended = matches!(
+                    error,
+                    code::REQUEST_TIMED_OUT | code::NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                );
+                self.retry_or_fail(now, slot_index, batch, error, may_have_appended, message)
+            }
+            ProduceErrorClass::Fatal => {
+                self.fatal = Some(ProduceError::Fatal(format!(
+                    "{} on produce to {}",
+                    error_code::name(error),
+                    self.partitions[slot_index].tp
+                )));
+                self.fail_batch(slot_index, batch, error, message, false)
+            }
+            ProduceErrorClass::MessageTooLarge
+            | ProduceErrorClass::InvalidProducerEpoch
+            | ProduceErrorClass::TransactionAbortable
+            | ProduceErrorClass::NonRetriable => self.fail_batch(slot_index, batch, error, message, true),
+        }
+    }
+
+    /// `TM.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (§4.7) and UNKNOWN_PRODUCER_ID (§4.6),
+    /// idempotent producer. Requests a bump where Java does; the retry itself happens later.
+    fn idempotent_can_retry(
+        &mut self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        class: ProduceErrorClass,
+        log_start_offset: i64,
+    ) -> bool {
+        if !self.config.idempotent || batch.expired {
+            return false;
+        }
+        let Some(stamp) = batch.stamp else {
+            return false;
+        };
+        let slot = &self.partitions[slot_index];
+        if stamp.producer != slot.entry.producer_id_and_epoch {
+            // An answer about an identity this partition already left: just retry; the
+            // retry goes out under its own stamp or after the rewrite.
+            return true;
+        }
+        match class {
+            ProduceErrorClass::UnknownProducerId => {
+                if log_start_offset == -1 || batch.reopened {
+                    return true;
+                }
+                self.request_bump_for(slot_index);
+                true
+            }
+            _ => {
+                let unresolved = slot.unresolved_sequence;
+                if unresolved.is_none()
+                    && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
+                {
+                    return true;
+                }
+                if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
+                    self.request_bump_for(slot_index);
+                }
+                true
+            }
+        }
+    }
+
+    /// Retry if `S.canRetry` allows, else fail the batch.
+    fn retry_or_fail(
+        &mut self,
+        now: Micros,
+        slot_index: usize,
+        mut batch: ProducerBatch<D>,
+        error: i16,
+        may_have_appended: bool,
+        message: Option<String>,
+    ) {
+        if may_have_appended {
+            batch.outcome_unknown = true;
+        }
+        if matches!(
+            classify_produce_error(error),
+            ProduceErrorClass::RetriableRefreshMetadata
+        ) {
+            // Invalidate this partition's leader so the retry waits for fresh metadata and is
+            // routed to the new leader; other partitions keep theirs.
+            let slot = &mut self.partitions[slot_index];
+            slot.leader = None;
+            self.metadata_refresh_needed = true;
+            self.metadata_retry_at = self.metadata_retry_at.min(now);
+        }
+        if batch.expired {
+            // Its deliveries were completed at expiry; only the bookkeeping remains.
+            self.drop_expired(slot_index, batch);
+            return;
+        }
+        let within_timeout = now < batch.created + self.config.delivery_timeout;
+        let attempts_left = (batch.attempts as i64) < self.config.retries as i64;
+        if within_timeout && attempts_left && self.fatal.is_none() {
+            batch.attempts += 1;
+            batch.in_retry = true;
+            batch.last_attempt = now;
+            batch.backoff_skip = false;
+            self.partitions[slot_index].reenqueue_in_sequence_order(batch);
+        } else {
+            self.fail_batch(slot_index, batch, error, message, attempts_left);
+        }
+    }
+
+    /// `TM.handleFailedBatch` + completion with the error.
+    fn fail_batch(
+        &mut self,
+        slot_index: usize,
+        batch: ProducerBatch<D>,
+        error: i16,
+        message: Option<String>,
+        adjust_sequences: bool,
+    ) {
+        if batch.expired {
+            self.drop_expired(slot_index, batch);
+            return;
+        }
+        let tp = self.partitions[slot_index].tp.clone();
+        let err = if batch.outcome_unknown {
+            self.unknown_outcome_error(
+                slot_index,
+                &format!("failed with {} after an attempt of unknown outcome", error_code::name(error)),
+            )
+        } else {
+            ProduceError::rejected(&tp.topic, tp.partition, error, message)
+        };
+        if let Some(stamp) = batch.stamp {
+            self.partitions[slot_index]
+                .entry
+                .remove_inflight(stamp.producer, stamp.base_sequence);
+            let class = classify_produce_error(error);
+            let oosn = matches!(
+                class,
+                ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId
+            );
+            if self.fatal.is_none() && (oosn || adjust_sequences) {
+                self.request_bump_for(slot_index);
+            } else if batch.outcome_unknown
+                && stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch
+            {
+                let last = batch.last_sequence().expect("stamped");
+                mark_sequence_unresolved(&mut self.partitions[slot_index], last);
+            }
+        }
+        self.finish_batch(slot_index, batch, Err(err));
+    }
+
+    fn drop_expired(&mut self, slot_index: usize, batch: ProducerBatch<D>) {
+        if let Some(stamp) = batch.stamp {
+            self.partitions[slot_index]
+                .entry
+                .remove_inflight(stamp.producer, stamp.base_sequence);
+        }
+        self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
+    }
+
+    /// `TM.handleCompletedBatch` + completion.
+    fn complete_success(&mut self, slot_index: usize, batch: ProducerBatch<D>, base_offset: i64, log_append_time: i64) {
+        if let (Some(stamp), Some(last)) = (batch.stamp, batch.last_sequence()) {
+            let entry = &mut self.partitions[slot_index].entry;
+            entry.remove_inflight(stamp.producer, stamp.base_sequence);
+            // Only answers about the identity the entry is on move its counters: a late answer
+            // from before a rewrite must not raise the new epoch's last acked sequence.
+            if stamp.producer == entry.producer_id_and_epoch {
+                entry.maybe_update_last_acked_sequence(last);
+                if base_offset >= 0 {
+                    entry.last_acked_offset = entry
+                        .last_acked_offset
+                        .max(base_offset + batch.record_count as i64 - 1);
+                }
+            }
+        }
+        if batch.expired {
+            self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
+            return;
+        }
+        let tp = self.partitions[slot_index].tp.clone();
+        let mut batch = batch;
+        let records = std::mem::take(&mut batch.records);
+        for (i, record) in records.into_iter().enumerate() {
+            let offset = if base_offset >= 0 { base_offset + i as i64 } else { -1 };
+            record.delivery.complete(Ok(RecordMetadata {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                offset,
+                timestamp: if log_append_time >= 0 { log_append_time } else { record.timestamp },
+            }));
+        }
+        self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
+    }
+
+    /// `RA.splitAndReenqueue`: MESSAGE_TOO_LARGE for a multi-record batch. The children keep the
+    /// parent's pid/epoch and consecutive sequences; they are not a new attempt.
+    fn split_and_reenqueue(&mut self, slot_index: usize, mut batch: ProducerBatch<D>) {
+        let decoded = match record_batch::decode_records(&batch.bytes()) {
+            Ok(records) => records,
+            Err(_) => {
+                return self.fail_batch(slot_index, batch, code::MESSAGE_TOO_LARGE, None, true);
+            }
+        };
+        let records = std::mem::take(&mut batch.records);
+        let half = (batch.size_in_bytes() / 2).max(1);
+        let stamp = batch.stamp;
+        let mut children: Vec<ProducerBatch<D>> = Vec::new();
+        for (record, pending) in decoded.into_iter().zip(records) {
+            let headers: Vec<Header<'_>> = record
+                .headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: k.as_str(),
+                    value: v.as_deref(),
+                })
+                .collect();
+            let delivery = match children.last_mut() {
+                Some(child) => match child.try_append(
+                    pending.timestamp,
+                    record.key.as_deref(),
+                    record.value.as_deref(),
+                    &headers,
+                    pending.delivery,
+                ) {
+                    Ok(()) => continue,
+                    Err(d) => d,
+                },
+                None => pending.delivery,
+            };
+            let mut child = ProducerBatch::new(batch.created, pending.timestamp, half);
+            child.last_attempt = batch.last_attempt;
+            child.outcome_unknown = batch.outcome_unknown;
+            if child
+                .try_append(pending.timestamp, record.key.as_deref(), record.value.as_deref(), &headers, delivery)
+                .is_err()
+            {
+                unreachable!("an empty batch takes one record");
+            }
+            children.push(child);
+        }
+        let slot = &mut self.partitions[slot_index];
+        if let Some(stamp) = stamp {
+            let position = slot
+                .entry
+                .inflight_batches_by_sequence
+                .iter()
+                .position(|s| s.producer == stamp.producer && s.base_sequence == stamp.base_sequence);
+            let mut base = stamp.base_sequence;
+            let mut entries = Vec::new();
+            for child in &mut children {
+                child.set_stamp(
+                    BatchStamp {
+                        producer: stamp.producer,
+                        base_sequence: base,
+                    },
+                    self.config.transactional_id.is_some(),
+                );
+                child.reopened = false;
+                entries.push(InflightSequence {
+                    producer: stamp.producer,
+                    base_sequence: base,
+                    record_count: child.record_count,
+                });
+                base = record_batch::increment_sequence(base, child.record_count);
+            }
+            if let Some(position) = position {
+                slot.entry
+                    .inflight_batches_by_sequence
+                    .splice(position..=position, entries);
+            }
+        }
+        // The first child keeps the parent's id (a flush waiting for the parent waits for
+        // it); the others get ids below every flush token taken after the parent was created
+        // would be wrong, so they reuse the parent's id too, counted.
+        self.split_children.insert(batch.id, children.len());
+        for child in &mut children {
+            child.id = batch.id;
+        }
+        for child in children.into_iter().rev() {
+            if child.stamp.is_some() {
+                self.partitions[slot_index].reenqueue_in_sequence_order(child);
+            } else {
+                self.partitions[slot_index].deque.push_front(child);
+            }
+        }
+    }
+
+    /// Final completion of a batch: any deliveries left get `result`; its id leaves the
+    /// incomplete set.
+    fn finish_batch(&mut self, slot_index: usize, mut batch: ProducerBatch<D>, result: Result<RecordMetadata, ProduceError>) {
+        if let Err(err) = result {
+            for record in std::mem::take(&mut batch.records) {
+                record.delivery.complete(Err(err.clone()));
+            }
+        }
+        let _ = slot_index;
+        // Split children share their parent's id; it is complete when the last one is.
+        if let Some(left) = self.split_children.get_mut(&batch.id) {
+            *left -= 1;
+            if *left > 0 {
+                return;
+            }
+            self.split_children.remove(&batch.id);
+        }
+        self.incomplete_batches.remove(&batch.id);
+    }
+
+    fn slot_index(&mut self, tp: &TopicPartition) -> usize {
+        if let Some(&i) = self.partition_index.get(tp) {
+            return i;
+        }
+        let mut slot = PartitionSlot::new(tp.clone());
+        if let Some(leader) = self.metadata.leader(&tp.topic, tp.partition) {
+            slot.leader = leader.leader;
+            slot.leader_epoch = leader.leader_epoch;
+        } else {
+            self.request_topic(&tp.topic);
+        }
+        self.partitions.push(slot);
+        let i = self.partitions.len() - 1;
+        self.partition_index.insert(tp.clone(), i);
+        i
+    }
+
+    /// Runs every stateful type's invariant checks (tests and the simulator call this after
+    /// every event).
+    pub fn assert_invariants(&self) {
+        for slot in &self.partitions {
+            slot.assert_invariants();
+            assert!(
+                slot.entry.inflight_batches_by_sequence.len() <= self.config.max_in_flight.max(1) * 2,
+                "{}: too many unfinished stamped batches",
+                slot.tp
+            );
+        }
+        let mut on_wire: HashMap<usize, usize> = HashMap::new();
+        for conn in self.connections.values() {
+            assert!(
+                conn.produce_in_flight() <= self.config.max_in_flight,
+                "more produce requests in flight than max.in.flight.requests.per.connection"
+            );
+            for (_, body) in &conn.in_flight {
+                if let RequestBody::Produce(batches) = body {
+                    for (slot_index, batch) in batches {
+                        *on_wire.entry(*slot_index).or_default() += 1;
+                        assert!(batch.stamp.is_some() || !self.config.idempotent);
+                    }
+                }
+            }
+        }
+        for (i, slot) in self.partitions.iter().enumerate() {
+            assert_eq!(
+                slot.on_wire,
+                on_wire.get(&i).copied().unwrap_or(0),
+                "{}: on-wire count drifted",
+                slot.tp
+            );
+        }
+        if let Some(pending) = self.bump_requested_from {
+            assert_eq!(pending, self.identity, "a bump is pending from a replaced identity");
+        }
+    }
+
+    /// Per-partition state, for tests and the simulator's checker.
+    pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
+        self.partition_index.get(tp).map(|&i| &self.partitions[i])
+    }
+}
+
+/// `TM.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
+fn mark_sequence_unresolved<D>(slot: &mut PartitionSlot<D>, last_sequence: i32) {
+    let next = record_batch::increment_sequence(last_sequence, 1);
+    slot.unresolved_sequence = Some(match slot.unresolved_sequence {
+        Some(old) if super::partition::sequence_is_after(old, next) => old,
+        _ => next,
+    });
+}
+
+/// Java's `ExponentialBackoff` without jitter (the engine is deterministic; the driver may add
+/// jitter through its clock): `base × 2^(attempts−1)`, capped at `max`; fixed `max` when
+/// `base > max`.
+pub fn exponential_backoff(base: Micros, max: Micros, attempts: u32) -> Micros {
+    if base >= max {
+        return max;
+    }
+    let exponent = attempts.saturating_sub(1).min(32);
+    base.saturating_mul(1u64 << exponent).min(max)
+}

@@ -1,0 +1,103 @@
+//! The errors an application sees.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::protocol::error_code;
+
+/// Why one record was not delivered. Each variant states what it promises about the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProduceError {
+    /// The broker rejected the batch and it was never appended: the record is not in the log
+    /// and never will be.
+    #[error("{topic}-{partition}: broker rejected the batch with {name} ({code}){}; the record is not in the log", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Rejected {
+        topic: Arc<str>,
+        partition: i32,
+        code: i16,
+        name: String,
+        message: Option<String>,
+    },
+    /// An attempt's outcome was never learned before the batch failed: the record is in the
+    /// log at most once, in order, or not at all.
+    #[error("{topic}-{partition}: {reason}; outcome unknown: the record may be in the log (at most once, in order)")]
+    OutcomeUnknown {
+        topic: Arc<str>,
+        partition: i32,
+        reason: String,
+    },
+    /// `delivery.timeout.ms` passed before any attempt could have been appended: the record is
+    /// not in the log and never will be.
+    #[error("{topic}-{partition}: delivery.timeout.ms ({timeout:?}) passed before the record was sent; it is not in the log")]
+    TimedOut {
+        topic: Arc<str>,
+        partition: i32,
+        timeout: Duration,
+    },
+    /// The record is larger than a configured limit; it failed alone, before being queued.
+    #[error("record of {size} bytes is larger than {key} ({limit})")]
+    RecordTooLarge {
+        size: usize,
+        limit: usize,
+        key: &'static str,
+    },
+    /// The partition does not exist in the topic.
+    #[error("partition {partition} does not exist in topic {topic} ({partition_count} partitions)")]
+    InvalidPartition {
+        topic: Arc<str>,
+        partition: i32,
+        partition_count: i32,
+    },
+    /// The topic was not found in the cluster metadata within `max.block.ms`.
+    #[error("topic {topic} not present in metadata after {waited:?} (max.block.ms){}", last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
+    MetadataTimeout {
+        topic: Arc<str>,
+        waited: Duration,
+        last_error: Option<String>,
+    },
+    /// `buffer.memory` stayed full for `max.block.ms`.
+    #[error("buffer.memory ({buffer_memory} bytes) stayed full for max.block.ms ({waited:?})")]
+    BufferExhausted {
+        buffer_memory: usize,
+        waited: Duration,
+    },
+    /// The producer hit a fatal error (fenced, unauthorized, unsupported version, ...); every
+    /// later send fails with it. The record was not appended by this producer after the error.
+    #[error("producer is in a fatal error state: {0}")]
+    Fatal(String),
+    /// The producer was closed before the record could be sent; it is not in the log.
+    #[error("producer closed before the record was sent")]
+    Closed,
+}
+
+impl ProduceError {
+    pub(crate) fn rejected(topic: &Arc<str>, partition: i32, code: i16, message: Option<String>) -> Self {
+        ProduceError::Rejected {
+            topic: topic.clone(),
+            partition,
+            code,
+            name: error_code::name(code),
+            message,
+        }
+    }
+
+    /// Whether the record may be in the log despite the error.
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, ProduceError::OutcomeUnknown { .. })
+    }
+}
+
+/// Errors building or running the producer itself.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error(transparent)]
+    Produce(#[from] ProduceError),
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
