@@ -709,8 +709,9 @@ fn idempotence(
             }
             turned_off_by.get_or_insert((ACKS, format!("acks={acks}")));
         }
-        // Checked while idempotence is requested, before acks or retries turn it off: since 4.0
-        // this is an error rather than a reason to disable idempotence. [quirk]
+        // Java 4.x makes this an error whenever idempotence is requested, by default too, and
+        // even when acks or retries above have just turned it off; 3.x turned idempotence off
+        // with a warning instead. Kept as in Java, so a configuration fails the same way in both.
         if max_in_flight > MAX_IN_FLIGHT_FOR_IDEMPOTENCE {
             let how = if user_set {
                 "`enable.idempotence=true` allows at most 5"
