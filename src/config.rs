@@ -1,1 +1,0 @@
-//! Producer configuration under Java property names.

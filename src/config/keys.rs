@@ -1,0 +1,261 @@
+//! Property names, the Java keys kacrab accepts but ignores, and the suggestion shown for an
+//! unknown key.
+
+/// `bootstrap.servers`
+pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
+/// `client.id`
+pub const CLIENT_ID: &str = "client.id";
+/// `acks`
+pub const ACKS: &str = "acks";
+/// `enable.idempotence`
+pub const ENABLE_IDEMPOTENCE: &str = "enable.idempotence";
+/// `linger.ms`
+pub const LINGER_MS: &str = "linger.ms";
+/// `batch.size`
+pub const BATCH_SIZE: &str = "batch.size";
+/// `max.in.flight.requests.per.connection`
+pub const MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION: &str = "max.in.flight.requests.per.connection";
+/// `delivery.timeout.ms`
+pub const DELIVERY_TIMEOUT_MS: &str = "delivery.timeout.ms";
+/// `request.timeout.ms`
+pub const REQUEST_TIMEOUT_MS: &str = "request.timeout.ms";
+/// `retries`
+pub const RETRIES: &str = "retries";
+/// `retry.backoff.ms`
+pub const RETRY_BACKOFF_MS: &str = "retry.backoff.ms";
+/// `retry.backoff.max.ms`
+pub const RETRY_BACKOFF_MAX_MS: &str = "retry.backoff.max.ms";
+/// `reconnect.backoff.ms`
+pub const RECONNECT_BACKOFF_MS: &str = "reconnect.backoff.ms";
+/// `reconnect.backoff.max.ms`
+pub const RECONNECT_BACKOFF_MAX_MS: &str = "reconnect.backoff.max.ms";
+/// `socket.connection.setup.timeout.ms`
+pub const SOCKET_CONNECTION_SETUP_TIMEOUT_MS: &str = "socket.connection.setup.timeout.ms";
+/// `buffer.memory`
+pub const BUFFER_MEMORY: &str = "buffer.memory";
+/// `max.block.ms`
+pub const MAX_BLOCK_MS: &str = "max.block.ms";
+/// `max.request.size`
+pub const MAX_REQUEST_SIZE: &str = "max.request.size";
+/// `metadata.max.age.ms`
+pub const METADATA_MAX_AGE_MS: &str = "metadata.max.age.ms";
+/// `transactional.id`
+pub const TRANSACTIONAL_ID: &str = "transactional.id";
+/// `transaction.timeout.ms`
+pub const TRANSACTION_TIMEOUT_MS: &str = "transaction.timeout.ms";
+/// `partitioner.ignore.keys`
+pub const PARTITIONER_IGNORE_KEYS: &str = "partitioner.ignore.keys";
+/// `compression.type`
+pub const COMPRESSION_TYPE: &str = "compression.type";
+/// `security.protocol`: accepted only as `PLAINTEXT`.
+pub const SECURITY_PROTOCOL: &str = "security.protocol";
+/// `partitioner.class`: accepted only when empty (the built-in partitioner).
+pub const PARTITIONER_CLASS: &str = "partitioner.class";
+/// `interceptor.classes`: accepted only when empty.
+pub const INTERCEPTOR_CLASSES: &str = "interceptor.classes";
+/// `transaction.two.phase.commit.enable`: accepted only as `false`.
+pub const TRANSACTION_TWO_PHASE_COMMIT_ENABLE: &str = "transaction.two.phase.commit.enable";
+
+/// `kacrab.shards`: number of shard threads.
+pub const KACRAB_SHARDS: &str = "kacrab.shards";
+/// `kacrab.cores`: the CPU each shard is pinned to.
+pub const KACRAB_CORES: &str = "kacrab.cores";
+/// `kacrab.io.memory.bytes`: io_uring buffer memory per shard.
+pub const KACRAB_IO_MEMORY_BYTES: &str = "kacrab.io.memory.bytes";
+/// `kacrab.spin.before.park.us`: how long an idle shard spins before it parks.
+pub const KACRAB_SPIN_BEFORE_PARK_US: &str = "kacrab.spin.before.park.us";
+/// `kacrab.max.response.bytes`: the largest broker response frame accepted.
+pub const KACRAB_MAX_RESPONSE_BYTES: &str = "kacrab.max.response.bytes";
+
+/// Every key that sets a field of `ProducerConfig`, plus the restricted Java keys above.
+pub(super) const RECOGNIZED: &[&str] = &[
+    BOOTSTRAP_SERVERS,
+    CLIENT_ID,
+    ACKS,
+    ENABLE_IDEMPOTENCE,
+    LINGER_MS,
+    BATCH_SIZE,
+    MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION,
+    DELIVERY_TIMEOUT_MS,
+    REQUEST_TIMEOUT_MS,
+    RETRIES,
+    RETRY_BACKOFF_MS,
+    RETRY_BACKOFF_MAX_MS,
+    RECONNECT_BACKOFF_MS,
+    RECONNECT_BACKOFF_MAX_MS,
+    SOCKET_CONNECTION_SETUP_TIMEOUT_MS,
+    BUFFER_MEMORY,
+    MAX_BLOCK_MS,
+    MAX_REQUEST_SIZE,
+    METADATA_MAX_AGE_MS,
+    TRANSACTIONAL_ID,
+    TRANSACTION_TIMEOUT_MS,
+    PARTITIONER_IGNORE_KEYS,
+    COMPRESSION_TYPE,
+    SECURITY_PROTOCOL,
+    PARTITIONER_CLASS,
+    INTERCEPTOR_CLASSES,
+    TRANSACTION_TWO_PHASE_COMMIT_ENABLE,
+    KACRAB_SHARDS,
+    KACRAB_CORES,
+    KACRAB_IO_MEMORY_BYTES,
+    KACRAB_SPIN_BEFORE_PARK_US,
+    KACRAB_MAX_RESPONSE_BYTES,
+];
+
+/// How an ignored key's value is still checked: with the validator Java's `ProducerConfig`
+/// defines for it, so a properties file that the Java client would reject is rejected here too.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Check {
+    /// Any string (Java `Type.CLASS` and `Type.LIST` values, which cannot be checked here).
+    Any,
+    /// `true` or `false`, case-insensitive.
+    Bool,
+    /// A Java `int` in the inclusive range.
+    Int(i32, i32),
+    /// A Java `long` in the inclusive range.
+    Long(i64, i64),
+    /// One of these strings, case-sensitive like Java's `ConfigDef.ValidString`.
+    OneOf(&'static [&'static str]),
+}
+
+/// The ignored Java keys and Java's check for each; the reasons are on [`ignored_keys`].
+pub(super) const IGNORED: &[(&str, Check)] = &[
+    ("key.serializer", Check::Any),
+    ("value.serializer", Check::Any),
+    // CommonClientConfigs.SEND_BUFFER_LOWER_BOUND / RECEIVE_BUFFER_LOWER_BOUND are -1 (OS default).
+    ("send.buffer.bytes", Check::Int(-1, i32::MAX)),
+    ("receive.buffer.bytes", Check::Int(-1, i32::MAX)),
+    // Java defines it without a validator; -1 disables idle expiry in `Selector`.
+    ("connections.max.idle.ms", Check::Long(i64::MIN, i64::MAX)),
+    ("metadata.max.idle.ms", Check::Long(5000, i64::MAX)),
+    ("partitioner.adaptive.partitioning.enable", Check::Bool),
+    (
+        "partitioner.availability.timeout.ms",
+        Check::Long(0, i64::MAX),
+    ),
+    (
+        "socket.connection.setup.timeout.max.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    (
+        "client.dns.lookup",
+        Check::OneOf(&[
+            "use_all_dns_ips",
+            "resolve_canonical_bootstrap_servers_only",
+        ]),
+    ),
+    ("enable.metrics.push", Check::Bool),
+    ("metrics.sample.window.ms", Check::Long(0, i64::MAX)),
+    ("metrics.num.samples", Check::Int(1, i32::MAX)),
+    (
+        "metrics.recording.level",
+        Check::OneOf(&["INFO", "DEBUG", "TRACE"]),
+    ),
+    ("metric.reporters", Check::Any),
+    ("compression.gzip.level", Check::Int(i32::MIN, i32::MAX)),
+    ("compression.lz4.level", Check::Int(i32::MIN, i32::MAX)),
+    ("compression.zstd.level", Check::Int(i32::MIN, i32::MAX)),
+];
+
+/// Java producer keys that have no effect in kacrab. They are accepted, so a properties file
+/// written for the Java client loads unchanged, and their values are checked as Java checks them.
+///
+/// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
+/// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
+/// - `connections.max.idle.ms`: connections are kept for the life of the producer.
+/// - `metadata.max.idle.ms`: topic metadata is not expired for idleness.
+/// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
+///   built-in partitioner does not weigh partitions by queue length.
+/// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.
+/// - `client.dns.lookup`: every resolved address is tried (Java's default, `use_all_dns_ips`).
+/// - `enable.metrics.push`, `metrics.sample.window.ms`, `metrics.num.samples`,
+///   `metrics.recording.level`, `metric.reporters`: no Java metrics subsystem.
+/// - `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level`: only
+///   `compression.type=none` is supported.
+pub fn ignored_keys() -> impl Iterator<Item = &'static str> {
+    IGNORED.iter().map(|(key, _)| *key)
+}
+
+pub(super) fn ignored_check(key: &str) -> Option<Check> {
+    IGNORED
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, check)| *check)
+}
+
+/// The text appended to an unknown-key error: a close known key, or why a family of Java keys
+/// does not apply.
+pub(super) fn unknown_key_hint(key: &str) -> String {
+    if key.starts_with("ssl.") || key.starts_with("sasl.") {
+        return "; kacrab connects with PLAINTEXT only, so TLS and SASL settings do not apply"
+            .to_string();
+    }
+    match closest_key(key) {
+        Some(known) => format!("; did you mean `{known}`?"),
+        None => String::new(),
+    }
+}
+
+fn closest_key(key: &str) -> Option<&'static str> {
+    let wanted = key.to_ascii_lowercase();
+    // Up to one edit in four characters, at most three: catches typos and `_`/`-` for `.`
+    // without pairing unrelated short names.
+    let limit = (wanted.len() / 4).clamp(1, 3);
+    RECOGNIZED
+        .iter()
+        .copied()
+        .chain(ignored_keys())
+        .map(|known| (edit_distance(&wanted, known), known))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, known)| known)
+}
+
+/// Levenshtein distance over bytes; keys are ASCII.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for (i, &ca) in a.iter().enumerate() {
+        cur[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("linger.ms", "linger.ms"), 0);
+        assert_eq!(edit_distance("lingr.ms", "linger.ms"), 1);
+        assert_eq!(edit_distance("linger_ms", "linger.ms"), 1);
+        assert_eq!(edit_distance("", "acks"), 4);
+    }
+
+    #[test]
+    fn suggestions_pick_the_close_key_only() {
+        assert_eq!(closest_key("lingr.ms"), Some(LINGER_MS));
+        assert_eq!(closest_key("Linger.MS"), Some(LINGER_MS));
+        assert_eq!(closest_key("ack"), Some(ACKS));
+        assert_eq!(closest_key("batch_size"), Some(BATCH_SIZE));
+        assert_eq!(closest_key("fetch.min.bytes"), None);
+    }
+
+    #[test]
+    fn key_tables_do_not_overlap() {
+        for key in ignored_keys() {
+            assert!(
+                !RECOGNIZED.contains(&key),
+                "{key} is both recognized and ignored"
+            );
+        }
+    }
+}
