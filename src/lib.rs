@@ -1,9 +1,24 @@
 //! kacrab: a thread-per-core io_uring Kafka producer that writes records exactly once and in
 //! order per partition, across retries, reconnects, broker failovers and lost responses.
+//!
+//! Partitions are sharded onto pinned glommio executors, one per core; each shard is the only
+//! owner of its partitions' sequence state and its own broker sockets. The producer state
+//! machine (producer id, epoch, per-partition sequences, `inflight_batches_by_sequence`,
+//! `maybe_resolve_sequences`, KIP-360 epoch bumps) follows the Java client rule for rule, in a
+//! sans-IO [`engine`] that the runtime drives.
 
 pub mod config;
+pub mod engine;
+pub mod error;
 pub mod partitioner;
+mod producer;
 pub mod protocol;
+pub mod runtime;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
+
+pub use config::{Acks, ConfigError, ProducerConfig, ProducerConfigBuilder};
+pub use engine::RecordMetadata;
+pub use error::{Error, ProduceError};
+pub use producer::{DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader};

@@ -1,0 +1,119 @@
+//! `DeliveryFuture`: one record's result, awaitable from async code or waited on from a thread.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::engine::{Delivery, RecordMetadata};
+use crate::error::ProduceError;
+
+use super::shared::BufferMemory;
+
+type DeliveryResult = Result<RecordMetadata, ProduceError>;
+
+#[derive(Default)]
+struct Slot {
+    result: Option<DeliveryResult>,
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct DeliveryState {
+    slot: Mutex<Slot>,
+    ready: Condvar,
+}
+
+/// Resolves to the record's [`RecordMetadata`] or a typed [`ProduceError`].
+#[must_use = "a DeliveryFuture reports whether the record was written"]
+pub struct DeliveryFuture {
+    state: Arc<DeliveryState>,
+}
+
+impl DeliveryFuture {
+    pub(crate) fn failed(err: ProduceError) -> Self {
+        let state = Arc::new(DeliveryState::default());
+        state.slot.lock().expect("delivery lock").result = Some(Err(err));
+        DeliveryFuture { state }
+    }
+
+    /// Blocks the calling thread until the result is known.
+    pub fn wait(self) -> DeliveryResult {
+        let mut slot = self.state.slot.lock().expect("delivery lock");
+        loop {
+            if let Some(result) = slot.result.take() {
+                return result;
+            }
+            slot = self.state.ready.wait(slot).expect("delivery lock");
+        }
+    }
+
+    /// Blocks up to `timeout`; `None` if the result is not known by then.
+    pub fn wait_timeout(&self, timeout: Duration) -> Option<DeliveryResult> {
+        let slot = self.state.slot.lock().expect("delivery lock");
+        let (mut slot, _) = self
+            .state
+            .ready
+            .wait_timeout_while(slot, timeout, |s| s.result.is_none())
+            .expect("delivery lock");
+        slot.result.take()
+    }
+
+    /// The result if it is already known.
+    pub fn try_result(&self) -> Option<DeliveryResult> {
+        self.state.slot.lock().expect("delivery lock").result.take()
+    }
+}
+
+impl Future for DeliveryFuture {
+    type Output = DeliveryResult;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut slot = self.state.slot.lock().expect("delivery lock");
+        match slot.result.take() {
+            Some(result) => Poll::Ready(result),
+            None => {
+                slot.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The engine's side of a `DeliveryFuture`; completing it also returns the record's share of
+/// `buffer.memory`.
+pub(crate) struct DeliveryHandle {
+    state: Arc<DeliveryState>,
+    memory: Arc<BufferMemory>,
+    reserved: usize,
+}
+
+impl DeliveryHandle {
+    pub(crate) fn new(memory: Arc<BufferMemory>, reserved: usize) -> (DeliveryHandle, DeliveryFuture) {
+        let state = Arc::new(DeliveryState::default());
+        (
+            DeliveryHandle {
+                state: state.clone(),
+                memory,
+                reserved,
+            },
+            DeliveryFuture { state },
+        )
+    }
+}
+
+impl Delivery for DeliveryHandle {
+    fn complete(self, result: DeliveryResult) {
+        self.memory.release(self.reserved);
+        let waker = {
+            let mut slot = self.state.slot.lock().expect("delivery lock");
+            slot.result = Some(result);
+            slot.waker.take()
+        };
+        self.state.ready.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The public producer: a builder over Java-named configuration, `send` from any thread, and
+//! `flush` / `close`.
+
+pub(crate) mod delivery;
+mod record;
+pub(crate) mod shared;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::config::{ProducerConfig, ProducerConfigBuilder};
+use crate::engine::batch::record_size_upper_bound;
+use crate::engine::{EngineConfig, TopicPartition};
+use crate::error::{Error, ProduceError};
+use crate::partitioner::{partition_for_key, StickyPartitioner};
+use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
+use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
+use crate::runtime::{self, RuntimeError};
+
+pub use delivery::DeliveryFuture;
+pub use record::{ProducerRecord, RecordHeader};
+
+use delivery::DeliveryHandle;
+use shared::{BufferMemory, Identity, MetadataSnapshot};
+
+/// Commands queued per shard before `send` waits (the byte bound is `buffer.memory`).
+const SHARD_QUEUE_CAPACITY: usize = 1 << 16;
+
+/// Builds a [`Producer`] from Java property names and values, or typed setters.
+#[derive(Debug, Clone, Default)]
+pub struct ProducerBuilder {
+    config: ProducerConfigBuilder,
+}
+
+impl ProducerBuilder {
+    /// Sets a configuration property by its Java name, e.g. `set("linger.ms", "10")`.
+    pub fn set(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.config = self.config.set(key, value);
+        self
+    }
+
+    /// Applies typed settings through the configuration builder.
+    pub fn config(mut self, f: impl FnOnce(ProducerConfigBuilder) -> ProducerConfigBuilder) -> Self {
+        self.config = f(self.config);
+        self
+    }
+
+    pub fn bootstrap_servers(self, servers: impl Into<String>) -> Self {
+        self.config(|c| c.bootstrap_servers(servers))
+    }
+
+    pub fn linger(self, linger: Duration) -> Self {
+        self.config(|c| c.linger(linger))
+    }
+
+    pub fn batch_size(self, bytes: usize) -> Self {
+        self.config(|c| c.batch_size(bytes))
+    }
+
+    pub fn shards(self, shards: usize) -> Self {
+        self.config(|c| c.shards(shards))
+    }
+
+    /// Validates the configuration, checks io_uring and starts the shards.
+    pub fn build(self) -> Result<Producer, Error> {
+        let config = self.config.build()?;
+        Producer::start(config)
+    }
+}
+
+struct Inner {
+    config: ProducerConfig,
+    shards: Vec<flume::Sender<ShardCommand>>,
+    metadata: Arc<MetadataSnapshot>,
+    memory: Arc<BufferMemory>,
+    sticky: Mutex<HashMap<Arc<str>, StickyPartitioner>>,
+    joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
+    closed: AtomicBool,
+    requested: Mutex<std::collections::HashSet<Arc<str>>>,
+    cores: Vec<usize>,
+}
+
+/// A Kafka producer. `Send + Sync`: share it between threads (e.g. in an `Arc`).
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("shards", &self.inner.shards.len())
+            .field("cores", &self.inner.cores)
+            .finish()
+    }
+}
+
+impl Producer {
+    pub fn builder() -> ProducerBuilder {
+        ProducerBuilder::default()
+    }
+
+    fn start(config: ProducerConfig) -> Result<Producer, Error> {
+        runtime::io_uring_preflight()?;
+        let online = runtime::online_cores();
+        let cores: Vec<usize> = match (&config.cores, config.shards) {
+            (Some(cores), _) => {
+                for &cpu in cores {
+                    if !online.contains(&cpu) {
+                        return Err(RuntimeError::CoreNotOnline {
+                            cpu,
+                            online: online.clone(),
+                        }
+                        .into());
+                    }
+                }
+                cores.clone()
+            }
+            (None, Some(n)) => (0..n).map(|i| online[i % online.len()]).collect(),
+            (None, None) => online.clone(),
+        };
+        let shard_count = cores.len().max(1);
+        let mut senders = Vec::with_capacity(shard_count);
+        let mut receivers = Vec::with_capacity(shard_count);
+        for _ in 0..shard_count {
+            let (tx, rx) = flume::bounded(SHARD_QUEUE_CAPACITY);
+            senders.push(tx);
+            receivers.push(rx);
+        }
+        let metadata = Arc::new(MetadataSnapshot::default());
+        let identity = Arc::new(Identity::default());
+        let ctx = Arc::new(ShardContext {
+            metadata: metadata.clone(),
+            identity,
+            peers: senders.clone(),
+            max_frame: config.max_response_size,
+            connection_setup_timeout: config.socket_connection_setup_timeout,
+        });
+        let mut joins = Vec::with_capacity(shard_count);
+        for (index, rx) in receivers.into_iter().enumerate() {
+            let engine_config = EngineConfig::from_producer_config(&config, index == 0);
+            let ctx = ctx.clone();
+            let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cores[index]))
+                .name(&format!("kacrab-shard-{index}"))
+                .io_memory(config.io_memory);
+            if let Some(spin) = config.spin_before_park {
+                builder = builder.spin_before_park(spin);
+            }
+            let join = builder
+                .spawn(move || async move { run_shard(engine_config, rx, ctx).await })
+                .map_err(|e| RuntimeError::ShardStart {
+                    shard: index,
+                    reason: e.to_string(),
+                })?;
+            joins.push(join);
+        }
+        Ok(Producer {
+            inner: Arc::new(Inner {
+                memory: Arc::new(BufferMemory::new(config.buffer_memory)),
+                config,
+                shards: senders,
+                metadata,
+                sticky: Mutex::new(HashMap::new()),
+                joins: Mutex::new(joins),
+                closed: AtomicBool::new(false),
+                requested: Mutex::new(Default::default()),
+                cores,
+            }),
+        })
+    }
+
+    /// The configuration in force (after Java's post-processing).
+    pub fn config(&self) -> &ProducerConfig {
+        &self.inner.config
+    }
+
+    /// The CPU each shard is pinned to, by shard index.
+    pub fn shard_cores(&self) -> &[usize] {
+        &self.inner.cores
+    }
+
+    /// Bytes of records accepted and not yet completed (bounded by `buffer.memory`).
+    pub fn buffered_bytes(&self) -> usize {
+        self.inner.memory.used()
+    }
+
+    /// The shard that owns a partition: stable for the producer's life.
+    fn shard_for(&self, tp: &TopicPartition) -> usize {
+        let mut hash: u32 = 0x811c9dc5;
+        for b in tp.topic.as_bytes() {
+            hash = (hash ^ *b as u32).wrapping_mul(0x01000193);
+        }
+        (hash as usize).wrapping_add(tp.partition as usize) % self.inner.shards.len()
+    }
+
+    /// Sends one record. Never blocks longer than `max.block.ms` (metadata for a new topic,
+    /// or room in `buffer.memory`). The future resolves when the record is acknowledged or
+    /// has failed; a record that cannot be sent at all resolves at once with its error.
+    pub fn send(&self, record: ProducerRecord) -> DeliveryFuture {
+        match self.try_send(record) {
+            Ok(future) => future,
+            Err(err) => DeliveryFuture::failed(err),
+        }
+    }
+
+    fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+        let inner = &self.inner;
+        if inner.closed.load(Ordering::Acquire) {
+            return Err(ProduceError::Closed);
+        }
+        let deadline = Instant::now() + inner.config.max_block;
+        let headers: Vec<Header<'_>> = record
+            .headers
+            .iter()
+            .map(|h| Header {
+                key: h.key.as_str(),
+                value: h.value.as_deref(),
+            })
+            .collect();
+        let size = RECORD_BATCH_OVERHEAD
+            + record_size_upper_bound(record.key.as_deref(), record.value.as_deref(), &headers);
+        drop(headers);
+        if size > inner.config.max_request_size {
+            return Err(ProduceError::RecordTooLarge {
+                size,
+                limit: inner.config.max_request_size,
+                key: "max.request.size",
+            });
+        }
+        if size > inner.config.buffer_memory {
+            return Err(ProduceError::RecordTooLarge {
+                size,
+                limit: inner.config.buffer_memory,
+                key: "buffer.memory",
+            });
+        }
+        let info = self.topic_info(&record.topic, deadline)?;
+        let partition = match record.partition {
+            Some(p) if p < 0 || p >= info => {
+                return Err(ProduceError::InvalidPartition {
+                    topic: record.topic.clone(),
+                    partition: p,
+                    partition_count: info,
+                })
+            }
+            Some(p) => p,
+            None => match (&record.key, inner.config.partitioner_ignore_keys) {
+                (Some(key), false) => partition_for_key(key, info),
+                _ => {
+                    let mut sticky = inner.sticky.lock().expect("sticky lock");
+                    let state = sticky
+                        .entry(record.topic.clone())
+                        .or_insert_with(|| StickyPartitioner::new(inner.config.batch_size.max(1), seed()));
+                    let p = state.partition(info);
+                    state.on_append(size);
+                    p
+                }
+            },
+        };
+        inner.memory.reserve(size, deadline)?;
+        let (delivery, future) = DeliveryHandle::new(inner.memory.clone(), size);
+        let timestamp = record.timestamp.unwrap_or_else(now_millis);
+        let tp = TopicPartition {
+            topic: record.topic,
+            partition,
+        };
+        let shard = self.shard_for(&tp);
+        let command = ShardCommand::Append(Box::new(OwnedRecord {
+            tp,
+            timestamp,
+            key: record.key,
+            value: record.value,
+            headers: record
+                .headers
+                .into_iter()
+                .map(|h| (h.key, h.value))
+                .collect(),
+            delivery,
+        }));
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if let Err(e) = inner.shards[shard].send_timeout(command, wait) {
+            let err = match e {
+                flume::SendTimeoutError::Timeout(_) => ProduceError::BufferExhausted {
+                    buffer_memory: inner.config.buffer_memory,
+                    waited: inner.config.max_block,
+                },
+                flume::SendTimeoutError::Disconnected(_) => ProduceError::Closed,
+            };
+            // The command (and its delivery handle) came back: complete it so the memory is
+            // returned, and hand the caller the error.
+            let returned = match e {
+                flume::SendTimeoutError::Timeout(c) | flume::SendTimeoutError::Disconnected(c) => c,
+            };
+            if let ShardCommand::Append(record) = returned {
+                crate::engine::Delivery::complete(record.delivery, Err(err.clone()));
+            }
+            return Err(err);
+        }
+        Ok(future)
+    }
+
+    /// The partition count of `topic`, waiting for metadata up to `deadline`.
+    fn topic_info(&self, topic: &Arc<str>, deadline: Instant) -> Result<i32, ProduceError> {
+        if let Some(info) = self.inner.metadata.get(topic).filter(|i| i.partition_count > 0) {
+            return Ok(info.partition_count);
+        }
+        let first_ask = self
+            .inner
+            .requested
+            .lock()
+            .expect("requested lock")
+            .insert(topic.clone());
+        if first_ask || self.inner.metadata.get(topic).is_none() {
+            let _ = self.inner.shards[0].send(ShardCommand::RequestTopic(topic.clone()));
+        }
+        let started = Instant::now();
+        self.inner
+            .metadata
+            .wait_for(topic, deadline)
+            .map(|i| i.partition_count)
+            .map_err(|last| ProduceError::MetadataTimeout {
+                topic: topic.clone(),
+                waited: started.elapsed(),
+                last_error: last.map(crate::protocol::error_code::name),
+            })
+    }
+
+    /// Sends everything queued now and waits until every record sent before this call has
+    /// completed (successfully or not).
+    pub fn flush(&self) {
+        let latch = Latch::new(self.inner.shards.len());
+        for shard in &self.inner.shards {
+            if shard.send(ShardCommand::Flush(latch.clone())).is_err() {
+                latch.count_down();
+            }
+        }
+        latch.wait(None);
+    }
+
+    /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
+    /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
+    pub fn close(&self, timeout: Duration) {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let latch = Latch::new(self.inner.shards.len());
+        let deadline = Instant::now() + timeout;
+        for shard in &self.inner.shards {
+            if shard
+                .send(ShardCommand::Close {
+                    deadline,
+                    done: latch.clone(),
+                })
+                .is_err()
+            {
+                latch.count_down();
+            }
+        }
+        latch.wait(None);
+        for join in self.inner.joins.lock().expect("joins lock").drain(..) {
+            let _ = join.join();
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.inner) == 1 {
+            self.close(self.inner.config.delivery_timeout);
+        }
+    }
+}
+
+impl Clone for Producer {
+    fn clone(&self) -> Self {
+        Producer {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x9e3779b97f4a7c15)
+        | 1
+}

@@ -1,0 +1,74 @@
+//! The record an application sends.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// A record header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub key: String,
+    pub value: Option<Bytes>,
+}
+
+/// One record to send (Java's `ProducerRecord`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerRecord {
+    pub topic: Arc<str>,
+    /// An explicit partition, honoured as given.
+    pub partition: Option<i32>,
+    /// With a key, the partition is murmur2(key) modulo the partition count, as in Java.
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<RecordHeader>,
+    /// CreateTime in milliseconds; now when unset.
+    pub timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    pub fn new(topic: impl Into<Arc<str>>, value: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            partition: None,
+            key: None,
+            value: Some(value.into()),
+            headers: Vec::new(),
+            timestamp: None,
+        }
+    }
+
+    pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    pub fn with_partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+
+    pub fn with_header(mut self, key: impl Into<String>, value: Option<Bytes>) -> Self {
+        self.headers.push(RecordHeader {
+            key: key.into(),
+            value,
+        });
+        self
+    }
+
+    pub fn with_timestamp(mut self, timestamp_ms: i64) -> Self {
+        self.timestamp = Some(timestamp_ms);
+        self
+    }
+
+    /// A record with a null value (a tombstone).
+    pub fn tombstone(topic: impl Into<Arc<str>>, key: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            partition: None,
+            key: Some(key.into()),
+            value: None,
+            headers: Vec::new(),
+            timestamp: None,
+        }
+    }
+}

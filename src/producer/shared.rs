@@ -1,0 +1,140 @@
+//! State shared by the application threads and the shards: the read-mostly metadata snapshot
+//! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::engine::{EpochCoordinator, ProducerIdAndEpoch};
+use crate::error::ProduceError;
+
+/// `buffer.memory`: bytes of records accepted and not yet completed. `send` blocks up to
+/// `max.block.ms` for room, then fails with `BufferExhausted`.
+pub(crate) struct BufferMemory {
+    limit: usize,
+    used: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl BufferMemory {
+    pub(crate) fn new(limit: usize) -> Self {
+        BufferMemory {
+            limit,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn reserve(&self, bytes: usize, deadline: Instant) -> Result<(), ProduceError> {
+        let mut used = self.used.lock().expect("buffer memory lock");
+        let started = Instant::now();
+        while *used + bytes > self.limit {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ProduceError::BufferExhausted {
+                    buffer_memory: self.limit,
+                    waited: now - started,
+                });
+            }
+            used = self
+                .freed
+                .wait_timeout(used, deadline - now)
+                .expect("buffer memory lock")
+                .0;
+        }
+        *used += bytes;
+        Ok(())
+    }
+
+    pub(crate) fn release(&self, bytes: usize) {
+        let mut used = self.used.lock().expect("buffer memory lock");
+        *used = used.saturating_sub(bytes);
+        drop(used);
+        self.freed.notify_all();
+    }
+
+    pub(crate) fn used(&self) -> usize {
+        *self.used.lock().expect("buffer memory lock")
+    }
+}
+
+/// What callers know of a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TopicInfo {
+    pub partition_count: i32,
+    pub error_code: i16,
+}
+
+/// The callers' view of topic metadata, published by the shards.
+#[derive(Default)]
+pub(crate) struct MetadataSnapshot {
+    topics: RwLock<HashMap<Arc<str>, TopicInfo>>,
+    changed: Condvar,
+    changed_lock: Mutex<u64>,
+}
+
+impl MetadataSnapshot {
+    pub(crate) fn get(&self, topic: &str) -> Option<TopicInfo> {
+        self.topics.read().expect("metadata lock").get(topic).copied()
+    }
+
+    pub(crate) fn publish(&self, topic: Arc<str>, info: TopicInfo) {
+        {
+            let mut topics = self.topics.write().expect("metadata lock");
+            // An error answer does not erase a known partition count.
+            let entry = topics.entry(topic).or_insert(info);
+            if info.partition_count > 0 || entry.partition_count == 0 {
+                *entry = info;
+            } else {
+                entry.error_code = info.error_code;
+            }
+        }
+        *self.changed_lock.lock().expect("metadata lock") += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until `topic` has partitions or `deadline` passes.
+    pub(crate) fn wait_for(&self, topic: &str, deadline: Instant) -> Result<TopicInfo, Option<i16>> {
+        let mut generation = self.changed_lock.lock().expect("metadata lock");
+        loop {
+            let info = self.get(topic);
+            if let Some(info) = info.filter(|i| i.partition_count > 0) {
+                return Ok(info);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(info.map(|i| i.error_code));
+            }
+            let seen = *generation;
+            let (g, _) = self
+                .changed
+                .wait_timeout_while(generation, (deadline - now).min(Duration::from_millis(100)), |g| *g == seen)
+                .expect("metadata lock");
+            generation = g;
+        }
+    }
+}
+
+/// The producer-wide identity, decided in one place (see [`EpochCoordinator`]).
+#[derive(Default)]
+pub(crate) struct Identity {
+    coordinator: Mutex<EpochCoordinator>,
+}
+
+impl Identity {
+    pub(crate) fn install(&self, identity: ProducerIdAndEpoch) -> Option<ProducerIdAndEpoch> {
+        let mut c = self.coordinator.lock().expect("identity lock");
+        c.install(identity).then(|| c.current())
+    }
+
+    pub(crate) fn request_bump(&self, observed: ProducerIdAndEpoch) -> Option<ProducerIdAndEpoch> {
+        self.coordinator
+            .lock()
+            .expect("identity lock")
+            .request_bump(observed)
+    }
+
+    pub(crate) fn current(&self) -> ProducerIdAndEpoch {
+        self.coordinator.lock().expect("identity lock").current()
+    }
+}

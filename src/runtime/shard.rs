@@ -1,0 +1,366 @@
+//! One shard: a pinned glommio executor that owns an [`Engine`] for its partitions, that
+//! engine's broker connections, and its timer. The driver loop feeds the engine commands from
+//! application threads, connection events and time, and carries out its actions.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::future;
+use glommio::channels::local_channel;
+use glommio::Task;
+
+use crate::engine::{Action, Engine, EngineConfig, NodeId, ProducerIdAndEpoch, TopicPartition};
+use crate::error::ProduceError;
+use crate::producer::delivery::DeliveryHandle;
+use crate::producer::shared::{Identity, MetadataSnapshot, TopicInfo};
+use crate::protocol::record_batch::Header;
+
+use super::connection::{spawn_connect, ConnectionEvent, ConnectionTasks};
+
+/// A record handed from an application thread to its partition's shard.
+pub(crate) struct OwnedRecord {
+    pub tp: TopicPartition,
+    pub timestamp: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<(String, Option<Bytes>)>,
+    pub delivery: DeliveryHandle,
+}
+
+/// A countdown that application threads wait on (flush, close).
+#[derive(Default)]
+pub(crate) struct Latch {
+    remaining: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Latch {
+    pub(crate) fn new(count: usize) -> Arc<Latch> {
+        Arc::new(Latch {
+            remaining: Mutex::new(count),
+            done: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn count_down(&self) {
+        let mut r = self.remaining.lock().expect("latch lock");
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    /// Waits up to `timeout`; true when the count reached zero.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
+        let r = self.remaining.lock().expect("latch lock");
+        match timeout {
+            None => *self.done.wait_while(r, |r| *r > 0).expect("latch lock") == 0,
+            Some(t) => {
+                let (r, _) = self
+                    .done
+                    .wait_timeout_while(r, t, |r| *r > 0)
+                    .expect("latch lock");
+                *r == 0
+            }
+        }
+    }
+}
+
+pub(crate) enum ShardCommand {
+    Append(Box<OwnedRecord>),
+    RequestTopic(Arc<str>),
+    Flush(Arc<Latch>),
+    Identity(ProducerIdAndEpoch),
+    /// Send what is queued, then stop; at `deadline` fail what is left.
+    Close {
+        deadline: Instant,
+        done: Arc<Latch>,
+    },
+}
+
+/// What every shard shares.
+pub(crate) struct ShardContext {
+    pub metadata: Arc<MetadataSnapshot>,
+    pub identity: Arc<Identity>,
+    pub peers: Vec<flume::Sender<ShardCommand>>,
+    pub max_frame: usize,
+    pub connection_setup_timeout: Duration,
+}
+
+impl ShardContext {
+    fn broadcast_identity(&self, identity: ProducerIdAndEpoch) {
+        for peer in &self.peers {
+            // A full queue would only delay adoption; the shard also re-reads the
+            // coordinator on every loop, so a failed send loses nothing.
+            let _ = peer.try_send(ShardCommand::Identity(identity));
+        }
+    }
+}
+
+struct ConnectionSlot {
+    generation: u64,
+    _connect: Option<Task<()>>,
+    live: Option<ConnectionTasks>,
+}
+
+/// Commands handled per loop before the engine gets to send (keeps latency bounded under a
+/// flood of appends).
+const COMMANDS_PER_TURN: usize = 8192;
+
+enum Wake {
+    Command(Option<ShardCommand>),
+    Event(Option<ConnectionEvent>),
+    Timer,
+}
+
+pub(crate) async fn run_shard(
+    config: EngineConfig,
+    commands: flume::Receiver<ShardCommand>,
+    ctx: Arc<ShardContext>,
+) {
+    let start = Instant::now();
+    let now = move || start.elapsed().as_micros() as u64;
+    let mut engine: Engine<DeliveryHandle> = Engine::new(config);
+    engine.on_identity(ctx.identity.current());
+    let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
+    let events_tx = Rc::new(events_tx);
+    let mut connections: HashMap<NodeId, ConnectionSlot> = HashMap::new();
+    let mut flushes: Vec<(u64, Arc<Latch>)> = Vec::new();
+    let mut closing: Option<(Instant, Arc<Latch>)> = None;
+    let mut pending: Option<Wake> = None;
+    let mut headers_scratch: Vec<(usize, usize)> = Vec::new();
+    let _ = &mut headers_scratch;
+
+    loop {
+        // 1. What woke us, then everything else already waiting.
+        let mut handled = 0usize;
+        let mut handle_command = |cmd: ShardCommand,
+                                  engine: &mut Engine<DeliveryHandle>,
+                                  flushes: &mut Vec<(u64, Arc<Latch>)>,
+                                  closing: &mut Option<(Instant, Arc<Latch>)>| {
+            match cmd {
+                ShardCommand::Append(record) => {
+                    let record = *record;
+                    let headers: Vec<Header<'_>> = record
+                        .headers
+                        .iter()
+                        .map(|(k, v)| Header {
+                            key: k.as_str(),
+                            value: v.as_deref(),
+                        })
+                        .collect();
+                    engine.append(
+                        now(),
+                        &record.tp,
+                        record.timestamp,
+                        record.key.as_deref(),
+                        record.value.as_deref(),
+                        &headers,
+                        record.delivery,
+                    );
+                }
+                ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
+                ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
+                ShardCommand::Identity(identity) => engine.on_identity(identity),
+                ShardCommand::Close { deadline, done } => {
+                    engine.begin_close();
+                    *closing = Some((deadline, done));
+                }
+            }
+        };
+        match pending.take() {
+            Some(Wake::Command(Some(cmd))) => {
+                handle_command(cmd, &mut engine, &mut flushes, &mut closing);
+                handled += 1;
+            }
+            Some(Wake::Command(None)) => {
+                // Every producer handle is gone without a close: stop after sending.
+                if closing.is_none() {
+                    engine.begin_close();
+                    closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
+                }
+            }
+            Some(Wake::Event(Some(event))) => {
+                handle_event(&mut engine, &mut connections, event, now());
+            }
+            _ => {}
+        }
+        while handled < COMMANDS_PER_TURN {
+            match commands.try_recv() {
+                Ok(cmd) => {
+                    handle_command(cmd, &mut engine, &mut flushes, &mut closing);
+                    handled += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
+            handle_event(&mut engine, &mut connections, event, now());
+        }
+
+        // 2. The sender loop, and its actions, until it is quiet.
+        let current = ctx.identity.current();
+        if current != engine.identity() {
+            engine.on_identity(current);
+        }
+        for _ in 0..8 {
+            engine.poll(now());
+            if !engine.has_actions() {
+                break;
+            }
+            let actions: Vec<Action> = engine.take_actions().collect();
+            for action in actions {
+                execute(&mut engine, &mut connections, &ctx, &events_tx, action, now());
+            }
+        }
+        flushes.retain(|(token, latch)| {
+            if engine.flush_done(*token) {
+                latch.count_down();
+                false
+            } else {
+                true
+            }
+        });
+        if let Some((deadline, done)) = &closing {
+            if engine.is_idle() || Instant::now() >= *deadline {
+                engine.abort_all(ProduceError::Closed);
+                for (_, latch) in flushes.drain(..) {
+                    latch.count_down();
+                }
+                done.count_down();
+                return;
+            }
+        }
+        if handled >= COMMANDS_PER_TURN {
+            glommio::executor().yield_task_queue_now().await;
+            continue;
+        }
+
+        // 3. Sleep until a command, a connection event or the engine's next deadline.
+        let t = now();
+        let wake_at = engine.next_wakeup(t);
+        let timer = async move {
+            match wake_at {
+                Some(at) if at > t => glommio::timer::sleep(Duration::from_micros(at - t)).await,
+                Some(_) => {}
+                None => future::pending::<()>().await,
+            }
+            Wake::Timer
+        };
+        let command = async { Wake::Command(commands.recv_async().await.ok()) };
+        let event = async { Wake::Event(events_rx.recv().await) };
+        pending = Some(future::or(command, future::or(event, timer)).await);
+    }
+}
+
+fn handle_event(
+    engine: &mut Engine<DeliveryHandle>,
+    connections: &mut HashMap<NodeId, ConnectionSlot>,
+    event: ConnectionEvent,
+    now: u64,
+) {
+    match event {
+        ConnectionEvent::Connected {
+            node,
+            generation,
+            tasks,
+        } => {
+            if let Some(slot) = connections.get_mut(&node).filter(|s| s.generation == generation) {
+                slot.live = Some(tasks);
+                engine.on_connected(now, node, generation);
+            }
+        }
+        ConnectionEvent::Frame {
+            node,
+            generation,
+            body,
+        } => engine.on_frame(now, node, generation, body),
+        ConnectionEvent::Closed {
+            node, generation, ..
+        } => {
+            if connections.get(&node).is_some_and(|s| s.generation == generation) {
+                connections.remove(&node);
+            }
+            engine.on_disconnected(now, node, generation);
+        }
+    }
+}
+
+fn execute(
+    engine: &mut Engine<DeliveryHandle>,
+    connections: &mut HashMap<NodeId, ConnectionSlot>,
+    ctx: &ShardContext,
+    events: &Rc<local_channel::LocalSender<ConnectionEvent>>,
+    action: Action,
+    now: u64,
+) {
+    match action {
+        Action::Connect {
+            node,
+            generation,
+            address,
+        } => {
+            let task = spawn_connect(
+                node,
+                generation,
+                address,
+                ctx.connection_setup_timeout,
+                ctx.max_frame,
+                events.clone(),
+            );
+            connections.insert(
+                node,
+                ConnectionSlot {
+                    generation,
+                    _connect: Some(task),
+                    live: None,
+                },
+            );
+        }
+        Action::Write {
+            node,
+            generation,
+            frame,
+        } => {
+            let sent = connections
+                .get(&node)
+                .filter(|s| s.generation == generation)
+                .and_then(|s| s.live.as_ref())
+                .map(|live| live.writer.try_send(frame).is_ok())
+                .unwrap_or(false);
+            if !sent {
+                connections.remove(&node);
+                engine.on_disconnected(now, node, generation);
+            }
+        }
+        Action::Disconnect { node, generation } => {
+            if connections.get(&node).is_some_and(|s| s.generation == generation) {
+                connections.remove(&node);
+            }
+        }
+        Action::TopicMetadata {
+            topic,
+            partition_count,
+            error_code,
+        } => ctx.metadata.publish(
+            topic,
+            TopicInfo {
+                partition_count,
+                error_code,
+            },
+        ),
+        Action::ProducerIdAssigned(identity) => {
+            if let Some(current) = ctx.identity.install(identity) {
+                ctx.broadcast_identity(current);
+            }
+        }
+        Action::RequestEpochBump { observed } => {
+            if let Some(new) = ctx.identity.request_bump(observed) {
+                ctx.broadcast_identity(new);
+            }
+        }
+    }
+}
