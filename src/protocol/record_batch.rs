@@ -516,7 +516,8 @@ impl RecordBatchHeader {
                 available: buf.len(),
             });
         }
-        let header = Self::read_fields(buf)?;
+        let header = Self::read_fields(buf);
+        // The CRC goes first: a failed CRC explains any odd field behind it.
         let actual = crc32c::crc32c(&buf[ATTRIBUTES_OFFSET..total]);
         if actual != header.crc {
             return Err(RecordBatchError::CrcMismatch {
@@ -524,7 +525,7 @@ impl RecordBatchHeader {
                 actual,
             });
         }
-        Ok(header)
+        header.check_record_count()
     }
 
     /// Like [`parse`](Self::parse) but reads only the 61 header bytes and skips the CRC check,
@@ -538,12 +539,12 @@ impl RecordBatchHeader {
                 available: buf.len(),
             });
         }
-        Self::read_fields(buf)
+        Self::read_fields(buf).check_record_count()
     }
 
     /// Reads the header fields; `buf` holds at least `RECORD_BATCH_OVERHEAD` bytes.
-    fn read_fields(buf: &[u8]) -> Result<RecordBatchHeader, RecordBatchError> {
-        let header = RecordBatchHeader {
+    fn read_fields(buf: &[u8]) -> RecordBatchHeader {
+        RecordBatchHeader {
             base_offset: get_i64(buf, BASE_OFFSET_OFFSET),
             batch_length: get_i32(buf, LENGTH_OFFSET),
             partition_leader_epoch: get_i32(buf, PARTITION_LEADER_EPOCH_OFFSET),
@@ -557,11 +558,14 @@ impl RecordBatchHeader {
             producer_epoch: get_i16(buf, PRODUCER_EPOCH_OFFSET),
             base_sequence: get_i32(buf, BASE_SEQUENCE_OFFSET),
             record_count: get_i32(buf, RECORDS_COUNT_OFFSET),
-        };
-        if header.record_count < 0 {
-            return Err(RecordBatchError::BadRecordCount(header.record_count));
         }
-        Ok(header)
+    }
+
+    fn check_record_count(self) -> Result<RecordBatchHeader, RecordBatchError> {
+        if self.record_count < 0 {
+            return Err(RecordBatchError::BadRecordCount(self.record_count));
+        }
+        Ok(self)
     }
 
     /// Attribute bit 4: the batch belongs to a transaction.
