@@ -22,8 +22,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, MetadataRequest,
-    ProduceRequest, ProduceResponse, TopicName,
+    ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, InitProducerIdResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::protocol::StrBytes;
@@ -602,7 +602,7 @@ impl<D: Delivery> Engine<D> {
         self.send_request(now, node, ApiKey::ApiVersions, version, &request, RequestBody::ApiVersions);
     }
 
-    fn send_request<R: kafka_protocol::protocol::Request>(
+    fn send_request<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion>(
         &mut self,
         now: Micros,
         node: NodeId,
@@ -647,14 +647,14 @@ impl<D: Delivery> Engine<D> {
     ) -> Result<(), WireError> {
         // A broker that does not support the version asked for answers UNSUPPORTED_VERSION in
         // the v0 body layout (Java's `ApiVersionsResponse.parse` falls back the same way).
-        let response: ApiVersionsResponse = match wire::decode_response::<ApiVersionsRequest>(
+        let response: ApiVersionsResponse = match wire::decode_response::<ApiVersionsResponse>(
             ApiKey::ApiVersions,
             header.version,
             body.clone(),
         ) {
             Ok(r) => r,
             Err(e) if header.version > 0 => {
-                wire::decode_response::<ApiVersionsRequest>(ApiKey::ApiVersions, 0, body)
+                wire::decode_response::<ApiVersionsResponse>(ApiKey::ApiVersions, 0, body)
                     .map_err(|_| e)?
             }
             Err(e) => return Err(e),
@@ -791,7 +791,7 @@ impl<D: Delivery> Engine<D> {
     fn handle_metadata(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
         self.metadata_in_flight = false;
         let response =
-            wire::decode_response::<MetadataRequest>(ApiKey::Metadata, header.version, body)?;
+            wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)?;
         self.last_metadata_refresh = Some(now);
         self.metadata_retry_at = now + self.config.retry_backoff;
         let changed = self.metadata.update(&response);
@@ -861,7 +861,7 @@ impl<D: Delivery> Engine<D> {
 
     fn handle_init_producer_id(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
         self.init_producer_id_in_flight = false;
-        let response = wire::decode_response::<InitProducerIdRequest>(
+        let response = wire::decode_response::<InitProducerIdResponse>(
             ApiKey::InitProducerId,
             header.version,
             body,
@@ -1268,7 +1268,7 @@ impl<D: Delivery> Engine<D> {
         batches: Vec<(usize, ProducerBatch<D>)>,
     ) -> Result<(), WireError> {
         let response: ProduceResponse =
-            match wire::decode_response::<ProduceRequest>(ApiKey::Produce, header.version, body) {
+            match wire::decode_response::<ProduceResponse>(ApiKey::Produce, header.version, body) {
                 Ok(r) => r,
                 Err(e) => {
                     // The batches' fate is unknown; treat them as a lost connection would.

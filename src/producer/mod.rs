@@ -253,8 +253,8 @@ impl Producer {
                     let mut sticky = inner.sticky.lock().expect("sticky lock");
                     let state = sticky
                         .entry(record.topic.clone())
-                        .or_insert_with(|| StickyPartitioner::new(inner.config.batch_size.max(1), seed()));
-                    let p = state.partition(info);
+                        .or_insert_with(|| StickyPartitioner::new(inner.config.batch_size.max(1)));
+                    let p = state.partition(info, &[], seed());
                     state.on_append(size);
                     p
                 }

@@ -6,7 +6,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 
 use super::api::ApiKey;
 
@@ -34,7 +34,7 @@ pub enum WireError {
 }
 
 /// Encodes `request` as a complete frame (length prefix included).
-pub fn encode_request<R: Request>(
+pub fn encode_request<R: Encodable + HeaderVersion>(
     api: ApiKey,
     version: i16,
     correlation_id: i32,
@@ -84,21 +84,21 @@ pub fn response_correlation_id(body: &[u8]) -> Result<i32, WireError> {
     Ok(i32::from_be_bytes([body[0], body[1], body[2], body[3]]))
 }
 
-/// Decodes a response body (correlation id included) of the request type `R` sent at `version`.
-/// Trailing bytes are tolerated, as Kafka clients do for forward compatibility.
-pub fn decode_response<R: Request>(
+/// Decodes a response body (correlation id included) of type `R` to a request sent at
+/// `version`. Trailing bytes are tolerated, as Kafka clients do for forward compatibility.
+pub fn decode_response<R: Decodable + HeaderVersion>(
     api: ApiKey,
     version: i16,
     mut body: Bytes,
-) -> Result<R::Response, WireError> {
+) -> Result<R, WireError> {
     let malformed = |e: anyhow::Error| WireError::Malformed {
         api,
         version,
         reason: e.to_string(),
     };
-    let header_version = <R::Response as HeaderVersion>::header_version(version);
+    let header_version = R::header_version(version);
     ResponseHeader::decode(&mut body, header_version).map_err(malformed)?;
-    let response = <R::Response as Decodable>::decode(&mut body, version).map_err(malformed)?;
+    let response = R::decode(&mut body, version).map_err(malformed)?;
     let _ = body.remaining();
     Ok(response)
 }

@@ -137,7 +137,7 @@ pub(crate) async fn run_shard(
     loop {
         // 1. What woke us, then everything else already waiting.
         let mut handled = 0usize;
-        let mut handle_command = |cmd: ShardCommand,
+        let handle_command = |cmd: ShardCommand,
                                   engine: &mut Engine<DeliveryHandle>,
                                   flushes: &mut Vec<(u64, Arc<Latch>)>,
                                   closing: &mut Option<(Instant, Arc<Latch>)>| {

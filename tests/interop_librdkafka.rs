@@ -1,0 +1,153 @@
+//! kacrab against librdkafka's mock cluster (an independent broker implementation), read back
+//! by librdkafka's consumer (an independent reader).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kacrab::{Producer, ProducerRecord};
+use rdkafka::mocking::MockCluster;
+use rdkafka::types::RDKafkaApiKey;
+
+mod common;
+use common::{read_back, Isolation};
+
+const TOPIC: &str = "interop";
+
+fn mock_with_topic(partitions: i32) -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+    let mock = MockCluster::new(3).expect("mock cluster");
+    mock.create_topic(TOPIC, partitions, 3).expect("create topic");
+    for p in 0..partitions {
+        mock.partition_leader(TOPIC, p, Some(1 + p % 3)).expect("leader");
+    }
+    mock
+}
+
+fn producer(bootstrap: &str) -> Producer {
+    Producer::builder()
+        .set("bootstrap.servers", bootstrap)
+        .set("linger.ms", "5")
+        .set("kacrab.shards", "2")
+        .build()
+        .expect("producer")
+}
+
+#[test]
+fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
+    let mock = mock_with_topic(6);
+    let bootstrap = mock.bootstrap_servers();
+    let producer = Arc::new(producer(&bootstrap));
+    let per_thread = 50_000u32;
+    let mut handles = Vec::new();
+    for t in 0..2u32 {
+        let producer = producer.clone();
+        handles.push(thread::spawn(move || {
+            let mut futures = Vec::with_capacity(per_thread as usize);
+            for i in 0..per_thread {
+                let id = format!("t{t}-{i:06}");
+                let record = ProducerRecord::new(TOPIC, Bytes::from(format!("payload-{id}")))
+                    .with_key(Bytes::from(id.clone()))
+                    .with_header("thread", Some(Bytes::from(t.to_string())))
+                    .with_header("empty", None)
+                    .with_timestamp(1_700_000_000_000 + i as i64);
+                futures.push((id, producer.send(record)));
+            }
+            futures
+                .into_iter()
+                .map(|(id, f)| (id, f.wait().expect("delivered")))
+                .collect::<Vec<_>>()
+        }));
+    }
+    let acked: Vec<_> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("sender thread"))
+        .collect();
+    producer.flush();
+    let log = read_back(&bootstrap, TOPIC, 6, Isolation::ReadUncommitted, Duration::from_secs(60));
+    let mut by_id = HashMap::new();
+    for partition in &log {
+        for record in partition {
+            let key = String::from_utf8(record.key.clone().expect("key")).expect("utf8");
+            assert!(
+                by_id.insert(key.clone(), record.clone()).is_none(),
+                "duplicate record {key} in the log"
+            );
+        }
+    }
+    assert_eq!(by_id.len(), 100_000, "every record is in the log exactly once");
+    for (id, meta) in &acked {
+        let record = &by_id[id];
+        assert_eq!(record.partition, meta.partition, "{id}: partition");
+        assert_eq!(record.offset, meta.offset, "{id}: acknowledged offset equals the log offset");
+        assert_eq!(record.payload.as_deref(), Some(format!("payload-{id}").as_bytes()));
+        let thread = &id[1..2];
+        assert_eq!(
+            record.headers,
+            vec![
+                ("thread".to_string(), Some(thread.as_bytes().to_vec())),
+                ("empty".to_string(), None)
+            ]
+        );
+        let i: i64 = id[3..].parse().unwrap();
+        assert_eq!(record.timestamp, 1_700_000_000_000 + i);
+        assert_eq!(
+            kacrab::partitioner::partition_for_key(id.as_bytes(), 6),
+            record.partition,
+            "{id}: Java's murmur2 partition"
+        );
+    }
+    // Send order per thread and partition equals log order.
+    for partition in &log {
+        let mut last: HashMap<char, u32> = HashMap::new();
+        for record in partition {
+            let key = String::from_utf8(record.key.clone().unwrap()).unwrap();
+            let thread = key.chars().nth(1).unwrap();
+            let i: u32 = key[3..].parse().unwrap();
+            if let Some(prev) = last.insert(thread, i) {
+                assert!(i > prev, "partition {}: {key} after t{thread}-{prev}", record.partition);
+            }
+        }
+    }
+    producer.close(Duration::from_secs(10));
+}
+
+#[test]
+fn api_versions_forced_down_by_the_broker_is_negotiated() {
+    let mock = mock_with_topic(3);
+    // Produce limited to v3..=v7 and Metadata to v1..=v4: kacrab must pick inside both.
+    mock.apiversion(RDKafkaApiKey::Produce, Some(3), Some(7)).unwrap();
+    mock.apiversion(RDKafkaApiKey::Metadata, Some(1), Some(4)).unwrap();
+    let bootstrap = mock.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    let futures: Vec<_> = (0..300)
+        .map(|i| producer.send(ProducerRecord::new(TOPIC, Bytes::from(format!("v{i}"))).with_partition(i % 3)))
+        .collect();
+    for f in futures {
+        f.wait().expect("delivered over negotiated versions");
+    }
+    let log = read_back(&bootstrap, TOPIC, 3, Isolation::ReadUncommitted, Duration::from_secs(30));
+    assert_eq!(log.iter().map(Vec::len).sum::<usize>(), 300);
+    producer.close(Duration::from_secs(5));
+}
+
+#[test]
+fn a_broker_without_init_producer_id_gives_a_typed_error_naming_the_api() {
+    let mock = mock_with_topic(1);
+    mock.apiversion(RDKafkaApiKey::InitProducerId, None, None).unwrap();
+    let producer = Producer::builder()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("delivery.timeout.ms", "5000")
+        .set("request.timeout.ms", "2000")
+        .set("kacrab.shards", "1")
+        .build()
+        .expect("producer");
+    let err = producer
+        .send(ProducerRecord::new(TOPIC, Bytes::from_static(b"x")))
+        .wait()
+        .expect_err("idempotence needs InitProducerId");
+    let text = err.to_string();
+    assert!(text.contains("InitProducerId"), "{text}");
+    producer.close(Duration::from_secs(2));
+}
