@@ -259,7 +259,7 @@ fn record_body_size(
 pub struct RecordBatchBuilder {
     buf: BytesMut,
     base_timestamp: i64,
-    /// Largest record timestamp so far; meaningful only when `record_count > 0`.
+    /// Largest record timestamp so far; `NO_TIMESTAMP` until the first append.
     max_timestamp: i64,
     /// Also the offset delta of the next record: offsets in a fresh batch are dense from 0.
     record_count: i32,
