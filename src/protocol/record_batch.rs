@@ -192,12 +192,23 @@ fn length_as_i32(len: usize) -> i32 {
     i32::try_from(len).expect("record batch field longer than i32::MAX bytes")
 }
 
+/// A field length (or header count) as the i32 the wire format stores, without a check.
+///
+/// Exact whenever the record is encodable: each field length, and twice the header count, is
+/// at most the record's body size, and `append` checks the body size against `i32::MAX` before
+/// writing anything. For a longer field the cast is wrong but harmless: the body size counts the
+/// real length, so `record_size` exceeds `i32::MAX` (failing any size check) and `append` panics.
+#[inline]
+fn field_length(len: usize) -> i32 {
+    len as i32
+}
+
 /// Encoded size of a nullable byte field: its length varint (-1 for null) plus its bytes.
 #[inline]
 fn nullable_bytes_size(bytes: Option<&[u8]>) -> usize {
     match bytes {
         None => varint_len(-1),
-        Some(bytes) => varint_len(length_as_i32(bytes.len())) + bytes.len(),
+        Some(bytes) => varint_len(field_length(bytes.len())) + bytes.len(),
     }
 }
 
@@ -206,7 +217,7 @@ fn write_nullable_bytes(buf: &mut BytesMut, bytes: Option<&[u8]>) {
     match bytes {
         None => write_varint(buf, -1),
         Some(bytes) => {
-            write_varint(buf, length_as_i32(bytes.len()));
+            write_varint(buf, field_length(bytes.len()));
             buf.put_slice(bytes);
         }
     }
@@ -226,9 +237,9 @@ fn record_body_size(
         + varint_len(offset_delta)
         + nullable_bytes_size(key)
         + nullable_bytes_size(value)
-        + varint_len(length_as_i32(headers.len()));
+        + varint_len(field_length(headers.len()));
     for header in headers {
-        size += varint_len(length_as_i32(header.key.len()))
+        size += varint_len(field_length(header.key.len()))
             + header.key.len()
             + nullable_bytes_size(header.value);
     }
@@ -248,7 +259,7 @@ fn record_body_size(
 pub struct RecordBatchBuilder {
     buf: BytesMut,
     base_timestamp: i64,
-    /// Largest record timestamp so far; meaningful only when `record_count > 0`.
+    /// Largest record timestamp so far; `NO_TIMESTAMP` until the first append.
     max_timestamp: i64,
     /// Also the offset delta of the next record: offsets in a fresh batch are dense from 0.
     record_count: i32,
@@ -301,7 +312,7 @@ impl RecordBatchBuilder {
             value,
             headers,
         );
-        varint_len(length_as_i32(body)) + body
+        varint_len(field_length(body)) + body
     }
 
     /// Appends a record and returns its offset delta.
@@ -339,9 +350,9 @@ impl RecordBatchBuilder {
         write_varint(buf, offset_delta);
         write_nullable_bytes(buf, key);
         write_nullable_bytes(buf, value);
-        write_varint(buf, length_as_i32(headers.len()));
+        write_varint(buf, field_length(headers.len()));
         for header in headers {
-            write_varint(buf, length_as_i32(header.key.len()));
+            write_varint(buf, field_length(header.key.len()));
             buf.put_slice(header.key.as_bytes());
             write_nullable_bytes(buf, header.value);
         }
