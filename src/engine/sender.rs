@@ -458,8 +458,15 @@ impl<D: Delivery> Engine<D> {
 
     /// The earliest time `poll` has something to do, if any (the driver's timer).
     pub fn next_wakeup(&self, now: Micros) -> Option<Micros> {
+        // Only future deadlines count: whatever was due by `now` was tried in the last poll,
+        // and if it could not proceed it waits for an event (a response, a connection), not
+        // for time. Reporting a past deadline would make the driver spin.
         let mut next: Option<Micros> = None;
-        let mut consider = |t: Micros| next = Some(next.map_or(t, |n: Micros| n.min(t)));
+        let mut consider = |t: Micros| {
+            if t > now {
+                next = Some(next.map_or(t, |n: Micros| n.min(t)));
+            }
+        };
         for slot in &self.partitions {
             for batch in &slot.deque {
                 consider(batch.created + self.config.delivery_timeout);
@@ -474,11 +481,7 @@ impl<D: Delivery> Engine<D> {
         }
         for conn in self.connections.values() {
             match conn.state {
-                ConnectionState::Idle { retry_at } => {
-                    if retry_at > now {
-                        consider(retry_at)
-                    }
-                }
+                ConnectionState::Idle { retry_at } => consider(retry_at),
                 ConnectionState::Connecting { since } => {
                     consider(since + self.config.connection_setup_timeout)
                 }
@@ -497,7 +500,7 @@ impl<D: Delivery> Engine<D> {
         if self.config.owns_identity && self.config.idempotent && !self.identity.is_valid() {
             consider(self.init_producer_id_retry_at.max(now));
         }
-        next.map(|t| t.max(now))
+        next
     }
 
     // ----------------------------------------------------------------------------------------
@@ -660,18 +663,18 @@ impl<D: Delivery> Engine<D> {
             Err(e) => return Err(e),
         };
         if response.error_code == code::UNSUPPORTED_VERSION {
-            match api_versions_fallback(&response, header.version) {
-                Some(version) => {
-                    self.send_api_versions(now, node, version);
-                    return Ok(());
-                }
-                None => {
-                    self.fatal = Some(ProduceError::Fatal(format!(
-                        "broker {node} supports no ApiVersions version kacrab implements"
-                    )));
-                    return Ok(());
-                }
+            // Use the broker's advertised ApiVersions range when its answer carries one; when
+            // it cannot be read (brokers differ in how they lay out this error answer), v0,
+            // which every broker supports.
+            let version = api_versions_fallback(&response, header.version).unwrap_or(0);
+            if version >= header.version {
+                self.fatal = Some(ProduceError::Fatal(format!(
+                    "broker {node} supports no ApiVersions version kacrab implements"
+                )));
+                return Ok(());
             }
+            self.send_api_versions(now, node, version);
+            return Ok(());
         }
         if response.error_code != code::NONE {
             return Err(WireError::Malformed {
@@ -702,7 +705,7 @@ impl<D: Delivery> Engine<D> {
     fn least_loaded_ready(&self) -> Option<NodeId> {
         self.connections
             .values()
-            .filter(|c| c.is_ready() && self.metadata.nodes.contains_key(&c.node))
+            .filter(|c| c.is_ready())
             .min_by_key(|c| (c.in_flight.len(), c.node))
             .map(|c| c.node)
     }

@@ -71,6 +71,7 @@ pub(crate) fn spawn_connect(
     events: std::rc::Rc<LocalSender<ConnectionEvent>>,
 ) -> Task<()> {
     glommio::spawn_local(async move {
+        if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("connect task started"); }
         let connected = async {
             let addr = resolve(&address).await?;
             let stream = TcpStream::connect_timeout(addr, timeout)
@@ -80,6 +81,7 @@ pub(crate) fn spawn_connect(
             Ok::<_, std::io::Error>(stream)
         }
         .await;
+        if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("connect result {:?}", connected.as_ref().map(|_| ())); }
         match connected {
             Ok(stream) => {
                 let (reader, writer) = futures_lite::io::split(stream);

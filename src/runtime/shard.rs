@@ -262,6 +262,7 @@ fn handle_event(
     event: ConnectionEvent,
     now: u64,
 ) {
+    if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("[{:?} {now}] event {}", std::thread::current().name(), match &event { ConnectionEvent::Connected{node,generation,..} => format!("connected {node} {generation}"), ConnectionEvent::Frame{node,body,..} => format!("frame {node} {}B {:02x?}", body.len(), &body[..body.len().min(80)]), ConnectionEvent::Closed{node,reason,..} => format!("closed {node} {reason}") }); }
     match event {
         ConnectionEvent::Connected {
             node,
@@ -297,6 +298,7 @@ fn execute(
     action: Action,
     now: u64,
 ) {
+    if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("[{:?} {now}] action {:?}", std::thread::current().name(), match &action { Action::Write{node,generation,frame} => format!("Write {node} {generation} {}B", frame.len()), a => format!("{a:?}") }); }
     match action {
         Action::Connect {
             node,
