@@ -133,7 +133,8 @@ pub struct FetchPartitionResult {
 }
 
 impl FetchPartitionResult {
-    fn error(error_code: i16) -> Self {
+    /// An error answer: offsets unknown (-1), no records.
+    pub fn error(error_code: i16) -> Self {
         FetchPartitionResult {
             error_code,
             high_watermark: -1,
@@ -231,6 +232,7 @@ pub struct Cluster {
     brokers: BTreeMap<i32, bool>,
     topics: HashMap<String, Topic>,
     topics_created: u64,
+    duplicates_answered: u64,
     producer_ids: ProducerIdManager,
     coordinator: TransactionCoordinator,
 }
@@ -244,6 +246,7 @@ impl Cluster {
             brokers: broker_ids.iter().map(|&id| (id, true)).collect(),
             topics: HashMap::new(),
             topics_created: 0,
+            duplicates_answered: 0,
             coordinator: TransactionCoordinator::default(),
         }
     }
@@ -518,10 +521,15 @@ impl Cluster {
             let records = input.records.expect("parsed above");
             *result = Some(partition.append(records, header, rules, verified, now_ms));
         }
-        results
+        let results: Vec<ProducePartitionResult> = results
             .into_iter()
             .map(|r| r.expect("every partition answered"))
-            .collect()
+            .collect();
+        self.duplicates_answered += results
+            .iter()
+            .filter(|r| r.error_code == NONE && !r.appended)
+            .count() as u64;
+        results
     }
 
     /// KIP-890 verification (`UnifiedLog.maybeStartTransactionVerification`, then the
@@ -629,7 +637,7 @@ impl Cluster {
         };
         let mut records = BytesMut::new();
         if max_bytes > 0 {
-            for stored in &p.batches[p.batch_index_for(fetch_offset)..] {
+            for stored in &p.log()[p.batch_index_for(fetch_offset)..] {
                 if stored.base_offset >= upper_bound {
                     break;
                 }
@@ -691,7 +699,7 @@ impl Cluster {
             LATEST_TIMESTAMP => found(p.high_watermark(), -1),
             MAX_TIMESTAMP => {
                 let best = p
-                    .batches
+                    .log()
                     .iter()
                     .filter(|b| b.max_timestamp >= 0)
                     .max_by_key(|b| (b.max_timestamp, std::cmp::Reverse(b.base_offset)));
@@ -707,7 +715,7 @@ impl Cluster {
             }
             target if target >= 0 => {
                 let hit = p
-                    .batches
+                    .log()
                     .iter()
                     .filter(|b| b.max_timestamp >= target)
                     .find_map(|b| {
@@ -730,7 +738,7 @@ impl Cluster {
     /// The partition's stored batches, oldest first (empty for an unknown partition).
     pub fn partition_log(&self, topic: &str, partition: i32) -> &[StoredBatch] {
         self.partition(topic, partition)
-            .map_or(&[][..], |p| &p.batches[..])
+            .map_or(&[][..], Partition::log)
     }
 
     pub fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
@@ -807,6 +815,11 @@ impl Cluster {
             .flat_map(|t| &t.partitions)
             .map(|p| p.producers.len())
             .sum()
+    }
+
+    /// Batches answered as duplicates of a retained batch (not appended again).
+    pub fn duplicates_answered(&self) -> u64 {
+        self.duplicates_answered
     }
 
     /// Producer ids handed out so far.

@@ -32,7 +32,10 @@ pub struct StoredBatch {
 pub struct Partition {
     pub(super) leader: i32,
     pub(super) leader_epoch: i32,
-    pub(super) batches: Vec<StoredBatch>,
+    /// The log, with `head` batches at the front already removed by retention: they are
+    /// dropped lazily so trimming one batch per append does not shift the whole vector.
+    batches: Vec<StoredBatch>,
+    head: usize,
     pub(super) log_start_offset: i64,
     pub(super) log_end_offset: i64,
     pub(super) log_bytes: usize,
@@ -45,11 +48,17 @@ impl Partition {
             leader,
             leader_epoch: 0,
             batches: Vec::new(),
+            head: 0,
             log_start_offset: 0,
             log_end_offset: 0,
             log_bytes: 0,
             producers: ProducerStateManager::default(),
         }
+    }
+
+    /// The batches in the log, oldest first.
+    pub(super) fn log(&self) -> &[StoredBatch] {
+        &self.batches[self.head..]
     }
 
     /// One replica: everything appended is replicated, so HW = LEO.
@@ -217,14 +226,15 @@ impl Partition {
     }
 
     fn enforce_retention_bytes(&mut self, limit: usize, rules: &BrokerRules) {
+        let log = self.log();
         let mut drop = 0;
         let mut bytes = self.log_bytes;
-        while bytes > limit && drop + 1 < self.batches.len() {
-            bytes -= self.batches[drop].bytes.len();
+        while bytes > limit && drop + 1 < log.len() {
+            bytes -= log[drop].bytes.len();
             drop += 1;
         }
         if drop > 0 {
-            let new_start = self.batches[drop].base_offset;
+            let new_start = log[drop].base_offset;
             self.truncate_log_start(new_start, rules);
         }
     }
@@ -236,19 +246,24 @@ impl Partition {
         if new_start <= self.log_start_offset {
             return;
         }
-        let keep_from = self.batches.partition_point(|b| b.last_offset < new_start);
-        self.log_bytes -= self.batches[..keep_from]
-            .iter()
-            .map(|b| b.bytes.len())
-            .sum::<usize>();
-        self.batches.drain(..keep_from);
+        let removed = self.batch_index_for(new_start);
+        for batch in &mut self.batches[self.head..self.head + removed] {
+            self.log_bytes -= batch.bytes.len();
+            batch.bytes = Bytes::new();
+        }
+        self.head += removed;
+        if self.head * 2 > self.batches.len() {
+            self.batches.drain(..self.head);
+            self.head = 0;
+        }
         self.log_start_offset = new_start;
         self.producers
             .on_log_start_offset_incremented(new_start, rules.kafka_version);
     }
 
-    /// Index of the batch holding `offset`, or of the first batch after it.
+    /// Index in [`log`](Self::log) of the batch holding `offset`, or of the first batch
+    /// after it.
     pub(super) fn batch_index_for(&self, offset: i64) -> usize {
-        self.batches.partition_point(|b| b.last_offset < offset)
+        self.log().partition_point(|b| b.last_offset < offset)
     }
 }
