@@ -7,3 +7,4 @@
 
 pub mod batch;
 pub mod broker;
+pub mod server;
