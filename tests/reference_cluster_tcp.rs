@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kacrab::testkit::batch::TestBatch;
+use kacrab::testkit::broker::error_codes::REQUEST_TIMED_OUT;
 use kacrab::testkit::broker::BrokerRules;
-use kacrab::testkit::server::ReferenceCluster;
+use kacrab::testkit::server::{ReferenceCluster, ANY_BROKER};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
@@ -344,4 +345,257 @@ fn tcp_face_produce_throughput() {
         cluster.with_cluster(|c| (0..6).map(|p| c.high_watermark("bench", p).unwrap()).sum());
     assert_eq!(written as usize, answered * 6 * records_per_batch);
     assert!(cluster.with_cluster(|c| c.log_bytes()) <= 6 * (4 << 20));
+}
+
+/// A minimal blocking Kafka client for one connection.
+struct RawClient {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    next_correlation_id: i32,
+}
+
+impl RawClient {
+    fn connect(cluster: &ReferenceCluster, broker: i32) -> RawClient {
+        let stream = TcpStream::connect(cluster.broker_address(broker)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        RawClient {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            next_correlation_id: 0,
+        }
+    }
+
+    fn send(&mut self, api: ApiKey, version: i16, request: &impl Encodable) -> i32 {
+        let correlation_id = self.next_correlation_id;
+        self.next_correlation_id += 1;
+        write_request(&mut self.writer, api, version, correlation_id, request);
+        correlation_id
+    }
+
+    /// The next answer, or `None` if the broker closed the connection.
+    fn receive(&mut self, api: ApiKey, version: i16) -> Option<(i32, Bytes)> {
+        let mut length = [0u8; 4];
+        self.reader.read_exact(&mut length).ok()?;
+        let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+        self.reader.read_exact(&mut body).ok()?;
+        let mut body = Bytes::from(body);
+        let header =
+            ResponseHeader::decode(&mut body, api.response_header_version(version)).unwrap();
+        Some((header.correlation_id, body))
+    }
+
+    fn produce(&mut self, request: &ProduceRequest) -> Option<ProduceResponse> {
+        let sent = self.send(ApiKey::Produce, 9, request);
+        let (correlation_id, mut body) = self.receive(ApiKey::Produce, 9)?;
+        assert_eq!(correlation_id, sent);
+        Some(ProduceResponse::decode(&mut body, 9).unwrap())
+    }
+
+    fn init_producer_id(&mut self) -> i64 {
+        self.send(ApiKey::InitProducerId, 4, &init_request());
+        let (_, mut body) = self.receive(ApiKey::InitProducerId, 4).unwrap();
+        InitProducerIdResponse::decode(&mut body, 4)
+            .unwrap()
+            .producer_id
+            .0
+    }
+}
+
+/// A Produce request of one idempotent batch to partition 0 of `topic`.
+fn produce_request(
+    topic: &'static str,
+    pid: i64,
+    seq: i32,
+    count: usize,
+    acks: i16,
+) -> ProduceRequest {
+    ProduceRequest::default()
+        .with_transactional_id(None)
+        .with_acks(acks)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_static_str(topic)))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(Bytes::from(
+                    TestBatch::idempotent(pid, 0, seq, count).encode(),
+                )))])])
+}
+
+fn first_partition(response: &ProduceResponse) -> (i16, i64) {
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+fn log_end(cluster: &ReferenceCluster, topic: &str) -> i64 {
+    cluster.with_cluster(|c| c.high_watermark(topic, 0).unwrap())
+}
+
+// The fault plan, request by request: an answer dropped after the append (the retry is then a
+// duplicate answered with the original offset), a reset before processing (nothing written),
+// a reset that first writes half a frame, an injected error (nothing written), a delay.
+#[test]
+fn fault_plan_acts_on_the_next_matching_requests_only() {
+    let topic = "faults";
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let faults = cluster.faults();
+    let mut client = RawClient::connect(&cluster, 1);
+    let pid = client.init_producer_id();
+
+    // A fault for another broker or another API does not match.
+    faults.inject_error(2, ApiKey::Produce, REQUEST_TIMED_OUT, 1);
+    faults.inject_error(1, ApiKey::Fetch, REQUEST_TIMED_OUT, 1);
+    assert_eq!(
+        first_partition(
+            &client
+                .produce(&produce_request(topic, pid, 0, 2, -1))
+                .unwrap()
+        ),
+        (0, 0)
+    );
+    faults.clear();
+
+    faults.drop_response_after_append(1, ApiKey::Produce, 1);
+    let retry = produce_request(topic, pid, 2, 3, -1);
+    assert!(client.produce(&retry).is_none(), "closed without an answer");
+    assert_eq!(log_end(&cluster, topic), 5, "appended before the drop");
+    let mut client = RawClient::connect(&cluster, 1);
+    assert_eq!(
+        first_partition(&client.produce(&retry).unwrap()),
+        (0, 2),
+        "duplicate: original offset"
+    );
+    assert_eq!(log_end(&cluster, topic), 5);
+
+    faults.reset_connection(1, ApiKey::Produce, 1, false);
+    let next = produce_request(topic, pid, 5, 1, -1);
+    assert!(client.produce(&next).is_none());
+    assert_eq!(log_end(&cluster, topic), 5, "reset before processing");
+
+    faults.reset_connection(1, ApiKey::Produce, 1, true);
+    let mut client = RawClient::connect(&cluster, 1);
+    client.send(ApiKey::Produce, 9, &next);
+    let mut torn = Vec::new();
+    client.reader.read_to_end(&mut torn).unwrap();
+    let promised = i32::from_be_bytes(torn[..4].try_into().unwrap()) as usize;
+    assert!(
+        torn.len() > 4 && torn.len() < 4 + promised,
+        "half a frame, then EOF"
+    );
+    assert_eq!(log_end(&cluster, topic), 5);
+
+    faults.inject_error(ANY_BROKER, ApiKey::Produce, REQUEST_TIMED_OUT, 1);
+    let mut client = RawClient::connect(&cluster, 1);
+    assert_eq!(
+        first_partition(&client.produce(&next).unwrap()),
+        (REQUEST_TIMED_OUT, -1)
+    );
+    assert_eq!(
+        log_end(&cluster, topic),
+        5,
+        "injected errors append nothing"
+    );
+
+    let delay = Duration::from_millis(300);
+    faults.delay_response(1, ApiKey::Produce, 1, delay);
+    let started = Instant::now();
+    assert_eq!(first_partition(&client.produce(&next).unwrap()), (0, 5));
+    assert!(started.elapsed() >= delay);
+    assert_eq!(faults.pending(), 0);
+    assert_eq!(
+        faults.applied(),
+        5,
+        "the two faults that matched nothing were cleared"
+    );
+}
+
+// acks=0: appended, never answered; the next answer on the connection is the next request's.
+#[test]
+fn produce_with_acks_zero_gets_no_answer() {
+    let topic = "acks0";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let mut client = RawClient::connect(&cluster, 1);
+    let pid = client.init_producer_id();
+    client.send(ApiKey::Produce, 9, &produce_request(topic, pid, 0, 4, 0));
+    let metadata = client.send(
+        ApiKey::Metadata,
+        12,
+        &kafka_protocol::messages::MetadataRequest::default(),
+    );
+    let (correlation_id, _) = client.receive(ApiKey::Metadata, 12).unwrap();
+    assert_eq!(correlation_id, metadata);
+    assert_eq!(log_end(&cluster, topic), 4);
+}
+
+// Metadata names every broker with its port, each partition's leader and leader epoch, and
+// answers UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist.
+#[test]
+fn metadata_lists_brokers_leaders_and_unknown_topics() {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let cluster = started_cluster("known");
+    cluster.set_leader("known", 5, 1);
+    let mut client = RawClient::connect(&cluster, 2);
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("known")))),
+        MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("unknown")))),
+    ]));
+    client.send(ApiKey::Metadata, 12, &request);
+    let (_, mut body) = client.receive(ApiKey::Metadata, 12).unwrap();
+    let response = MetadataResponse::decode(&mut body, 12).unwrap();
+    assert_eq!(response.brokers.len(), 3);
+    for broker in &response.brokers {
+        assert_eq!(
+            broker.port as u16,
+            cluster.broker_address(broker.node_id.0).port()
+        );
+    }
+    let known = &response.topics[0];
+    assert_eq!(known.error_code, 0);
+    assert!(!known.topic_id.is_nil());
+    let leaders: Vec<(i32, i32)> = known
+        .partitions
+        .iter()
+        .map(|p| (p.leader_id.0, p.leader_epoch))
+        .collect();
+    assert_eq!(
+        leaders,
+        vec![(1, 0), (2, 0), (3, 0), (1, 0), (2, 0), (1, 1)]
+    );
+    assert_eq!(known.partitions[0].isr_nodes.len(), 3);
+    assert_eq!(response.topics[1].error_code, 3);
+}
+
+// A broker taken down refuses connections and drops the open ones; it comes back on the same
+// port, and every connection thread is gone once the cluster shuts down.
+#[test]
+fn broker_down_refuses_connections_and_broker_up_reopens_the_same_port() {
+    let cluster = started_cluster("down-up");
+    let mut client = RawClient::connect(&cluster, 2);
+    let pid = client.init_producer_id();
+    assert!(pid >= 0);
+    cluster.broker_down(2);
+    assert!(
+        client.receive(ApiKey::Metadata, 12).is_none(),
+        "open connection closed"
+    );
+    assert!(
+        TcpStream::connect(cluster.broker_address(2)).is_err(),
+        "new connections refused"
+    );
+    assert!(
+        TcpStream::connect(cluster.broker_address(1)).is_ok(),
+        "other brokers unaffected"
+    );
+    cluster.broker_up(2);
+    let mut client = RawClient::connect(&cluster, 2);
+    assert!(client.init_producer_id() > pid);
+    cluster.shutdown();
+    assert_eq!(cluster.stats().connections_open(), 0);
 }

@@ -44,7 +44,7 @@ pub(crate) struct Shared {
     appended: Condvar,
     faults: FaultPlan,
     stats: ServerStats,
-    api_versions: Mutex<BTreeMap<i32, ApiVersionTable>>,
+    api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
 }
@@ -90,8 +90,8 @@ impl Shared {
         }
     }
 
-    pub(crate) fn api_versions(&self, broker: i32) -> ApiVersionTable {
-        self.api_versions.lock().unwrap()[&broker].clone()
+    pub(crate) fn api_versions(&self, broker: i32) -> Arc<ApiVersionTable> {
+        Arc::clone(&self.api_versions.lock().unwrap()[&broker])
     }
 
     pub(crate) fn faults(&self) -> &FaultPlan {
@@ -133,7 +133,7 @@ impl ReferenceCluster {
             stats: ServerStats::default(),
             api_versions: Mutex::new(
                 ids.iter()
-                    .map(|&id| (id, ApiVersionTable::default()))
+                    .map(|&id| (id, Arc::new(ApiVersionTable::default())))
                     .collect(),
             ),
             brokers: ids
@@ -202,7 +202,7 @@ impl ReferenceCluster {
             .iter_mut()
             .filter(|(id, _)| broker.is_none_or(|b| b == **id))
         {
-            table.set(api, range);
+            Arc::make_mut(table).set(api, range);
         }
     }
 
