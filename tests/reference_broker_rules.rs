@@ -758,3 +758,43 @@ fn retention_bytes_bound_the_log() {
     assert!(c.log_start_offset(TOPIC, 0).unwrap() > 0);
     assert_eq!(c.log_bytes(), c.partition_log_bytes(TOPIC, 0));
 }
+
+// Check order (rulebook §9, §11: the first failing check wins). A transactional batch off the
+// leader fails leadership before verification (`ReplicaManager
+// .maybeStartTransactionVerificationForPartition`); invalid acks come before leadership for
+// other batches (`ReplicaManager.appendRecords` before `appendToLocalLog`); a bad CRC comes
+// before the duplicate check (`UnifiedLog.analyzeAndValidateRecords` runs first).
+#[test]
+fn the_first_failing_check_wins_in_kafka_order() {
+    let mut c = cluster();
+    let init = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    let txn = transactional_batch(init.producer_id, 0, 0);
+    let off_leader = c.produce(2, TOPIC, 0, &txn, -1, Some("tx"), NOW);
+    assert_eq!(off_leader.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(
+        c.produce(1, TOPIC, 0, &txn, -1, Some("tx"), NOW).error_code,
+        INVALID_TXN_STATE
+    );
+
+    let pid = producer(&mut c);
+    let bytes = batch(pid, 0, 0, 2);
+    assert_eq!(
+        c.produce(2, TOPIC, 0, &bytes, 5, None, NOW).error_code,
+        INVALID_REQUIRED_ACKS
+    );
+    assert_eq!(
+        c.produce(2, TOPIC, 0, &bytes, -1, None, NOW).error_code,
+        NOT_LEADER_OR_FOLLOWER
+    );
+
+    assert_eq!(send(&mut c, &bytes).error_code, NONE);
+    let mut corrupt_retry = bytes.clone();
+    let last = corrupt_retry.len() - 1;
+    corrupt_retry[last] ^= 1;
+    assert_eq!(send(&mut c, &corrupt_retry).error_code, CORRUPT_MESSAGE);
+    assert_eq!(
+        send(&mut c, &bytes).base_offset,
+        0,
+        "the intact retry is still a duplicate"
+    );
+}

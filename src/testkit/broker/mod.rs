@@ -490,36 +490,17 @@ impl Cluster {
         }
 
         for ((input, header), result) in partitions.iter().zip(&headers).zip(results.iter_mut()) {
-            if result.is_some() {
-                continue;
+            if result.is_none() {
+                let header = header.as_ref().expect("validated above");
+                *result = Some(self.produce_partition(
+                    broker,
+                    acks,
+                    transactional_id,
+                    input,
+                    header,
+                    now_ms,
+                ));
             }
-            let header = header.as_ref().expect("validated above");
-            let verified = match self.verify_transactional(transactional_id, input, header) {
-                Ok(verified) => verified,
-                Err(failure) => {
-                    *result = Some(failure);
-                    continue;
-                }
-            };
-            if !matches!(acks, -1..=1) {
-                *result = Some(ProducePartitionResult::error(INVALID_REQUIRED_ACKS));
-                continue;
-            }
-            let rules = &self.rules;
-            let partition = self
-                .topics
-                .get_mut(input.topic)
-                .and_then(|t| t.partitions.get_mut(input.partition as usize))
-                .expect("checked above");
-            if partition.leader != broker {
-                *result = Some(ProducePartitionResult {
-                    current_leader: Some((partition.leader, partition.leader_epoch)),
-                    ..ProducePartitionResult::error(NOT_LEADER_OR_FOLLOWER)
-                });
-                continue;
-            }
-            let records = input.records.expect("parsed above");
-            *result = Some(partition.append(records, header, rules, verified, now_ms));
         }
         let results: Vec<ProducePartitionResult> = results
             .into_iter()
@@ -530,6 +511,50 @@ impl Cluster {
             .filter(|r| r.error_code == NONE && !r.appended)
             .count() as u64;
         results
+    }
+
+    /// The per-partition remainder of a produce, for a partition whose batch parsed: a
+    /// transactional batch needs the leader and then verification (`ReplicaManager
+    /// .maybeStartTransactionVerificationForPartition` fails with NOT_LEADER_OR_FOLLOWER off
+    /// the leader); then acks (`ReplicaManager.appendRecords`); then leadership for the rest
+    /// (`appendToLocalLog`); then the log append.
+    fn produce_partition(
+        &mut self,
+        broker: i32,
+        acks: i16,
+        transactional_id: Option<&str>,
+        input: &ProduceInput<'_>,
+        header: &BatchHeader,
+        now_ms: i64,
+    ) -> ProducePartitionResult {
+        let (leader, leader_epoch) = self
+            .leader(input.topic, input.partition)
+            .expect("checked by the caller");
+        let not_leader = || ProducePartitionResult {
+            current_leader: Some((leader, leader_epoch)),
+            ..ProducePartitionResult::error(NOT_LEADER_OR_FOLLOWER)
+        };
+        if header.is_transactional() && leader != broker {
+            return not_leader();
+        }
+        let verified = match self.verify_transactional(transactional_id, input, header) {
+            Ok(verified) => verified,
+            Err(failure) => return failure,
+        };
+        if !matches!(acks, -1..=1) {
+            return ProducePartitionResult::error(INVALID_REQUIRED_ACKS);
+        }
+        if leader != broker {
+            return not_leader();
+        }
+        let rules = &self.rules;
+        let partition = self
+            .topics
+            .get_mut(input.topic)
+            .and_then(|t| t.partitions.get_mut(input.partition as usize))
+            .expect("checked by the caller");
+        let records = input.records.expect("parsed by the caller");
+        partition.append(records, header, rules, verified, now_ms)
     }
 
     /// KIP-890 verification (`UnifiedLog.maybeStartTransactionVerification`, then the
