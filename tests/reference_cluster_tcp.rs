@@ -599,3 +599,131 @@ fn broker_down_refuses_connections_and_broker_up_reopens_the_same_port() {
     cluster.shutdown();
     assert_eq!(cluster.stats().connections_open(), 0);
 }
+
+// Every advertised version of every API is answered, decodes, and carries the request's
+// correlation id: the encoder refuses fields a version lacks, so this catches a handler that
+// sets one (the connection would close instead).
+#[test]
+fn every_advertised_version_of_every_api_is_answered() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{
+        ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse,
+        FindCoordinatorRequest, FindCoordinatorResponse, ListOffsetsRequest, ListOffsetsResponse,
+        MetadataRequest, MetadataResponse,
+    };
+    let topic = "versions";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let topic_id = cluster.with_cluster(|c| c.topic_metadata(topic).unwrap().topic_id);
+    let mut client = RawClient::connect(&cluster, 1);
+    let pid = client.init_producer_id();
+    let name = || TopicName(StrBytes::from_static_str(topic));
+
+    for version in 0..=3 {
+        let request = if version >= 3 {
+            ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("raw"))
+                .with_client_software_version(StrBytes::from_static_str("1"))
+        } else {
+            ApiVersionsRequest::default()
+        };
+        let sent = client.send(ApiKey::ApiVersions, version, &request);
+        let (id, mut body) = client.receive(ApiKey::ApiVersions, version).unwrap();
+        let response = ApiVersionsResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            (id, response.error_code, response.api_keys.len()),
+            (sent, 0, 7),
+            "ApiVersions v{version}"
+        );
+    }
+    for version in 0..=12 {
+        let request = MetadataRequest::default().with_topics(Some(vec![
+            kafka_protocol::messages::metadata_request::MetadataRequestTopic::default()
+                .with_name(Some(name())),
+        ]));
+        let sent = client.send(ApiKey::Metadata, version, &request);
+        let (id, mut body) = client.receive(ApiKey::Metadata, version).unwrap();
+        let response = MetadataResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            (id, response.topics[0].error_code),
+            (sent, 0),
+            "Metadata v{version}"
+        );
+    }
+    for (seq, version) in (3..=11).enumerate() {
+        let request = produce_request(topic, pid, seq as i32, 1, -1);
+        let sent = client.send(ApiKey::Produce, version, &request);
+        let (id, mut body) = client.receive(ApiKey::Produce, version).unwrap();
+        let response = ProduceResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            (id, first_partition(&response).0),
+            (sent, 0),
+            "Produce v{version}"
+        );
+    }
+    for version in 4..=16 {
+        let fetch_topic = FetchTopic::default().with_partitions(vec![FetchPartition::default()
+            .with_fetch_offset(0)
+            .with_partition_max_bytes(1 << 20)]);
+        let fetch_topic = if version >= 13 {
+            fetch_topic.with_topic_id(uuid::Uuid::from_u128(topic_id))
+        } else {
+            fetch_topic.with_topic(name())
+        };
+        let request = FetchRequest::default()
+            .with_max_wait_ms(0)
+            .with_topics(vec![fetch_topic]);
+        let sent = client.send(ApiKey::Fetch, version, &request);
+        let (id, mut body) = client.receive(ApiKey::Fetch, version).unwrap();
+        let response = FetchResponse::decode(&mut body, version).unwrap();
+        let partition = &response.responses[0].partitions[0];
+        assert_eq!(
+            (id, partition.error_code, partition.high_watermark),
+            (sent, 0, 9),
+            "Fetch v{version}"
+        );
+        assert!(!partition.records.as_ref().unwrap().is_empty());
+    }
+    for version in 1..=7 {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id((-1).into())
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name())
+                .with_partitions(vec![
+                    ListOffsetsPartition::default().with_timestamp(-1)
+                ])]);
+        let sent = client.send(ApiKey::ListOffsets, version, &request);
+        let (id, mut body) = client.receive(ApiKey::ListOffsets, version).unwrap();
+        let response = ListOffsetsResponse::decode(&mut body, version).unwrap();
+        let partition = &response.topics[0].partitions[0];
+        assert_eq!(
+            (id, partition.error_code, partition.offset),
+            (sent, 0, 9),
+            "ListOffsets v{version}"
+        );
+    }
+    for version in 0..=4 {
+        let sent = client.send(ApiKey::InitProducerId, version, &init_request());
+        let (id, mut body) = client.receive(ApiKey::InitProducerId, version).unwrap();
+        let response = InitProducerIdResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            (id, response.error_code),
+            (sent, 0),
+            "InitProducerId v{version}"
+        );
+    }
+    for version in 0..=3 {
+        let request =
+            FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("group"));
+        let sent = client.send(ApiKey::FindCoordinator, version, &request);
+        let (id, mut body) = client.receive(ApiKey::FindCoordinator, version).unwrap();
+        let response = FindCoordinatorResponse::decode(&mut body, version).unwrap();
+        assert_eq!(
+            (id, response.error_code, response.node_id.0),
+            (sent, 0, 1),
+            "FindCoordinator v{version}"
+        );
+    }
+    assert_eq!(cluster.stats().unsupported_closed(), 0);
+}

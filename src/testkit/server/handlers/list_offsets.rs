@@ -39,11 +39,16 @@ pub(super) fn handle(
                         request.isolation_level,
                         p.current_leader_epoch,
                     );
-                    response
+                    let response = response
                         .with_error_code(r.error_code)
                         .with_offset(r.offset)
-                        .with_timestamp(r.timestamp)
-                        .with_leader_epoch(r.leader_epoch)
+                        .with_timestamp(r.timestamp);
+                    // The leader epoch exists from v4 (KIP-320).
+                    if ctx.version >= 4 {
+                        response.with_leader_epoch(r.leader_epoch)
+                    } else {
+                        response
+                    }
                 })
                 .collect();
             ListOffsetsTopicResponse::default()
