@@ -226,10 +226,10 @@ fn write_request(
         .encode(&mut body, api.request_header_version(version))
         .unwrap();
     request.encode(&mut body, version).unwrap();
-    stream
-        .write_all(&(body.len() as i32).to_be_bytes())
-        .unwrap();
-    stream.write_all(&body).unwrap();
+    // One write per frame, so Nagle's algorithm never holds half a request back.
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).unwrap();
 }
 
 fn read_response(stream: &mut impl Read, api: ApiKey, version: i16) -> (i32, Bytes) {
@@ -357,6 +357,7 @@ struct RawClient {
 impl RawClient {
     fn connect(cluster: &ReferenceCluster, broker: i32) -> RawClient {
         let stream = TcpStream::connect(cluster.broker_address(broker)).unwrap();
+        stream.set_nodelay(true).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
