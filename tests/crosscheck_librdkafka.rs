@@ -140,6 +140,27 @@ fn librdkafka_idempotent_producer_comes_out_exactly_once_under_faults() {
     traffic.send(3_000);
     traffic.wait_all_acked("after leader moves");
 
+    // An answer held past the client's timeout on broker 3 while its partitions move to
+    // broker 1: the client's retry of the appended batch reaches the new leader, which holds
+    // the same producer state (the model's state moves with leadership, as replicas build it
+    // by replication) and answers it as a duplicate.
+    let duplicates_before = cluster.with_cluster(|c| c.duplicates_answered());
+    faults.delay_response(3, ApiKey::Produce, 1, Duration::from_millis(2_500));
+    traffic.send(3_000);
+    assert!(
+        faults.wait_until_consumed(WAIT),
+        "no produce request reached broker 3"
+    );
+    for partition in [2, 4, 5] {
+        cluster.set_leader(TOPIC, partition, 1);
+    }
+    traffic.wait_all_acked("after moving broker 3's partitions away");
+    let duplicates_after = cluster.with_cluster(|c| c.duplicates_answered());
+    assert!(
+        duplicates_after > duplicates_before,
+        "the retry reached the new leader as a duplicate"
+    );
+
     // Broker 2 (leader of partitions 0 and 1 now) goes down with requests in flight; the
     // other partitions carry on; then it comes back on the same port.
     traffic.send(3_000);
