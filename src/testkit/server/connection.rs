@@ -109,7 +109,10 @@ fn serve_frame(
         return Step::Close;
     };
 
-    let fault = shared.faults().take(broker, api_key);
+    // The fault counts as applied when `taken` drops: right after processing, before a
+    // withheld answer is dropped or delayed.
+    let taken = shared.faults().take(broker, api_key);
+    let fault = taken.as_ref().map(|t| t.action);
     if let Some(FaultAction::ResetConnection { mid_frame }) = fault {
         let _ = writer.flush();
         if mid_frame {
@@ -147,6 +150,7 @@ fn serve_frame(
         // A request that does not decode: Kafka closes the connection.
         Err(_) => Reply::Close,
     };
+    drop(taken);
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,
         (_, Some(FaultAction::DropResponseAfterAppend)) => {

@@ -1,9 +1,10 @@
 //! Scripted faults for the TCP face, driven by a test while traffic runs.
 //!
 //! Each fault applies to the next `n` requests that match its broker and API key, in the
-//! order the faults were added; a request takes at most one fault. Faults are consumed as
-//! requests arrive, so a test waits for [`FaultPlan::pending`] to reach zero (with a deadline)
-//! rather than sleeping.
+//! order the faults were added; a request takes at most one fault. A fault counts as applied
+//! once the request it hit has had its effect: processed (for a drop or a delay: appended, its
+//! answer now withheld), answered with the injected error, or cut off by the reset. A test
+//! waits for that with [`FaultPlan::wait_until_consumed`] rather than sleeping.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -38,13 +39,35 @@ struct FaultRule {
     action: FaultAction,
 }
 
+#[derive(Debug, Default)]
+struct Pending {
+    rules: Vec<FaultRule>,
+    /// Faults taken by a request whose effect is not complete yet.
+    in_progress: usize,
+}
+
 /// The set of pending faults; thread-safe, shared by every connection.
 #[derive(Debug, Default)]
 pub struct FaultPlan {
-    rules: Mutex<Vec<FaultRule>>,
-    /// Signalled each time a fault is taken.
-    taken: Condvar,
+    pending: Mutex<Pending>,
+    /// Signalled each time a fault completes (and on `clear`).
+    completed: Condvar,
     applied: AtomicU64,
+}
+
+/// A fault a request took; dropping it marks the fault applied.
+#[derive(Debug)]
+pub(crate) struct TakenFault<'a> {
+    plan: &'a FaultPlan,
+    pub action: FaultAction,
+}
+
+impl Drop for TakenFault<'_> {
+    fn drop(&mut self) {
+        self.plan.pending.lock().unwrap().in_progress -= 1;
+        self.plan.applied.fetch_add(1, Ordering::Relaxed);
+        self.plan.completed.notify_all();
+    }
 }
 
 impl FaultPlan {
@@ -52,7 +75,7 @@ impl FaultPlan {
         if n == 0 {
             return;
         }
-        self.rules.lock().unwrap().push(FaultRule {
+        self.pending.lock().unwrap().rules.push(FaultRule {
             broker,
             api_key: api as i16,
             remaining: n,
@@ -76,9 +99,10 @@ impl FaultPlan {
         self.add(broker, api, n, FaultAction::InjectError(error_code));
     }
 
-    /// Requests the plan still waits to hit.
+    /// Requests the plan still waits to hit or to finish with.
     pub fn pending(&self) -> usize {
-        self.rules.lock().unwrap().iter().map(|r| r.remaining).sum()
+        let pending = self.pending.lock().unwrap();
+        pending.rules.iter().map(|r| r.remaining).sum::<usize>() + pending.in_progress
     }
 
     /// Requests a fault was applied to so far.
@@ -86,40 +110,44 @@ impl FaultPlan {
         self.applied.load(Ordering::Relaxed)
     }
 
-    /// Waits until every pending fault has been applied; false if `timeout` passed first.
+    /// Waits until every fault added so far has been applied; false if `timeout` passed first.
     pub fn wait_until_consumed(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let mut rules = self.rules.lock().unwrap();
-        while !rules.is_empty() {
+        let mut pending = self.pending.lock().unwrap();
+        while !pending.rules.is_empty() || pending.in_progress > 0 {
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
-            rules = self.taken.wait_timeout(rules, deadline - now).unwrap().0;
+            pending = self
+                .completed
+                .wait_timeout(pending, deadline - now)
+                .unwrap()
+                .0;
         }
         true
     }
 
-    /// Drops every pending fault.
+    /// Drops every fault not yet taken.
     pub fn clear(&self) {
-        self.rules.lock().unwrap().clear();
-        self.taken.notify_all();
+        self.pending.lock().unwrap().rules.clear();
+        self.completed.notify_all();
     }
 
     /// Takes the fault for a request arriving at `broker` with `api_key`, if any.
-    pub(crate) fn take(&self, broker: i32, api_key: i16) -> Option<FaultAction> {
-        let mut rules = self.rules.lock().unwrap();
-        let index = rules
+    pub(crate) fn take(&self, broker: i32, api_key: i16) -> Option<TakenFault<'_>> {
+        let mut pending = self.pending.lock().unwrap();
+        let index = pending
+            .rules
             .iter()
             .position(|r| r.api_key == api_key && (r.broker == ANY_BROKER || r.broker == broker))?;
-        let rule = &mut rules[index];
+        let rule = &mut pending.rules[index];
         rule.remaining -= 1;
         let action = rule.action;
         if rule.remaining == 0 {
-            rules.remove(index);
+            pending.rules.remove(index);
         }
-        self.applied.fetch_add(1, Ordering::Relaxed);
-        self.taken.notify_all();
-        Some(action)
+        pending.in_progress += 1;
+        Some(TakenFault { plan: self, action })
     }
 }
