@@ -1,21 +1,25 @@
-//! Shared test helpers: reading a topic back with librdkafka's consumer, an independent reader.
+//! Shared helpers for tests against the reference cluster: read a topic back with librdkafka's
+//! consumer (an independent reader), and check what was read for exactly-once delivery.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
-use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
+/// Consumer isolation level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Isolation {
     ReadCommitted,
     ReadUncommitted,
 }
 
+/// One record as the consumer delivered it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadRecord {
     pub partition: i32,
@@ -26,8 +30,10 @@ pub struct ReadRecord {
     pub timestamp: i64,
 }
 
-/// Reads every partition of `topic` from the beginning to its end, with librdkafka's consumer.
-/// Returns one vector per partition, in offset order.
+/// Reads every partition of `topic` from the beginning up to its end (librdkafka's partition
+/// EOF), with a consumer that assigns partitions itself: `group.id` is set only because
+/// librdkafka's `assign()` needs one; nothing is committed. Records come back per partition,
+/// ordered by offset. Panics if some partition has not reached its end within `timeout`.
 pub fn read_back(
     bootstrap: &str,
     topic: &str,
@@ -35,12 +41,20 @@ pub fn read_back(
     isolation: Isolation,
     timeout: Duration,
 ) -> Vec<Vec<ReadRecord>> {
+    static READERS: AtomicU64 = AtomicU64::new(0);
+    let group = format!(
+        "read-back-{}-{}",
+        std::process::id(),
+        READERS.fetch_add(1, Ordering::Relaxed)
+    );
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap)
-        .set("group.id", format!("reader-{}", std::process::id()))
-        .set("enable.auto.commit", "false")
+        .set("group.id", &group)
         .set("enable.partition.eof", "true")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "50")
         .set(
             "isolation.level",
             match isolation {
@@ -49,45 +63,228 @@ pub fn read_back(
             },
         )
         .create()
-        .expect("librdkafka consumer");
+        .expect("create the read-back consumer");
     let mut assignment = TopicPartitionList::new();
-    for p in 0..partitions {
+    for partition in 0..partitions {
         assignment
-            .add_partition_offset(topic, p, Offset::Beginning)
-            .expect("assignment");
+            .add_partition_offset(topic, partition, Offset::Beginning)
+            .expect("add partition");
     }
     consumer.assign(&assignment).expect("assign");
-    let mut out: Vec<Vec<ReadRecord>> = vec![Vec::new(); partitions as usize];
-    let mut at_eof = vec![false; partitions as usize];
+
+    let mut records: Vec<Vec<ReadRecord>> = (0..partitions).map(|_| Vec::new()).collect();
+    let mut at_end = vec![false; partitions as usize];
     let deadline = Instant::now() + timeout;
-    while at_eof.iter().any(|e| !e) {
-        assert!(Instant::now() < deadline, "read back timed out; eof: {at_eof:?}");
+    while at_end.iter().any(|end| !end) {
+        assert!(
+            Instant::now() < deadline,
+            "read-back of {topic} timed out; at end: {at_end:?}; read: {:?}",
+            records.iter().map(Vec::len).collect::<Vec<_>>()
+        );
         match consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Ok(m)) => {
-                let p = m.partition() as usize;
-                at_eof[p] = false;
-                let headers = m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out[p].push(ReadRecord {
-                    partition: m.partition(),
-                    offset: m.offset(),
-                    key: m.key().map(<[u8]>::to_vec),
-                    payload: m.payload().map(<[u8]>::to_vec),
-                    headers,
-                    timestamp: m.timestamp().to_millis().unwrap_or(-1),
+            Some(Ok(message)) => {
+                let partition = message.partition();
+                at_end[partition as usize] = false;
+                records[partition as usize].push(ReadRecord {
+                    partition,
+                    offset: message.offset(),
+                    key: message.key().map(<[u8]>::to_vec),
+                    payload: message.payload().map(<[u8]>::to_vec),
+                    headers: message
+                        .headers()
+                        .map(|headers| {
+                            headers
+                                .iter()
+                                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    timestamp: message.timestamp().to_millis().unwrap_or(-1),
                 });
             }
-            Some(Err(KafkaError::PartitionEOF(p))) => at_eof[p as usize] = true,
-            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::UnknownTopicOrPartition))) => {}
-            Some(Err(e)) => panic!("consumer error: {e}"),
+            Some(Err(KafkaError::PartitionEOF(partition))) => at_end[partition as usize] = true,
+            // Transient client-side errors (a broker restarting, ...) are retried by librdkafka.
+            Some(Err(_)) => {}
         }
     }
-    out
+    for partition in &records {
+        assert!(
+            partition.windows(2).all(|w| w[0].offset < w[1].offset),
+            "offsets not increasing"
+        );
+    }
+    records
+}
+
+/// The ids of records whose payload is an 8-byte big-endian id, per partition, in log order.
+pub fn payload_ids(records: &[Vec<ReadRecord>]) -> Vec<Vec<u64>> {
+    records
+        .iter()
+        .map(|partition| {
+            partition
+                .iter()
+                .map(|r| {
+                    let payload = r.payload.as_deref().expect("payload");
+                    u64::from_be_bytes(payload[..8].try_into().expect("8-byte id"))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Checks exactly-once, in-order delivery: every id in `acked` is present exactly once,
+/// nothing appears twice, and each partition's ids increase in log order (the producer sent
+/// them in increasing order per partition). `sent` bounds what may appear at all (ids that
+/// were sent but whose outcome is unknown may be present at most once). Returns a summary
+/// line, or panics describing the first violation.
+pub fn check_exactly_once(ids: &[Vec<u64>], acked: &[u64], sent: &[u64]) -> String {
+    let mut seen: HashMap<u64, (usize, usize)> = HashMap::new();
+    for (partition, partition_ids) in ids.iter().enumerate() {
+        for (index, &id) in partition_ids.iter().enumerate() {
+            if let Some((p, i)) = seen.insert(id, (partition, index)) {
+                panic!("duplicate id {id}: partition {p} position {i} and partition {partition} position {index}");
+            }
+        }
+        if let Some(w) = partition_ids.windows(2).find(|w| w[0] >= w[1]) {
+            panic!(
+                "partition {partition} out of order: {} before {}",
+                w[0], w[1]
+            );
+        }
+    }
+    let sent: std::collections::HashSet<u64> = sent.iter().copied().collect();
+    if let Some(id) = seen.keys().find(|id| !sent.contains(id)) {
+        panic!("id {id} was never sent");
+    }
+    let missing: Vec<u64> = acked
+        .iter()
+        .copied()
+        .filter(|id| !seen.contains_key(id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} acked ids missing, first {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    format!(
+        "{} records read over {} partitions, {} acked, none duplicated, all in order",
+        seen.len(),
+        ids.len(),
+        acked.len()
+    )
+}
+
+/// Delivery reports of a librdkafka producer whose records carry 8-byte ids.
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    state: std::sync::Mutex<DeliveryState>,
+    changed: std::sync::Condvar,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct DeliveryState {
+    pub acked: Vec<u64>,
+    pub failed: Vec<(u64, String)>,
+}
+
+impl Deliveries {
+    pub fn snapshot(&self) -> DeliveryState {
+        self.state.lock().unwrap().clone()
+    }
+
+    pub fn acked_count(&self) -> usize {
+        self.state.lock().unwrap().acked.len()
+    }
+
+    /// Waits, woken by each delivery report, until `condition` holds; panics after `timeout`.
+    pub fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        condition: impl Fn(&DeliveryState) -> bool,
+    ) {
+        let deadline = Instant::now() + timeout;
+        let mut state = self.state.lock().unwrap();
+        while !condition(&state) {
+            let now = Instant::now();
+            assert!(
+                now < deadline,
+                "timed out waiting for {what}: {} acked, {} failed, first failures {:?}",
+                state.acked.len(),
+                state.failed.len(),
+                &state.failed[..state.failed.len().min(3)]
+            );
+            state = self.changed.wait_timeout(state, deadline - now).unwrap().0;
+        }
+    }
+
+    fn record(&self, update: impl FnOnce(&mut DeliveryState)) {
+        update(&mut self.state.lock().unwrap());
+        self.changed.notify_all();
+    }
+}
+
+/// Producer context recording each record's outcome by id.
+pub struct TrackingContext(pub std::sync::Arc<Deliveries>);
+
+impl rdkafka::ClientContext for TrackingContext {}
+
+impl rdkafka::producer::ProducerContext for TrackingContext {
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, id: Box<u64>) {
+        match result {
+            Ok(_) => self.0.record(|s| s.acked.push(*id)),
+            Err((error, _)) => self.0.record(|s| s.failed.push((*id, error.to_string()))),
+        }
+    }
+}
+
+pub type IdProducer = rdkafka::producer::ThreadedProducer<TrackingContext>;
+
+/// An idempotent librdkafka producer (acks=all) with delivery tracking; `extra` overrides.
+pub fn idempotent_producer(
+    bootstrap: &str,
+    extra: &[(&str, &str)],
+) -> (IdProducer, std::sync::Arc<Deliveries>) {
+    let deliveries = std::sync::Arc::new(Deliveries::default());
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5");
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    let producer = config
+        .create_with_context(TrackingContext(std::sync::Arc::clone(&deliveries)))
+        .expect("create the producer");
+    (producer, deliveries)
+}
+
+/// Sends record `id` to `partition`, its payload the id followed by `filler` bytes, waiting
+/// for queue space if librdkafka's queue is full.
+pub fn send_id(producer: &IdProducer, topic: &str, partition: i32, id: u64, filler: usize) {
+    let mut payload = id.to_be_bytes().to_vec();
+    payload.resize(8 + filler, b'x');
+    let mut record =
+        rdkafka::producer::BaseRecord::<(), [u8], Box<u64>>::with_opaque_to(topic, Box::new(id))
+            .partition(partition)
+            .payload(&payload[..]);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((
+                KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                back,
+            )) => {
+                record = back;
+                producer.poll(Duration::from_millis(5));
+            }
+            Err((error, _)) => panic!("send {id}: {error}"),
+        }
+    }
 }

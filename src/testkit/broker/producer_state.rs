@@ -1,0 +1,351 @@
+//! Per-partition producer state: what a partition leader remembers about each idempotent or
+//! transactional producer, and the checks a data batch must pass against it.
+//!
+//! Mirrors Kafka's `ProducerStateManager`, `ProducerStateEntry`, `BatchMetadata` and
+//! `ProducerAppendInfo` (storage module, 4.x) in the order `UnifiedLog.analyzeAndValidateProducerState`
+//! runs them. Validation works on a copy of the entry; the copy replaces the stored entry only
+//! after the log append succeeded, so a rejected batch leaves the state untouched.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use super::error_codes::*;
+use super::KafkaBehaviour;
+use crate::testkit::batch::decrement_sequence;
+
+/// Metadata of one appended batch (Kafka `BatchMetadata`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub last_seq: i32,
+    pub last_offset: i64,
+    /// `last_offset - first_offset`, which equals `last_seq - first_seq` for a client batch.
+    pub offset_delta: i32,
+    /// The batch's max timestamp; a duplicate is answered with it as LogAppendTime.
+    pub timestamp: i64,
+}
+
+impl BatchMetadata {
+    /// Derived with wrap-around, as `BatchMetadata.firstSeq` does.
+    pub fn first_seq(&self) -> i32 {
+        decrement_sequence(self.last_seq, self.offset_delta)
+    }
+
+    pub fn first_offset(&self) -> i64 {
+        self.last_offset - i64::from(self.offset_delta)
+    }
+}
+
+/// What a partition remembers about one producer id (Kafka `ProducerStateEntry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerStateEntry {
+    pub producer_id: i64,
+    /// -1 only for a placeholder that was never stored.
+    pub producer_epoch: i16,
+    /// Oldest first, at most `BrokerRules::producer_state_window` (Kafka: 5,
+    /// `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`).
+    batches: VecDeque<BatchMetadata>,
+    /// Coordinator epoch of the last transaction marker, -1 until the first marker.
+    pub coordinator_epoch: i32,
+    /// First offset of the transaction open on this partition, if any.
+    pub current_txn_first_offset: Option<i64>,
+    /// Max timestamp of the last data batch (or the last marker's time); drives expiry.
+    pub last_timestamp: i64,
+}
+
+impl ProducerStateEntry {
+    fn empty(producer_id: i64) -> Self {
+        ProducerStateEntry {
+            producer_id,
+            producer_epoch: -1,
+            batches: VecDeque::new(),
+            coordinator_epoch: -1,
+            current_txn_first_offset: None,
+            last_timestamp: -1,
+        }
+    }
+
+    /// The retained batches, oldest first.
+    pub fn batches(&self) -> impl Iterator<Item = &BatchMetadata> {
+        self.batches.iter()
+    }
+
+    /// Last sequence written at the current epoch, -1 (`NO_SEQUENCE`) if none is retained.
+    pub fn last_seq(&self) -> i32 {
+        self.batches.back().map_or(-1, |b| b.last_seq)
+    }
+
+    fn first_seq(&self) -> i32 {
+        self.batches.front().map_or(-1, |b| b.first_seq())
+    }
+
+    /// Kafka `ProducerStateEntry.findDuplicateBatch`: same epoch, and a retained batch with the
+    /// same first and the same last sequence. A partial overlap is not a duplicate.
+    fn find_duplicate_batch(
+        &self,
+        epoch: i16,
+        first_seq: i32,
+        last_seq: i32,
+    ) -> Option<BatchMetadata> {
+        if epoch != self.producer_epoch {
+            return None;
+        }
+        self.batches
+            .iter()
+            .find(|b| b.first_seq() == first_seq && b.last_seq == last_seq)
+            .copied()
+    }
+
+    /// Kafka `ProducerStateEntry.maybeUpdateProducerEpoch`: a new epoch forgets the old
+    /// epoch's batches.
+    fn maybe_update_producer_epoch(&mut self, epoch: i16) {
+        if self.producer_epoch != epoch {
+            self.batches.clear();
+            self.producer_epoch = epoch;
+        }
+    }
+
+    /// Kafka `ProducerStateEntry.addBatch`.
+    fn add_batch(&mut self, epoch: i16, batch: BatchMetadata, window: usize) {
+        self.maybe_update_producer_epoch(epoch);
+        if self.batches.len() == window {
+            self.batches.pop_front();
+        }
+        self.batches.push_back(batch);
+        self.last_timestamp = batch.timestamp;
+    }
+}
+
+/// The producer-relevant fields of an incoming data batch, with offsets already assigned.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingBatch {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    pub transactional: bool,
+}
+
+/// Outcome of validating a batch against the producer state.
+#[derive(Debug)]
+pub enum ProducerCheck {
+    /// A retry of a retained batch: nothing is written, the original metadata is answered.
+    Duplicate(BatchMetadata),
+    /// Append, then commit this updated entry with [`ProducerStateManager::update`].
+    Accept(ProducerStateEntry),
+}
+
+/// All producer state of one partition (Kafka `ProducerStateManager`).
+#[derive(Debug, Default)]
+pub struct ProducerStateManager {
+    producers: HashMap<i64, ProducerStateEntry>,
+    /// First offset → producer id of every transaction open on the partition (`ongoingTxns`);
+    /// the smallest key is the first unstable offset.
+    ongoing_txns: BTreeMap<i64, i64>,
+}
+
+impl ProducerStateManager {
+    pub fn entry(&self, producer_id: i64) -> Option<&ProducerStateEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Kafka `ProducerStateManager.firstUnstableOffset` (one replica: every completed
+    /// transaction's marker is at once below the high watermark, so only open ones count).
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.ongoing_txns.keys().next().copied()
+    }
+
+    /// Kafka `UnifiedLog.hasOngoingTransaction` (4.0+ compares the epoch too).
+    fn has_ongoing_transaction(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers
+            .get(&producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.producer_epoch == epoch)
+    }
+
+    /// Validates one client data batch, in the order of
+    /// `UnifiedLog.analyzeAndValidateProducerState`: duplicate check first, then the
+    /// transactional guard, then `ProducerAppendInfo.checkProducerEpoch` and `checkSequence`,
+    /// then the transactional flag check of `ProducerAppendInfo.appendDataBatch`.
+    ///
+    /// `verified` says whether the transaction coordinator vouched for this transactional
+    /// batch (KIP-890 verification, or verification disabled). Errors are Kafka error codes.
+    pub fn analyze(
+        &self,
+        batch: &IncomingBatch,
+        behaviour: KafkaBehaviour,
+        window: usize,
+        verified: bool,
+    ) -> Result<ProducerCheck, i16> {
+        let current = self.producers.get(&batch.producer_id);
+        if let Some(duplicate) = current.and_then(|e| {
+            e.find_duplicate_batch(batch.producer_epoch, batch.first_seq, batch.last_seq)
+        }) {
+            return Ok(ProducerCheck::Duplicate(duplicate));
+        }
+
+        if batch.transactional
+            && !self.has_ongoing_transaction(batch.producer_id, batch.producer_epoch)
+        {
+            // KAFKA-18042 (4.1, also on 3.9/4.0 maintenance): a stale epoch is rejected before
+            // the verification guard, so a zombie sees the recoverable error.
+            if current.is_some_and(|e| batch.producer_epoch < e.producer_epoch) {
+                return Err(INVALID_PRODUCER_EPOCH);
+            }
+            if !verified {
+                return Err(INVALID_TXN_STATE);
+            }
+        }
+
+        let mut updated = current
+            .cloned()
+            .unwrap_or_else(|| ProducerStateEntry::empty(batch.producer_id));
+        check_producer_epoch(&updated, batch.producer_epoch)?;
+        check_sequence(&updated, batch, behaviour)?;
+
+        updated.add_batch(
+            batch.producer_epoch,
+            BatchMetadata {
+                last_seq: batch.last_seq,
+                last_offset: batch.last_offset,
+                offset_delta: (batch.last_offset - batch.first_offset) as i32,
+                timestamp: batch.max_timestamp,
+            },
+            window,
+        );
+        match (updated.current_txn_first_offset, batch.transactional) {
+            // A non-transactional write while this producer's transaction is open.
+            (Some(_), false) => return Err(INVALID_TXN_STATE),
+            (None, true) => updated.current_txn_first_offset = Some(batch.first_offset),
+            _ => {}
+        }
+        Ok(ProducerCheck::Accept(updated))
+    }
+
+    /// Commits an entry returned by [`analyze`](Self::analyze) once its batch is in the log
+    /// (Kafka `ProducerStateManager.update`).
+    pub fn update(&mut self, entry: ProducerStateEntry) {
+        if let Some(first_offset) = entry.current_txn_first_offset {
+            let started = self
+                .producers
+                .get(&entry.producer_id)
+                .is_none_or(|old| old.current_txn_first_offset.is_none());
+            if started {
+                self.ongoing_txns.insert(first_offset, entry.producer_id);
+            }
+        }
+        self.producers.insert(entry.producer_id, entry);
+    }
+
+    /// Retention or DeleteRecords moved the log start offset. Since 2.5 (KAFKA-7190) Kafka
+    /// keeps producer state across it; brokers before 2.5 dropped every producer whose last
+    /// batch lay below the new log start (`ProducerStateManager.truncateHead`), which is what
+    /// made their producers see UNKNOWN_PRODUCER_ID.
+    pub fn on_log_start_offset_incremented(
+        &mut self,
+        log_start_offset: i64,
+        behaviour: KafkaBehaviour,
+    ) {
+        if behaviour == KafkaBehaviour::Current {
+            return;
+        }
+        let evicted: Vec<i64> = self
+            .producers
+            .values()
+            .filter(|e| {
+                e.batches
+                    .back()
+                    .is_none_or(|b| b.last_offset < log_start_offset)
+            })
+            .map(|e| e.producer_id)
+            .collect();
+        for producer_id in evicted {
+            self.producers.remove(&producer_id);
+            self.ongoing_txns.retain(|_, pid| *pid != producer_id);
+        }
+    }
+
+    /// Kafka `ProducerStateManager.removeExpiredProducers`: an entry with no open transaction
+    /// whose last timestamp is at least `expiration_ms` old goes. The timestamp is a record
+    /// timestamp, so a producer writing old timestamps expires early, as in Kafka.
+    pub fn remove_expired_producers(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| {
+            e.current_txn_first_offset.is_some() || now_ms - e.last_timestamp < expiration_ms
+        });
+        before - self.producers.len()
+    }
+
+    /// Forgets one producer, as an unclean reload from an old snapshot would.
+    pub fn remove(&mut self, producer_id: i64) -> bool {
+        self.ongoing_txns.retain(|_, pid| *pid != producer_id);
+        self.producers.remove(&producer_id).is_some()
+    }
+}
+
+/// Kafka `ProducerAppendInfo.checkProducerEpoch` for data batches. Since 2.7 (KIP-588) the
+/// produce path answers INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED; before 2.7 the same
+/// code 47 came from `ProducerFencedException`, so both behaviours agree.
+fn check_producer_epoch(entry: &ProducerStateEntry, epoch: i16) -> Result<(), i16> {
+    if epoch < entry.producer_epoch {
+        return Err(INVALID_PRODUCER_EPOCH);
+    }
+    Ok(())
+}
+
+/// Kafka `ProducerAppendInfo.checkSequence` (CLIENT origin). The KIP-890 verification-entry
+/// rules (TV2 sequence 0, lowest verified sequence) are not modelled yet.
+fn check_sequence(
+    entry: &ProducerStateEntry,
+    batch: &IncomingBatch,
+    behaviour: KafkaBehaviour,
+) -> Result<(), i16> {
+    let no_entry = entry.producer_epoch == -1;
+    if batch.producer_epoch != entry.producer_epoch {
+        // A new epoch (or an unknown producer) must start at 0, unless the partition has no
+        // entry at all, in which case current Kafka accepts any sequence (state expired or
+        // lost). Brokers 1.0-2.4 answered UNKNOWN_PRODUCER_ID there (KAFKA-5793, removed by
+        // KIP-360 in 2.5).
+        if batch.first_seq != 0 {
+            if !no_entry {
+                return Err(OUT_OF_ORDER_SEQUENCE_NUMBER);
+            }
+            if behaviour == KafkaBehaviour::Legacy {
+                return Err(UNKNOWN_PRODUCER_ID);
+            }
+        }
+        return Ok(());
+    }
+    let last_seq = entry.last_seq();
+    if behaviour == KafkaBehaviour::Legacy {
+        // 2.1-2.4 (KAFKA-7298): same epoch but no retained batch (only a marker left), so
+        // the next sequence is unknown.
+        if last_seq == -1 && batch.first_seq != 0 {
+            return Err(UNKNOWN_PRODUCER_ID);
+        }
+        // 1.0-1.1 `ProducerAppendInfo.isDuplicate`: a retry older than every retained batch
+        // was answered DUPLICATE_SEQUENCE_NUMBER; 2.0 (KAFKA-6683) made it out of order.
+        let first_retained = entry.first_seq();
+        if last_seq != -1
+            && batch.last_seq != 0
+            && first_retained != i32::MAX
+            && batch.last_seq < first_retained
+        {
+            return Err(DUPLICATE_SEQUENCE_NUMBER);
+        }
+    }
+    if !(no_entry || in_sequence(last_seq, batch.first_seq)) {
+        return Err(OUT_OF_ORDER_SEQUENCE_NUMBER);
+    }
+    Ok(())
+}
+
+/// Kafka `ProducerAppendInfo.inSequence`: next = last + 1 computed in 64 bits, or the wrap
+/// from `i32::MAX` to 0 (and only to 0).
+fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
+    i64::from(next_seq) == i64::from(last_seq) + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}

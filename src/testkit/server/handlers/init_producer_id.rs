@@ -1,0 +1,42 @@
+//! InitProducerId (v0-v4). Below v4 a PRODUCER_FENCED verdict is sent as
+//! INVALID_PRODUCER_EPOCH, which older clients know (`KafkaApis.handleInitProducerIdRequest`).
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::{HandlerResult, Reply, RequestContext};
+use crate::testkit::broker::error_codes::{INVALID_PRODUCER_EPOCH, PRODUCER_FENCED};
+
+pub(super) fn handle(
+    ctx: &RequestContext<'_>,
+    body: &mut Bytes,
+    injected: Option<i16>,
+    out: &mut BytesMut,
+) -> HandlerResult {
+    let request = InitProducerIdRequest::decode(body, ctx.version)?;
+    let (error_code, producer_id, producer_epoch) = match injected {
+        Some(code) => (code, -1, -1),
+        None => {
+            let r = ctx.shared.cluster().init_producer_id(
+                request.transactional_id.as_ref().map(|t| t.0.as_str()),
+                request.transaction_timeout_ms,
+                request.producer_id.0,
+                request.producer_epoch,
+                ctx.now_ms,
+            );
+            (r.error_code, r.producer_id, r.producer_epoch)
+        }
+    };
+    let error_code = if error_code == PRODUCER_FENCED && ctx.version < 4 {
+        INVALID_PRODUCER_EPOCH
+    } else {
+        error_code
+    };
+    InitProducerIdResponse::default()
+        .with_error_code(error_code)
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
+        .encode(out, ctx.version)?;
+    Ok(Reply::Respond)
+}

@@ -1,0 +1,98 @@
+//! Request handlers of the TCP face: decode with `kafka-protocol`, ask the sans-IO core,
+//! encode the answer. One module per API.
+
+mod fetch;
+mod find_coordinator;
+mod init_producer_id;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use std::sync::atomic::AtomicBool;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, BrokerId};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+
+use super::api_versions;
+use super::Shared;
+
+/// What the connection does after a handler ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reply {
+    /// The answer was encoded into the output buffer.
+    Respond,
+    /// No answer (Produce with acks=0).
+    NoResponse,
+    /// Close the connection without answering.
+    Close,
+}
+
+pub(crate) type HandlerResult = Result<Reply, Box<dyn std::error::Error + Send + Sync>>;
+
+/// One request being served.
+pub(crate) struct RequestContext<'a> {
+    pub shared: &'a Shared,
+    pub broker: i32,
+    /// Set when the connection is being torn down (broker down, shutdown): long waits stop.
+    pub closed: &'a AtomicBool,
+    pub version: i16,
+    pub now_ms: i64,
+}
+
+/// Serves one request whose API and version the broker advertises. `injected` is an error
+/// code from the fault plan: answer it without processing.
+pub(crate) fn dispatch(
+    ctx: &RequestContext<'_>,
+    api: ApiKey,
+    body: &mut Bytes,
+    injected: Option<i16>,
+    out: &mut BytesMut,
+) -> HandlerResult {
+    match api {
+        ApiKey::ApiVersions => {
+            ApiVersionsRequest::decode(body, ctx.version)?;
+            let table = ctx.shared.api_versions(ctx.broker);
+            api_versions::answer(&table, ctx.version, injected, out)
+        }
+        ApiKey::Metadata => metadata::handle(ctx, body, injected, out),
+        ApiKey::Produce => produce::handle(ctx, body, injected, out),
+        ApiKey::Fetch => fetch::handle(ctx, body, injected, out),
+        ApiKey::ListOffsets => list_offsets::handle(ctx, body, injected, out),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, body, injected, out),
+        ApiKey::FindCoordinator => find_coordinator::handle(ctx, body, injected, out),
+        // Not advertised, so never dispatched.
+        _ => Ok(Reply::Close),
+    }
+}
+
+pub(crate) fn str_bytes(s: &str) -> StrBytes {
+    StrBytes::from_string(s.to_string())
+}
+
+pub(crate) fn uuid(id: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id)
+}
+
+/// KIP-951 `NodeEndpoints` for the leaders named in a response, so the client can reach a new
+/// leader without a metadata round trip.
+pub(crate) fn node_endpoints<T>(
+    shared: &Shared,
+    leaders: impl IntoIterator<Item = i32>,
+    make: impl Fn(BrokerId, StrBytes, i32) -> T,
+) -> Vec<T> {
+    let mut ids: Vec<i32> = leaders.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .filter_map(|id| {
+            shared.broker_addr(id).map(|addr| {
+                make(
+                    BrokerId(id),
+                    str_bytes(&addr.ip().to_string()),
+                    i32::from(addr.port()),
+                )
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,123 @@
+//! Produce (v3-v11). The batch bytes are handed to the core as they arrived (a slice of the
+//! request frame); the core parses the 61-byte header only and copies the batch once into the
+//! log. acks=0 answers nothing, and closes the connection if any partition failed, as Kafka's
+//! `KafkaApis.handleProduceRequest` does so the client notices.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
+use kafka_protocol::messages::{BrokerId, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::{node_endpoints, str_bytes, HandlerResult, Reply, RequestContext};
+use crate::testkit::broker::error_codes::{NONE, NOT_LEADER_OR_FOLLOWER};
+use crate::testkit::broker::{ProduceInput, ProducePartitionResult};
+
+pub(super) fn handle(
+    ctx: &RequestContext<'_>,
+    body: &mut Bytes,
+    injected: Option<i16>,
+    out: &mut BytesMut,
+) -> HandlerResult {
+    let request = ProduceRequest::decode(body, ctx.version)?;
+    let inputs: Vec<ProduceInput<'_>> = request
+        .topic_data
+        .iter()
+        .flat_map(|topic| {
+            topic.partition_data.iter().map(move |p| ProduceInput {
+                topic: topic.name.0.as_str(),
+                partition: p.index,
+                records: p.records.as_deref(),
+            })
+        })
+        .collect();
+
+    let results: Vec<ProducePartitionResult> = match injected {
+        Some(code) => {
+            let cluster = ctx.shared.cluster();
+            inputs
+                .iter()
+                .map(|input| ProducePartitionResult {
+                    current_leader: (code == NOT_LEADER_OR_FOLLOWER)
+                        .then(|| cluster.leader(input.topic, input.partition))
+                        .flatten(),
+                    ..ProducePartitionResult::error(code)
+                })
+                .collect()
+        }
+        None => {
+            let transactional_id = request.transactional_id.as_ref().map(|t| t.0.as_str());
+            let results = ctx.shared.cluster().produce_request(
+                ctx.broker,
+                request.acks,
+                transactional_id,
+                &inputs,
+                ctx.now_ms,
+            );
+            if results.iter().any(|r| r.appended) {
+                ctx.shared.notify_appended();
+            }
+            results
+        }
+    };
+
+    if request.acks == 0 {
+        let failed = results.iter().any(|r| r.error_code != NONE);
+        return Ok(if failed {
+            Reply::Close
+        } else {
+            Reply::NoResponse
+        });
+    }
+
+    let mut results = results.into_iter();
+    let mut leaders = Vec::new();
+    let responses = request
+        .topic_data
+        .iter()
+        .map(|topic| {
+            let partitions = topic
+                .partition_data
+                .iter()
+                .map(|p| {
+                    let r = results.next().expect("one result per partition");
+                    let mut response = PartitionProduceResponse::default()
+                        .with_index(p.index)
+                        .with_error_code(r.error_code)
+                        .with_base_offset(r.base_offset)
+                        .with_log_append_time_ms(r.log_append_time_ms)
+                        .with_log_start_offset(r.log_start_offset);
+                    if ctx.version >= 8 {
+                        response =
+                            response.with_error_message(r.error_message.as_deref().map(str_bytes));
+                    }
+                    if let (true, Some((leader, epoch))) = (ctx.version >= 10, r.current_leader) {
+                        leaders.push(leader);
+                        response = response.with_current_leader(
+                            LeaderIdAndEpoch::default()
+                                .with_leader_id(BrokerId(leader))
+                                .with_leader_epoch(epoch),
+                        );
+                    }
+                    response
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(topic.name.clone())
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    let mut response = ProduceResponse::default().with_responses(responses);
+    if ctx.version >= 10 {
+        response =
+            response.with_node_endpoints(node_endpoints(ctx.shared, leaders, |id, host, port| {
+                NodeEndpoint::default()
+                    .with_node_id(id)
+                    .with_host(host)
+                    .with_port(port)
+            }));
+    }
+    response.encode(out, ctx.version)?;
+    Ok(Reply::Respond)
+}

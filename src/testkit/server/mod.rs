@@ -1,0 +1,346 @@
+//! The reference broker's TCP face: several Kafka brokers in one process, on 127.0.0.1
+//! ephemeral ports, over one shared [`Cluster`], with a [`FaultPlan`] a test drives while
+//! traffic runs.
+//!
+//! Threads: one acceptor per broker and one thread per connection, all plain std threads. A
+//! connection reads a request, serves it, writes the answer, in order, so answers on a
+//! connection keep request order as Kafka guarantees. Everything stops on
+//! [`ReferenceCluster::shutdown`] (also on drop): no thread outlives the cluster.
+
+mod api_versions;
+mod connection;
+mod faults;
+mod handlers;
+mod stats;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use kafka_protocol::messages::ApiKey;
+
+pub use api_versions::{ApiVersionTable, IMPLEMENTED as IMPLEMENTED_API_VERSIONS};
+pub use faults::{FaultAction, FaultPlan, ANY_BROKER};
+pub use stats::ServerStats;
+
+use crate::testkit::broker::{BrokerRules, Cluster};
+
+/// Largest request frame accepted (Kafka `socket.request.max.bytes`); a bigger one closes
+/// the connection.
+pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
+
+/// A running multi-broker reference cluster.
+pub struct ReferenceCluster {
+    shared: Arc<Shared>,
+}
+
+/// State shared by every thread of the face.
+pub(crate) struct Shared {
+    cluster: Mutex<Cluster>,
+    /// Signalled after appends (long-polling fetches wait on it) and on teardown.
+    appended: Condvar,
+    faults: FaultPlan,
+    stats: ServerStats,
+    api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
+    brokers: Vec<BrokerSlot>,
+    next_connection: AtomicU64,
+}
+
+struct BrokerSlot {
+    id: i32,
+    addr: SocketAddr,
+    runtime: Mutex<BrokerRuntime>,
+}
+
+#[derive(Default)]
+struct BrokerRuntime {
+    acceptor: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    connections: HashMap<u64, OpenConnection>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct OpenConnection {
+    stream: TcpStream,
+    closed: Arc<AtomicBool>,
+}
+
+impl Shared {
+    pub(crate) fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn notify_appended(&self) {
+        self.appended.notify_all();
+    }
+
+    /// Waits for an append (or teardown) for at most `timeout`.
+    pub(crate) fn wait_for_append<'a>(
+        &self,
+        guard: MutexGuard<'a, Cluster>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, Cluster> {
+        match self.appended.wait_timeout(guard, timeout) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+
+    pub(crate) fn api_versions(&self, broker: i32) -> Arc<ApiVersionTable> {
+        Arc::clone(&self.api_versions.lock().unwrap()[&broker])
+    }
+
+    pub(crate) fn faults(&self) -> &FaultPlan {
+        &self.faults
+    }
+
+    pub(crate) fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+
+    pub(crate) fn broker_addr(&self, id: i32) -> Option<SocketAddr> {
+        self.slot(id).map(|s| s.addr)
+    }
+
+    /// Every broker with its address, up or down (Metadata lists them all, as the librdkafka
+    /// mock does; leaders do not move when a broker goes down).
+    pub(crate) fn broker_addrs(&self) -> Vec<(i32, SocketAddr)> {
+        self.brokers.iter().map(|b| (b.id, b.addr)).collect()
+    }
+
+    fn slot(&self, id: i32) -> Option<&BrokerSlot> {
+        self.brokers.iter().find(|b| b.id == id)
+    }
+}
+
+impl ReferenceCluster {
+    /// Starts brokers 1..=`num_brokers`, each listening on its own ephemeral port.
+    pub fn start(num_brokers: usize, rules: BrokerRules) -> ReferenceCluster {
+        assert!(num_brokers > 0);
+        let ids: Vec<i32> = (1..=num_brokers as i32).collect();
+        let listeners: Vec<TcpListener> = ids
+            .iter()
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
+            .collect();
+        let shared = Arc::new(Shared {
+            cluster: Mutex::new(Cluster::new(&ids, rules)),
+            appended: Condvar::new(),
+            faults: FaultPlan::default(),
+            stats: ServerStats::default(),
+            api_versions: Mutex::new(
+                ids.iter()
+                    .map(|&id| (id, Arc::new(ApiVersionTable::default())))
+                    .collect(),
+            ),
+            brokers: ids
+                .iter()
+                .zip(&listeners)
+                .map(|(&id, l)| BrokerSlot {
+                    id,
+                    addr: l.local_addr().expect("local address"),
+                    runtime: Mutex::new(BrokerRuntime::default()),
+                })
+                .collect(),
+            next_connection: AtomicU64::new(0),
+        });
+        for (id, listener) in ids.into_iter().zip(listeners) {
+            start_acceptor(&shared, id, listener);
+        }
+        ReferenceCluster { shared }
+    }
+
+    /// `host:port,host:port,...` of every broker.
+    pub fn bootstrap_servers(&self) -> String {
+        self.shared
+            .brokers
+            .iter()
+            .map(|b| b.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn broker_address(&self, broker: i32) -> SocketAddr {
+        self.shared.broker_addr(broker).expect("unknown broker")
+    }
+
+    pub fn create_topic(&self, name: &str, leaders: &[i32]) {
+        assert!(
+            self.shared.cluster().create_topic(name, leaders),
+            "topic {name} exists"
+        );
+    }
+
+    pub fn set_leader(&self, topic: &str, partition: i32, leader: i32) {
+        self.shared.cluster().set_leader(topic, partition, leader);
+    }
+
+    /// Runs `f` on the cluster state under its lock (inspect logs, truncate, ...).
+    pub fn with_cluster<R>(&self, f: impl FnOnce(&mut Cluster) -> R) -> R {
+        let result = f(&mut self.shared.cluster());
+        self.shared.notify_appended();
+        result
+    }
+
+    pub fn faults(&self) -> &FaultPlan {
+        &self.shared.faults
+    }
+
+    pub fn stats(&self) -> &ServerStats {
+        &self.shared.stats
+    }
+
+    /// Restricts what `broker` (or every broker, with `None`) advertises for `api`: a range,
+    /// or `None` to remove the API. Connections opened afterwards negotiate against it; a
+    /// request outside it closes the connection.
+    pub fn set_api_versions(&self, broker: Option<i32>, api: ApiKey, range: Option<(i16, i16)>) {
+        let mut tables = self.shared.api_versions.lock().unwrap();
+        for (_, table) in tables
+            .iter_mut()
+            .filter(|(id, _)| broker.is_none_or(|b| b == **id))
+        {
+            Arc::make_mut(table).set(api, range);
+        }
+    }
+
+    /// Takes a broker down: closes its listener (new connections are refused) and every open
+    /// connection; answers not yet written are lost, even for requests already appended.
+    pub fn broker_down(&self, broker: i32) {
+        self.shared.cluster().set_broker_up(broker, false);
+        stop_broker(&self.shared, broker);
+    }
+
+    /// Brings a broker back on the same port.
+    pub fn broker_up(&self, broker: i32) {
+        let slot = self.shared.slot(broker).expect("unknown broker");
+        if slot.runtime.lock().unwrap().acceptor.is_some() {
+            return;
+        }
+        let listener = bind_again(slot.addr);
+        self.shared.cluster().set_broker_up(broker, true);
+        start_acceptor(&self.shared, broker, listener);
+    }
+
+    /// Stops every broker and joins every thread. Idempotent.
+    pub fn shutdown(&self) {
+        for broker in self.shared.broker_addrs().into_iter().map(|(id, _)| id) {
+            stop_broker(&self.shared, broker);
+        }
+    }
+}
+
+impl Drop for ReferenceCluster {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// A port just released may linger briefly; std sets SO_REUSEADDR, so this rarely retries.
+fn bind_again(addr: SocketAddr) -> TcpListener {
+    let mut attempts = 0;
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(listener) => return listener,
+            Err(_) if attempts < 100 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("rebinding {addr}: {e}"),
+        }
+    }
+}
+
+fn start_acceptor(shared: &Arc<Shared>, broker: i32, listener: TcpListener) {
+    let slot = shared.slot(broker).expect("known broker");
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let shared = Arc::clone(shared);
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name(format!("ref-broker-{broker}-accept"))
+            .spawn(move || accept_loop(&shared, broker, &listener, &stop))
+            .expect("spawn acceptor")
+    };
+    slot.runtime.lock().unwrap().acceptor = Some((handle, stop));
+}
+
+fn accept_loop(shared: &Arc<Shared>, broker: i32, listener: &TcpListener, stop: &AtomicBool) {
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        let Ok(registered) = stream.try_clone() else {
+            continue;
+        };
+        let closed = Arc::new(AtomicBool::new(false));
+        let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+        let slot = shared.slot(broker).expect("known broker");
+        let mut runtime = slot.runtime.lock().unwrap();
+        // Checked under the lock that `stop_broker` takes, so no connection slips past a
+        // teardown.
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        runtime.threads.retain(|t| !t.is_finished());
+        runtime.connections.insert(
+            id,
+            OpenConnection {
+                stream: registered,
+                closed: Arc::clone(&closed),
+            },
+        );
+        shared.stats.connection_opened();
+        let thread_shared = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("ref-broker-{broker}-conn-{id}"))
+            .spawn(move || {
+                connection::serve(&thread_shared, broker, stream, &closed);
+                thread_shared.stats.connection_closed();
+                if let Some(slot) = thread_shared.slot(broker) {
+                    slot.runtime.lock().unwrap().connections.remove(&id);
+                }
+            });
+        match spawned {
+            Ok(handle) => runtime.threads.push(handle),
+            Err(_) => {
+                runtime.connections.remove(&id);
+                shared.stats.connection_closed();
+            }
+        }
+    }
+}
+
+/// Stops a broker's acceptor and connections and joins their threads.
+fn stop_broker(shared: &Shared, broker: i32) {
+    let Some(slot) = shared.slot(broker) else {
+        return;
+    };
+    let (acceptor, threads) = {
+        let mut runtime = slot.runtime.lock().unwrap();
+        let acceptor = runtime.acceptor.take();
+        if let Some((_, stop)) = &acceptor {
+            stop.store(true, Ordering::SeqCst);
+        }
+        for connection in runtime.connections.values() {
+            connection.closed.store(true, Ordering::SeqCst);
+            let _ = connection.stream.shutdown(std::net::Shutdown::Both);
+        }
+        (acceptor, std::mem::take(&mut runtime.threads))
+    };
+    if let Some((handle, _)) = acceptor {
+        // Wake the blocking accept; it sees the stop flag and drops the listener.
+        let _ = TcpStream::connect_timeout(&slot.addr, Duration::from_secs(1));
+        let _ = handle.join();
+    }
+    // Wake fetches parked in a long poll; taking the lock first means none is between its
+    // check of `closed` and its wait.
+    drop(shared.cluster());
+    shared.notify_appended();
+    for thread in threads {
+        let _ = thread.join();
+    }
+}

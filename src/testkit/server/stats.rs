@@ -1,0 +1,117 @@
+//! Counters tests assert on: requests served per broker, API and version, connections, and
+//! requests refused because their API or version is not advertised.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use kafka_protocol::messages::ApiKey;
+
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// (broker, api key, version) → requests read.
+    requests: Mutex<BTreeMap<(i32, i16, i16), u64>>,
+    connections_accepted: AtomicU64,
+    connections_open: AtomicU64,
+    unsupported_closed: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+impl ServerStats {
+    pub(crate) fn count_request(&self, broker: i32, api_key: i16, version: i16, bytes: usize) {
+        *self
+            .requests
+            .lock()
+            .unwrap()
+            .entry((broker, api_key, version))
+            .or_default() += 1;
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_bytes_out(&self, bytes: usize) {
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_opened(&self) {
+        self.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_closed(&self) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_unsupported(&self) {
+        self.unsupported_closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests of `api` read on every broker, unsupported ones included.
+    pub fn requests(&self, api: ApiKey) -> u64 {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((_, key, _), _)| *key == api as i16)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Requests of `api` read on `broker`.
+    pub fn requests_on(&self, broker: i32, api: ApiKey) -> u64 {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((b, key, _), _)| *b == broker && *key == api as i16)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Requests of `api` at exactly `version`, every broker.
+    pub fn requests_at_version(&self, api: ApiKey, version: i16) -> u64 {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((_, key, v), _)| *key == api as i16 && *v == version)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Every version of `api` that any client sent.
+    pub fn versions_seen(&self, api: ApiKey) -> Vec<i16> {
+        let mut versions: Vec<i16> = self
+            .requests
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(_, key, _)| *key == api as i16)
+            .map(|(_, _, v)| *v)
+            .collect();
+        versions.sort_unstable();
+        versions.dedup();
+        versions
+    }
+
+    pub fn connections_accepted(&self) -> u64 {
+        self.connections_accepted.load(Ordering::Relaxed)
+    }
+
+    pub fn connections_open(&self) -> u64 {
+        self.connections_open.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed because a request named an API or version not advertised.
+    pub fn unsupported_closed(&self) -> u64 {
+        self.unsupported_closed.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes_in(&self) -> u64 {
+        self.bytes_in.load(Ordering::Relaxed)
+    }
+
+    pub fn bytes_out(&self) -> u64 {
+        self.bytes_out.load(Ordering::Relaxed)
+    }
+}

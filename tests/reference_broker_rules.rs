@@ -1,0 +1,800 @@
+//! Scenario table for the reference broker's sans-IO core: each test is one row of Kafka's
+//! broker-side producer rules (rulebook `kafka-broker-producer-rules.md` §2-4, §9, §10) and
+//! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
+#![cfg(feature = "testkit")]
+
+use kacrab::testkit::batch::TestBatch;
+use kacrab::testkit::broker::error_codes::*;
+use kacrab::testkit::broker::{
+    BrokerRules, Cluster, KafkaBehaviour, ProduceInput, ProducePartitionResult, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
+};
+
+const NOW: i64 = 1_700_000_000_000;
+const TOPIC: &str = "t";
+
+fn cluster_with(behaviour: KafkaBehaviour) -> Cluster {
+    let rules = BrokerRules {
+        kafka_version: behaviour,
+        ..BrokerRules::default()
+    };
+    let mut cluster = Cluster::new(&[1, 2, 3], rules);
+    assert!(cluster.create_topic(TOPIC, &[1, 2]));
+    cluster
+}
+
+fn cluster() -> Cluster {
+    cluster_with(KafkaBehaviour::Current)
+}
+
+/// A fresh idempotent producer id from the cluster.
+fn producer(cluster: &mut Cluster) -> i64 {
+    let init = cluster.init_producer_id(None, 60_000, -1, -1, NOW);
+    assert_eq!(init.error_code, NONE);
+    assert_eq!(init.producer_epoch, 0);
+    init.producer_id
+}
+
+fn batch(pid: i64, epoch: i16, seq: i32, count: usize) -> Vec<u8> {
+    let mut batch = TestBatch::idempotent(pid, epoch, seq, count);
+    batch.base_timestamp = NOW;
+    batch.encode()
+}
+
+fn send(cluster: &mut Cluster, bytes: &[u8]) -> ProducePartitionResult {
+    cluster.produce(1, TOPIC, 0, bytes, -1, None, NOW)
+}
+
+fn produce(
+    cluster: &mut Cluster,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    count: usize,
+) -> ProducePartitionResult {
+    send(cluster, &batch(pid, epoch, seq, count))
+}
+
+fn log_end(cluster: &Cluster) -> i64 {
+    cluster.high_watermark(TOPIC, 0).unwrap()
+}
+
+/// Rewrites the attributes of an encoded batch and fixes its CRC.
+fn with_attributes(mut bytes: Vec<u8>, attributes: i16) -> Vec<u8> {
+    bytes[21..23].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[21..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+fn transactional_batch(pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
+    let mut batch = TestBatch::idempotent(pid, epoch, seq, 1);
+    batch.transactional = true;
+    batch.encode()
+}
+
+// PAI `checkSequence` (no-entry branch), then `inSequence`; scenario rows 1-2,
+// PSMT `testBasicIdMapping`.
+#[test]
+fn in_sequence_batches_are_appended_at_consecutive_offsets() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let first = produce(&mut c, pid, 0, 0, 3);
+    assert_eq!(
+        (first.error_code, first.base_offset, first.appended),
+        (NONE, 0, true)
+    );
+    assert_eq!(first.log_append_time_ms, -1, "CreateTime topics answer -1");
+    let second = produce(&mut c, pid, 0, 3, 1);
+    assert_eq!((second.error_code, second.base_offset), (NONE, 3));
+    let log = c.partition_log(TOPIC, 0);
+    assert_eq!(log.len(), 2);
+    assert_eq!(
+        (log[1].base_offset, log[1].last_offset, log[1].base_sequence),
+        (3, 3, 3)
+    );
+    assert_eq!(
+        &log[1].bytes[..8],
+        &3i64.to_be_bytes(),
+        "base offset written into the batch"
+    );
+    assert_eq!(log_end(&c), 4);
+}
+
+// PSE `findDuplicateBatch` over the 5 retained `BatchMetadata`; UL `append` duplicate
+// branch; scenario rows 4-5, ULT `testDuplicateAppends`.
+#[test]
+fn retry_of_each_of_the_last_five_batches_returns_its_original_offset_without_appending() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let mut originals = Vec::new();
+    for i in 0..6 {
+        originals.push(produce(&mut c, pid, 0, i * 2, 2).base_offset);
+    }
+    let end = log_end(&c);
+    for i in 1..6 {
+        let retry = produce(&mut c, pid, 0, i * 2, 2);
+        assert_eq!(retry.error_code, NONE, "retry of batch {i}");
+        assert_eq!(
+            retry.base_offset, originals[i as usize],
+            "original offset of batch {i}"
+        );
+        assert!(!retry.appended);
+        // [quirk] the cached max timestamp is answered as LogAppendTime.
+        assert_eq!(retry.log_append_time_ms, NOW + 1);
+        assert_eq!(retry.log_start_offset, 0);
+    }
+    assert_eq!(log_end(&c), end, "no duplicate was written");
+}
+
+// Only five batches are retained (PSE `NUM_BATCHES_TO_RETAIN`); an older retry fails the
+// sequence check; scenario row 5, ULT `testDuplicateAppends`.
+#[test]
+fn retry_older_than_the_five_batch_window_is_out_of_order() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for seq in 0..6 {
+        produce(&mut c, pid, 0, seq, 1);
+    }
+    let end = log_end(&c);
+    let retry = produce(&mut c, pid, 0, 0, 1);
+    assert_eq!(retry.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(retry.base_offset, -1);
+    assert_eq!(log_end(&c), end);
+}
+
+// PSE `batchWithSequenceRange` wants the same first *and* last sequence; scenario row 6.
+#[test]
+fn retry_with_the_same_first_sequence_but_fewer_records_is_out_of_order() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    produce(&mut c, pid, 0, 3, 3);
+    assert_eq!(
+        produce(&mut c, pid, 0, 3, 2).error_code,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+}
+
+// PAI `checkSequence`: same epoch needs last + 1; scenario row 3,
+// RMT `testReceiveOutOfOrderSequenceExceptionWithLogStartOffset`.
+#[test]
+fn sequence_gap_is_out_of_order_and_carries_the_log_start_offset() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    let gap = produce(&mut c, pid, 0, 5, 1);
+    assert_eq!(gap.error_code, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!((gap.base_offset, gap.log_start_offset), (-1, 0));
+    assert_eq!(log_end(&c), 3);
+    assert_eq!(
+        c.producer_state(TOPIC, 0, pid).unwrap().last_seq(),
+        2,
+        "state unchanged"
+    );
+}
+
+// PAI `checkProducerEpoch` (since 2.7, KIP-588: INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED
+// on produce); scenario row 8, ULT `testOldProducerEpoch`.
+#[test]
+fn stale_epoch_is_invalid_producer_epoch() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    assert_eq!(produce(&mut c, pid, 1, 0, 1).error_code, NONE);
+    let stale = produce(&mut c, pid, 0, 3, 1);
+    assert_eq!(stale.error_code, INVALID_PRODUCER_EPOCH);
+    assert_eq!(stale.log_start_offset, 0);
+}
+
+// PSE `maybeUpdateProducerEpoch` clears the window; scenario row 8, PSMT `testBasicIdMapping`.
+#[test]
+fn bumped_epoch_starting_at_zero_is_accepted_and_forgets_the_old_epoch() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    let bumped = produce(&mut c, pid, 1, 0, 2);
+    assert_eq!((bumped.error_code, bumped.base_offset), (NONE, 3));
+    let entry = c.producer_state(TOPIC, 0, pid).unwrap();
+    assert_eq!((entry.producer_epoch, entry.batches().count()), (1, 1));
+    // A retry of the old epoch's batch is no longer a duplicate: it is stale.
+    assert_eq!(
+        produce(&mut c, pid, 0, 0, 3).error_code,
+        INVALID_PRODUCER_EPOCH
+    );
+}
+
+// PAI `checkSequence`: a new epoch must start at 0 when the partition knows the producer;
+// scenario row 9, PSMT `testRejectNonZeroSequenceForDirectEpochBump`.
+#[test]
+fn bumped_epoch_not_starting_at_zero_is_out_of_order() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    assert_eq!(
+        produce(&mut c, pid, 1, 3, 1).error_code,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    assert_eq!(
+        produce(&mut c, pid, 1, 5, 1).error_code,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    assert_eq!(c.producer_state(TOPIC, 0, pid).unwrap().producer_epoch, 0);
+}
+
+// PAI `inSequence` (only MAX -> 0 wraps) and `DefaultRecordBatch.incrementSequence`;
+// scenario row 10, PSMT `testProducerSequenceWrapAround`, `testProducerSequenceInvalidWrapAround`.
+#[test]
+fn sequence_wraps_from_i32_max_to_zero_only() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    // No entry yet, so the first batch may start anywhere (row 7).
+    assert_eq!(produce(&mut c, pid, 15, i32::MAX - 1, 2).error_code, NONE);
+    assert_eq!(
+        produce(&mut c, pid, 15, 1, 1).error_code,
+        OUT_OF_ORDER_SEQUENCE_NUMBER
+    );
+    assert_eq!(produce(&mut c, pid, 15, 0, 1).error_code, NONE);
+    // A batch straddling the wrap, and its retry.
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, i32::MAX - 20, 10);
+    let straddle = produce(&mut c, pid, 0, i32::MAX - 10, 20);
+    assert_eq!(straddle.error_code, NONE);
+    assert_eq!(c.producer_state(TOPIC, 0, pid).unwrap().last_seq(), 8);
+    let retry = produce(&mut c, pid, 0, i32::MAX - 10, 20);
+    assert_eq!(
+        (retry.error_code, retry.base_offset, retry.appended),
+        (NONE, 10, false)
+    );
+    assert_eq!(produce(&mut c, pid, 0, 9, 1).error_code, NONE);
+}
+
+// PAI `checkSequence`: with no entry (new, expired or lost state) any sequence is accepted;
+// scenario row 7, PSMT `testPidExpirationTimeout`.
+#[test]
+fn unknown_producer_may_start_at_any_sequence() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let result = produce(&mut c, pid, 3, 42, 1);
+    assert_eq!((result.error_code, result.base_offset), (NONE, 0));
+    assert_eq!(c.producer_state(TOPIC, 0, pid).unwrap().last_seq(), 42);
+}
+
+// LV `validateBatch`: a producer id with base sequence -1; scenario row 12.
+#[test]
+fn negative_base_sequence_with_a_producer_id_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let result = produce(&mut c, pid, 0, -1, 1);
+    assert_eq!(result.error_code, INVALID_RECORD);
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    // Plain (non-idempotent) batches carry -1 and never touch producer state.
+    let plain = produce(&mut c, -1, -1, -1, 2);
+    assert_eq!((plain.error_code, plain.base_offset), (NONE, 0));
+    assert_eq!(c.producer_state_entries(), 0);
+}
+
+// KA/PT: a broker that is not the leader answers NOT_LEADER_OR_FOLLOWER with the current
+// leader (KIP-951); the producer state moves with leadership (replicated), so a retry to
+// the new leader is still a duplicate. Scenario row 21.
+#[test]
+fn produce_to_the_old_leader_after_a_leader_move_is_not_leader_or_follower() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let bytes = batch(pid, 0, 0, 2);
+    assert_eq!(send(&mut c, &bytes).error_code, NONE);
+    c.set_leader(TOPIC, 0, 2);
+    assert_eq!(c.leader(TOPIC, 0), Some((2, 1)));
+    let old = c.produce(1, TOPIC, 0, &bytes, -1, None, NOW);
+    assert_eq!(old.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(old.current_leader, Some((2, 1)));
+    let retry = c.produce(2, TOPIC, 0, &bytes, -1, None, NOW);
+    assert_eq!(
+        (retry.error_code, retry.base_offset, retry.appended),
+        (NONE, 0, false)
+    );
+    let stamped = &c.partition_log(TOPIC, 0)[0].bytes;
+    assert_eq!(
+        &stamped[12..16],
+        &0i32.to_be_bytes(),
+        "leader epoch at append time"
+    );
+}
+
+// RM `isValidRequiredAcks`; scenario row 16, RMT `testIllegalRequiredAcks`.
+#[test]
+fn acks_other_than_minus_one_zero_or_one_is_invalid_required_acks() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let result = c.produce(1, TOPIC, 0, &batch(pid, 0, 0, 1), 2, None, NOW);
+    assert_eq!(result.error_code, INVALID_REQUIRED_ACKS);
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    for acks in [-1, 0, 1] {
+        let seq = log_end(&c) as i32;
+        assert_eq!(
+            c.produce(1, TOPIC, 0, &batch(pid, 0, seq, 1), acks, None, NOW)
+                .error_code,
+            NONE
+        );
+    }
+}
+
+// PR `validateRecords`: exactly one batch of magic 2; scenario row 17.
+#[test]
+fn two_batches_or_magic_one_in_a_partition_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let two = [batch(pid, 0, 0, 1), batch(pid, 0, 1, 1)].concat();
+    assert_eq!(send(&mut c, &two).error_code, INVALID_RECORD);
+    let mut magic_one = batch(pid, 0, 0, 1);
+    magic_one[16] = 1;
+    assert_eq!(send(&mut c, &magic_one).error_code, INVALID_RECORD);
+    let mut short_length = batch(pid, 0, 0, 1);
+    short_length[8..12].copy_from_slice(&10i32.to_be_bytes());
+    assert_eq!(send(&mut c, &short_length).error_code, CORRUPT_MESSAGE);
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+}
+
+// UL `analyzeAndValidateRecords`: CRC-32C over attributes..end; scenario row 18.
+#[test]
+fn corrupted_crc_is_corrupt_message_without_log_start_offset() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let mut corrupt = batch(pid, 0, 0, 2);
+    let last = corrupt.len() - 1;
+    corrupt[last] ^= 0xff;
+    let result = send(&mut c, &corrupt);
+    assert_eq!(
+        (result.error_code, result.log_start_offset),
+        (CORRUPT_MESSAGE, -1)
+    );
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    assert!(
+        c.producer_state(TOPIC, 0, pid).is_none(),
+        "a rejected batch leaves no state"
+    );
+}
+
+// UL `analyzeAndValidateRecords`: topic max.message.bytes; scenario row 18.
+#[test]
+fn batch_over_max_message_bytes_is_message_too_large() {
+    let rules = BrokerRules {
+        max_message_bytes: 200,
+        ..BrokerRules::default()
+    };
+    let mut c = Cluster::new(&[1], rules);
+    c.create_topic(TOPIC, &[1]);
+    let pid = producer(&mut c);
+    assert_eq!(produce(&mut c, pid, 0, 0, 2).error_code, NONE);
+    assert_eq!(produce(&mut c, pid, 0, 2, 40).error_code, MESSAGE_TOO_LARGE);
+}
+
+// LV `validateBatch`: clients may not write control batches.
+#[test]
+fn control_batch_from_a_client_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let control = with_attributes(batch(pid, 0, 0, 1), 0x20);
+    let result = c.produce(1, TOPIC, 0, &control, -1, None, NOW);
+    assert_eq!(result.error_code, INVALID_RECORD);
+}
+
+// KA `handleProduceRequest`: unknown topic or partition.
+#[test]
+fn unknown_topic_or_partition() {
+    let mut c = cluster();
+    let bytes = batch(producer(&mut c), 0, 0, 1);
+    assert_eq!(
+        c.produce(1, "nope", 0, &bytes, -1, None, NOW).error_code,
+        UNKNOWN_TOPIC_OR_PARTITION
+    );
+    assert_eq!(
+        c.produce(1, TOPIC, 7, &bytes, -1, None, NOW).error_code,
+        UNKNOWN_TOPIC_OR_PARTITION
+    );
+}
+
+// Legacy (1.0-2.4) PAI `checkSequence`: UNKNOWN_PRODUCER_ID for a producer the partition does
+// not know, with a non-zero sequence (KAFKA-5793); current Kafka accepts it (KIP-360).
+#[test]
+fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id_only_on_legacy_brokers() {
+    let mut legacy = cluster_with(KafkaBehaviour::Legacy);
+    let pid = producer(&mut legacy);
+    assert_eq!(
+        produce(&mut legacy, pid, 0, 7, 1).error_code,
+        UNKNOWN_PRODUCER_ID
+    );
+    assert_eq!(produce(&mut legacy, pid, 0, 0, 1).error_code, NONE);
+
+    let mut current = cluster();
+    let pid = producer(&mut current);
+    assert_eq!(produce(&mut current, pid, 0, 7, 1).error_code, NONE);
+}
+
+// Legacy (1.0-1.1) PAI `isDuplicate`: a retry older than the retained batches was answered
+// DUPLICATE_SEQUENCE_NUMBER; since 2.0 (KAFKA-6683) it is OUT_OF_ORDER_SEQUENCE_NUMBER. A retry
+// inside the window is NONE with the original offset in both.
+#[test]
+fn retry_older_than_the_window_is_duplicate_sequence_only_on_legacy_brokers() {
+    for (behaviour, expected) in [
+        (KafkaBehaviour::Legacy, DUPLICATE_SEQUENCE_NUMBER),
+        (KafkaBehaviour::Current, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ] {
+        let mut c = cluster_with(behaviour);
+        let pid = producer(&mut c);
+        for seq in 0..6 {
+            produce(&mut c, pid, 0, seq * 2, 2);
+        }
+        assert_eq!(
+            produce(&mut c, pid, 0, 0, 2).error_code,
+            expected,
+            "{behaviour:?}"
+        );
+        let recent = produce(&mut c, pid, 0, 10, 2);
+        assert_eq!(
+            (recent.error_code, recent.base_offset),
+            (NONE, 10),
+            "{behaviour:?}"
+        );
+        assert_eq!(log_end(&c), 12);
+    }
+}
+
+// Retention: since 2.5 producer state survives the log start moving past the producer's
+// batches (KAFKA-7190, ULT `testProducerIdExpirationOnSegmentDeletion`, scenario row 15);
+// before 2.5 `ProducerStateManager.truncateHead` dropped it, and the producer's next batch
+// got UNKNOWN_PRODUCER_ID.
+#[test]
+fn retention_keeps_producer_state_on_current_kafka_and_drops_it_on_legacy_brokers() {
+    for behaviour in [KafkaBehaviour::Current, KafkaBehaviour::Legacy] {
+        let mut c = cluster_with(behaviour);
+        let pid = producer(&mut c);
+        produce(&mut c, pid, 0, 0, 3);
+        produce(&mut c, pid, 0, 3, 3);
+        c.truncate_log_start(TOPIC, 0, 6);
+        assert!(c.partition_log(TOPIC, 0).is_empty());
+        assert_eq!(c.log_start_offset(TOPIC, 0), Some(6));
+        assert_eq!(c.partition_log_bytes(TOPIC, 0), 0);
+        let next = produce(&mut c, pid, 0, 6, 1);
+        match behaviour {
+            KafkaBehaviour::Current => {
+                assert_eq!(
+                    (next.error_code, next.base_offset, next.log_start_offset),
+                    (NONE, 6, 6)
+                );
+                // The retained metadata still catches a retry of a batch retention removed.
+                let retry = produce(&mut c, pid, 0, 3, 3);
+                assert_eq!((retry.error_code, retry.base_offset), (NONE, 3));
+            }
+            KafkaBehaviour::Legacy => {
+                assert_eq!(next.error_code, UNKNOWN_PRODUCER_ID);
+                assert_eq!(
+                    next.log_start_offset, 6,
+                    "lets the client see the truncation"
+                );
+            }
+        }
+    }
+}
+
+// PSM `removeExpiredProducers` by record timestamp: after expiry duplicate detection is gone
+// and a retry is appended again; scenario row 13, PSMT `testPidExpirationTimeout`.
+#[test]
+fn expired_producer_state_lets_a_retry_be_appended_again() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 2);
+    let day = c.rules().producer_id_expiration_ms;
+    assert_eq!(
+        c.expire_producers(NOW + 1 + day - 1),
+        0,
+        "not yet idle long enough"
+    );
+    assert_eq!(c.expire_producers(NOW + 1 + day), 1);
+    let again = produce(&mut c, pid, 0, 0, 2);
+    assert_eq!(
+        (again.error_code, again.base_offset, again.appended),
+        (NONE, 2, true)
+    );
+}
+
+// TC `handleInitProducerId`: an idempotent producer always gets a new id at epoch 0; ids are
+// never reused, and transactional ids draw from the same counter.
+#[test]
+fn producer_ids_are_unique_and_never_reused() {
+    let mut c = cluster();
+    let mut seen = std::collections::HashSet::new();
+    for i in 0..100 {
+        let init = if i % 10 == 0 {
+            c.init_producer_id(Some(&format!("tx-{i}")), 60_000, -1, -1, NOW)
+        } else {
+            c.init_producer_id(None, 60_000, -1, -1, NOW)
+        };
+        assert_eq!((init.error_code, init.producer_epoch), (NONE, 0));
+        assert!(
+            seen.insert(init.producer_id),
+            "id {} reused",
+            init.producer_id
+        );
+    }
+    // Naming an old id (KIP-360) does not bring it back for an idempotent producer.
+    let first = *seen.iter().min().unwrap();
+    let again = c.init_producer_id(None, 60_000, first, 0, NOW);
+    assert!(seen.insert(again.producer_id));
+    assert_eq!(c.producer_ids_issued(), 101);
+}
+
+// KA `handleInitProducerIdRequest`: naming only one of producer id / epoch is INVALID_REQUEST;
+// TC: an empty transactional id is INVALID_REQUEST, a timeout above
+// transaction.max.timeout.ms is INVALID_TRANSACTION_TIMEOUT.
+#[test]
+fn init_producer_id_rejects_malformed_requests() {
+    let mut c = cluster();
+    assert_eq!(
+        c.init_producer_id(None, 60_000, 5, -1, NOW).error_code,
+        INVALID_REQUEST
+    );
+    assert_eq!(
+        c.init_producer_id(None, 60_000, -1, 0, NOW).error_code,
+        INVALID_REQUEST
+    );
+    assert_eq!(
+        c.init_producer_id(Some(""), 60_000, -1, -1, NOW).error_code,
+        INVALID_REQUEST
+    );
+    assert_eq!(
+        c.init_producer_id(Some("tx"), 900_001, -1, -1, NOW)
+            .error_code,
+        INVALID_TRANSACTION_TIMEOUT
+    );
+    assert_eq!(
+        c.init_producer_id(Some("tx"), 0, -1, -1, NOW).error_code,
+        INVALID_TRANSACTION_TIMEOUT
+    );
+}
+
+// TMD `prepareIncrementProducerEpoch`: a second InitProducerId bumps the epoch of the same id
+// and the old epoch is fenced on produce; KIP-360 with the current epoch bumps, with the last
+// epoch returns the current one, with an older one is PRODUCER_FENCED. Scenario rows 35, 37.
+#[test]
+fn transactional_init_producer_id_bumps_the_epoch_and_fences_the_old_one() {
+    let mut c = cluster();
+    let first = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    assert_eq!((first.error_code, first.producer_epoch), (NONE, 0));
+    let pid = first.producer_id;
+    assert_eq!(produce(&mut c, pid, 0, 0, 1).error_code, NONE);
+    let second = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    assert_eq!((second.producer_id, second.producer_epoch), (pid, 1));
+    assert_eq!(produce(&mut c, pid, 1, 0, 1).error_code, NONE);
+    assert_eq!(
+        produce(&mut c, pid, 0, 1, 1).error_code,
+        INVALID_PRODUCER_EPOCH
+    );
+
+    let bumped = c.init_producer_id(Some("tx"), 60_000, pid, 1, NOW);
+    assert_eq!((bumped.error_code, bumped.producer_epoch), (NONE, 2));
+    let retried = c.init_producer_id(Some("tx"), 60_000, pid, 1, NOW);
+    assert_eq!(
+        (retried.error_code, retried.producer_epoch),
+        (NONE, 2),
+        "retry of the bump"
+    );
+    let fenced = c.init_producer_id(Some("tx"), 60_000, pid, 0, NOW);
+    assert_eq!(fenced.error_code, PRODUCER_FENCED);
+    let wrong_id = c.init_producer_id(Some("tx"), 60_000, pid + 100, 2, NOW);
+    assert_eq!(wrong_id.error_code, PRODUCER_FENCED);
+}
+
+// KA `handleProduceRequest`: transactional records need a transactional id; scenario row 20.
+#[test]
+fn transactional_batch_without_a_transactional_id_is_authorization_failed() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let result = send(&mut c, &transactional_batch(pid, 0, 0));
+    assert_eq!(result.error_code, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+}
+
+// RM `handleProduceAppend` + TC `handleVerifyPartitionsInTransaction`: with verification on, a
+// transactional batch for a partition never added to the transaction is rejected before the
+// append (Produce v10 and below: INVALID_TXN_STATE); scenario row 22. With verification off
+// it is accepted and holds the last stable offset (a hanging transaction, row 23).
+#[test]
+fn transactional_batch_for_a_partition_not_in_the_transaction() {
+    let mut c = cluster();
+    let init = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    let bytes = transactional_batch(init.producer_id, 0, 0);
+    let result = c.produce(1, TOPIC, 0, &bytes, -1, Some("tx"), NOW);
+    assert_eq!(
+        (result.error_code, result.log_start_offset),
+        (INVALID_TXN_STATE, -1)
+    );
+    assert_eq!(
+        result.error_message.as_deref(),
+        Some("Partition was not added to the transaction")
+    );
+
+    let rules = BrokerRules {
+        transaction_verification: false,
+        ..BrokerRules::default()
+    };
+    let mut c = Cluster::new(&[1], rules);
+    c.create_topic(TOPIC, &[1]);
+    let init = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    let pid = init.producer_id;
+    let plain = producer(&mut c);
+    assert_eq!(produce(&mut c, plain, 0, 0, 2).error_code, NONE);
+    assert_eq!(
+        c.produce(
+            1,
+            TOPIC,
+            0,
+            &transactional_batch(pid, 0, 0),
+            -1,
+            Some("tx"),
+            NOW
+        )
+        .error_code,
+        NONE
+    );
+    assert_eq!(produce(&mut c, plain, 0, 2, 1).error_code, NONE);
+    assert_eq!(
+        c.last_stable_offset(TOPIC, 0),
+        Some(2),
+        "held at the open transaction"
+    );
+    assert_eq!(c.high_watermark(TOPIC, 0), Some(4));
+    // PAI `appendDataBatch`: a non-transactional write while the transaction is open.
+    assert_eq!(produce(&mut c, pid, 0, 1, 1).error_code, INVALID_TXN_STATE);
+    let committed = c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_COMMITTED, -1);
+    assert_eq!(committed.aborted_transactions, Some(vec![]));
+    assert_eq!(committed.last_stable_offset, 2);
+    let uncommitted = c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, -1);
+    assert!(uncommitted.records.len() > committed.records.len());
+    assert_eq!(uncommitted.aborted_transactions, None);
+}
+
+// RM `handleProduceAppend`: transactional batches of one request with two producer ids fail
+// every partition; scenario row 19, RMT `testExceptionWhenUnverifiedTransactionHasMultipleProducerIds`.
+#[test]
+fn transactional_batches_of_two_producers_in_one_request_are_invalid_producer_id_mapping() {
+    let mut c = cluster();
+    let a = transactional_batch(1, 0, 0);
+    let b = transactional_batch(2, 0, 0);
+    let inputs = [
+        ProduceInput {
+            topic: TOPIC,
+            partition: 0,
+            records: Some(&a),
+        },
+        ProduceInput {
+            topic: TOPIC,
+            partition: 1,
+            records: Some(&b),
+        },
+    ];
+    let results = c.produce_request(1, -1, Some("tx"), &inputs, NOW);
+    assert!(results
+        .iter()
+        .all(|r| r.error_code == INVALID_PRODUCER_ID_MAPPING));
+}
+
+// Fetch returns whole stored batches with their offsets; out-of-range offsets are
+// OFFSET_OUT_OF_RANGE; a stale leader epoch is FENCED_LEADER_EPOCH; ListOffsets answers the
+// log start and the high watermark.
+#[test]
+fn fetch_and_list_offsets_read_back_what_was_appended() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    produce(&mut c, pid, 0, 0, 3);
+    produce(&mut c, pid, 0, 3, 2);
+    let all = c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, -1);
+    assert_eq!(
+        (all.error_code, all.high_watermark, all.last_stable_offset),
+        (NONE, 5, 5)
+    );
+    let stored: Vec<u8> = c
+        .partition_log(TOPIC, 0)
+        .iter()
+        .flat_map(|b| b.bytes.to_vec())
+        .collect();
+    assert_eq!(&all.records[..], &stored[..]);
+    // An offset inside the second batch returns that whole batch.
+    let middle = c.fetch(1, TOPIC, 0, 4, 1 << 20, READ_UNCOMMITTED, -1);
+    assert_eq!(&middle.records[..], &c.partition_log(TOPIC, 0)[1].bytes[..]);
+    // max_bytes smaller than a batch still returns the first batch whole (KIP-74).
+    let small = c.fetch(1, TOPIC, 0, 0, 1, READ_UNCOMMITTED, -1);
+    assert_eq!(&small.records[..], &c.partition_log(TOPIC, 0)[0].bytes[..]);
+    assert!(c
+        .fetch(1, TOPIC, 0, 5, 1 << 20, READ_UNCOMMITTED, -1)
+        .records
+        .is_empty());
+    assert_eq!(
+        c.fetch(1, TOPIC, 0, 6, 1 << 20, READ_UNCOMMITTED, -1)
+            .error_code,
+        OFFSET_OUT_OF_RANGE
+    );
+    assert_eq!(
+        c.fetch(2, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, -1)
+            .error_code,
+        NOT_LEADER_OR_FOLLOWER
+    );
+    c.set_leader(TOPIC, 0, 1);
+    assert_eq!(
+        c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, 0)
+            .error_code,
+        FENCED_LEADER_EPOCH
+    );
+    assert_eq!(
+        c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, 2)
+            .error_code,
+        UNKNOWN_LEADER_EPOCH
+    );
+
+    let earliest = c.list_offsets(1, TOPIC, 0, EARLIEST_TIMESTAMP, READ_UNCOMMITTED, -1);
+    let latest = c.list_offsets(1, TOPIC, 0, LATEST_TIMESTAMP, READ_UNCOMMITTED, -1);
+    assert_eq!(
+        (earliest.offset, latest.offset, latest.leader_epoch),
+        (0, 5, 1)
+    );
+    let by_time = c.list_offsets(1, TOPIC, 0, NOW + 1, READ_UNCOMMITTED, -1);
+    assert_eq!(by_time.offset, 1);
+}
+
+// Size-based retention moves the log start and keeps the byte count bounded.
+#[test]
+fn retention_bytes_bound_the_log() {
+    let rules = BrokerRules {
+        retention_bytes_per_partition: Some(1000),
+        ..BrokerRules::default()
+    };
+    let mut c = Cluster::new(&[1], rules);
+    c.create_topic(TOPIC, &[1]);
+    let pid = producer(&mut c);
+    for i in 0..100 {
+        assert_eq!(produce(&mut c, pid, 0, i * 5, 5).error_code, NONE);
+        assert!(c.partition_log_bytes(TOPIC, 0) <= 1000);
+    }
+    assert!(c.log_start_offset(TOPIC, 0).unwrap() > 0);
+    assert_eq!(c.log_bytes(), c.partition_log_bytes(TOPIC, 0));
+}
+
+// Check order (rulebook §9, §11: the first failing check wins). A transactional batch off the
+// leader fails leadership before verification (`ReplicaManager
+// .maybeStartTransactionVerificationForPartition`); invalid acks come before leadership for
+// other batches (`ReplicaManager.appendRecords` before `appendToLocalLog`); a bad CRC comes
+// before the duplicate check (`UnifiedLog.analyzeAndValidateRecords` runs first).
+#[test]
+fn the_first_failing_check_wins_in_kafka_order() {
+    let mut c = cluster();
+    let init = c.init_producer_id(Some("tx"), 60_000, -1, -1, NOW);
+    let txn = transactional_batch(init.producer_id, 0, 0);
+    let off_leader = c.produce(2, TOPIC, 0, &txn, -1, Some("tx"), NOW);
+    assert_eq!(off_leader.error_code, NOT_LEADER_OR_FOLLOWER);
+    assert_eq!(
+        c.produce(1, TOPIC, 0, &txn, -1, Some("tx"), NOW).error_code,
+        INVALID_TXN_STATE
+    );
+
+    let pid = producer(&mut c);
+    let bytes = batch(pid, 0, 0, 2);
+    assert_eq!(
+        c.produce(2, TOPIC, 0, &bytes, 5, None, NOW).error_code,
+        INVALID_REQUIRED_ACKS
+    );
+    assert_eq!(
+        c.produce(2, TOPIC, 0, &bytes, -1, None, NOW).error_code,
+        NOT_LEADER_OR_FOLLOWER
+    );
+
+    assert_eq!(send(&mut c, &bytes).error_code, NONE);
+    let mut corrupt_retry = bytes.clone();
+    let last = corrupt_retry.len() - 1;
+    corrupt_retry[last] ^= 1;
+    assert_eq!(send(&mut c, &corrupt_retry).error_code, CORRUPT_MESSAGE);
+    assert_eq!(
+        send(&mut c, &bytes).base_offset,
+        0,
+        "the intact retry is still a duplicate"
+    );
+}
