@@ -43,7 +43,9 @@ pub enum ProduceError {
         key: &'static str,
     },
     /// The partition does not exist in the topic.
-    #[error("partition {partition} does not exist in topic {topic} ({partition_count} partitions)")]
+    #[error(
+        "partition {partition} does not exist in topic {topic} ({partition_count} partitions)"
+    )]
     InvalidPartition {
         topic: Arc<str>,
         partition: i32,
@@ -72,7 +74,12 @@ pub enum ProduceError {
 }
 
 impl ProduceError {
-    pub(crate) fn rejected(topic: &Arc<str>, partition: i32, code: i16, message: Option<String>) -> Self {
+    pub(crate) fn rejected(
+        topic: &Arc<str>,
+        partition: i32,
+        code: i16,
+        message: Option<String>,
+    ) -> Self {
         ProduceError::Rejected {
             topic: topic.clone(),
             partition,

@@ -16,11 +16,15 @@ use common::{read_back, Isolation};
 
 const TOPIC: &str = "interop";
 
-fn mock_with_topic(partitions: i32) -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+fn mock_with_topic(
+    partitions: i32,
+) -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
     let mock = MockCluster::new(3).expect("mock cluster");
-    mock.create_topic(TOPIC, partitions, 3).expect("create topic");
+    mock.create_topic(TOPIC, partitions, 3)
+        .expect("create topic");
     for p in 0..partitions {
-        mock.partition_leader(TOPIC, p, Some(1 + p % 3)).expect("leader");
+        mock.partition_leader(TOPIC, p, Some(1 + p % 3))
+            .expect("leader");
     }
     mock
 }
@@ -65,7 +69,13 @@ fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
         .flat_map(|h| h.join().expect("sender thread"))
         .collect();
     producer.flush();
-    let log = read_back(&bootstrap, TOPIC, 6, Isolation::ReadUncommitted, Duration::from_secs(60));
+    let log = read_back(
+        &bootstrap,
+        TOPIC,
+        6,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(60),
+    );
     let mut by_id = HashMap::new();
     for partition in &log {
         for record in partition {
@@ -76,12 +86,22 @@ fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
             );
         }
     }
-    assert_eq!(by_id.len(), 100_000, "every record is in the log exactly once");
+    assert_eq!(
+        by_id.len(),
+        100_000,
+        "every record is in the log exactly once"
+    );
     for (id, meta) in &acked {
         let record = &by_id[id];
         assert_eq!(record.partition, meta.partition, "{id}: partition");
-        assert_eq!(record.offset, meta.offset, "{id}: acknowledged offset equals the log offset");
-        assert_eq!(record.payload.as_deref(), Some(format!("payload-{id}").as_bytes()));
+        assert_eq!(
+            record.offset, meta.offset,
+            "{id}: acknowledged offset equals the log offset"
+        );
+        assert_eq!(
+            record.payload.as_deref(),
+            Some(format!("payload-{id}").as_bytes())
+        );
         let thread = &id[1..2];
         assert_eq!(
             record.headers,
@@ -106,7 +126,11 @@ fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
             let thread = key.chars().nth(1).unwrap();
             let i: u32 = key[3..].parse().unwrap();
             if let Some(prev) = last.insert(thread, i) {
-                assert!(i > prev, "partition {}: {key} after t{thread}-{prev}", record.partition);
+                assert!(
+                    i > prev,
+                    "partition {}: {key} after t{thread}-{prev}",
+                    record.partition
+                );
             }
         }
     }
@@ -117,17 +141,29 @@ fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
 fn api_versions_forced_down_by_the_broker_is_negotiated() {
     let mock = mock_with_topic(3);
     // Produce limited to v3..=v7 and Metadata to v1..=v4: kacrab must pick inside both.
-    mock.apiversion(RDKafkaApiKey::Produce, Some(3), Some(7)).unwrap();
-    mock.apiversion(RDKafkaApiKey::Metadata, Some(1), Some(4)).unwrap();
+    mock.apiversion(RDKafkaApiKey::Produce, Some(3), Some(7))
+        .unwrap();
+    mock.apiversion(RDKafkaApiKey::Metadata, Some(1), Some(4))
+        .unwrap();
     let bootstrap = mock.bootstrap_servers();
     let producer = producer(&bootstrap);
     let futures: Vec<_> = (0..300)
-        .map(|i| producer.send(ProducerRecord::new(TOPIC, Bytes::from(format!("v{i}"))).with_partition(i % 3)))
+        .map(|i| {
+            producer.send(
+                ProducerRecord::new(TOPIC, Bytes::from(format!("v{i}"))).with_partition(i % 3),
+            )
+        })
         .collect();
     for f in futures {
         f.wait().expect("delivered over negotiated versions");
     }
-    let log = read_back(&bootstrap, TOPIC, 3, Isolation::ReadUncommitted, Duration::from_secs(30));
+    let log = read_back(
+        &bootstrap,
+        TOPIC,
+        3,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(30),
+    );
     assert_eq!(log.iter().map(Vec::len).sum::<usize>(), 300);
     producer.close(Duration::from_secs(5));
 }
@@ -135,7 +171,8 @@ fn api_versions_forced_down_by_the_broker_is_negotiated() {
 #[test]
 fn a_broker_without_init_producer_id_gives_a_typed_error_naming_the_api() {
     let mock = mock_with_topic(1);
-    mock.apiversion(RDKafkaApiKey::InitProducerId, None, None).unwrap();
+    mock.apiversion(RDKafkaApiKey::InitProducerId, None, None)
+        .unwrap();
     let producer = Producer::builder()
         .set("bootstrap.servers", mock.bootstrap_servers())
         .set("delivery.timeout.ms", "5000")

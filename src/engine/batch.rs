@@ -28,7 +28,11 @@ pub struct PendingRecord<D> {
 
 /// Upper bound of one record's encoded size in a v2 batch (Java's
 /// `AbstractRecords.estimateSizeInBytesUpperBound`): every varint at its maximum width.
-pub fn record_size_upper_bound(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header<'_>]) -> usize {
+pub fn record_size_upper_bound(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[Header<'_>],
+) -> usize {
     // length(5) + attributes(1) + timestamp delta(10) + offset delta(5) + key length(5)
     // + value length(5) + header count(5)
     let mut size = 36 + key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);

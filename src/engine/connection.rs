@@ -10,11 +10,17 @@ use super::{Micros, NodeId};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ConnectionState {
     /// No socket; may reconnect at `retry_at`.
-    Idle { retry_at: Micros },
+    Idle {
+        retry_at: Micros,
+    },
     /// `Action::Connect` issued.
-    Connecting { since: Micros },
+    Connecting {
+        since: Micros,
+    },
     /// Connected; ApiVersions at `version` outstanding.
-    Negotiating { version: i16 },
+    Negotiating {
+        version: i16,
+    },
     Ready,
 }
 

@@ -90,7 +90,10 @@ mod tests {
         let mut c = EpochCoordinator::default();
         assert!(c.install(ProducerIdAndEpoch::new(7, 0)));
         let observed = c.current();
-        assert_eq!(c.request_bump(observed), Some(ProducerIdAndEpoch::new(7, 1)));
+        assert_eq!(
+            c.request_bump(observed),
+            Some(ProducerIdAndEpoch::new(7, 1))
+        );
         assert_eq!(c.request_bump(observed), None);
         assert_eq!(c.current(), ProducerIdAndEpoch::new(7, 1));
     }

@@ -103,7 +103,9 @@ impl TxnPartitionEntry {
     /// "Higher" is judged relative to the in-flight order, not numerically, so it holds
     /// across the wrap: a sequence counts as newer when it lies less than 2^30 ahead.
     pub fn maybe_update_last_acked_sequence(&mut self, last_sequence: i32) {
-        if self.last_acked_sequence < 0 || sequence_is_after(last_sequence, self.last_acked_sequence) {
+        if self.last_acked_sequence < 0
+            || sequence_is_after(last_sequence, self.last_acked_sequence)
+        {
             self.last_acked_sequence = last_sequence;
         }
     }
@@ -154,10 +156,14 @@ impl<D> PartitionSlot<D> {
 
     /// `RA.insertInSequenceOrder`: the deque stays "retries ascending, then unsequenced".
     pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
-        let position = self.entry.inflight_batches_by_sequence.iter().position(|s| {
-            Some(s.base_sequence) == batch.base_sequence()
-                && Some(s.producer) == batch.stamp.map(|st| st.producer)
-        });
+        let position = self
+            .entry
+            .inflight_batches_by_sequence
+            .iter()
+            .position(|s| {
+                Some(s.base_sequence) == batch.base_sequence()
+                    && Some(s.producer) == batch.stamp.map(|st| st.producer)
+            });
         // Index of the first deque element that comes later in sequence order (or is
         // unstamped).
         let insert_at = self
@@ -195,9 +201,14 @@ impl<D> PartitionSlot<D> {
                     let index = entry
                         .inflight_batches_by_sequence
                         .iter()
-                        .position(|s| s.base_sequence == stamp.base_sequence && s.producer == stamp.producer)
+                        .position(|s| {
+                            s.base_sequence == stamp.base_sequence && s.producer == stamp.producer
+                        })
                         .unwrap_or_else(|| {
-                            panic!("{}: queued stamped batch {:?} is not tracked in flight", self.tp, stamp)
+                            panic!(
+                                "{}: queued stamped batch {:?} is not tracked in flight",
+                                self.tp, stamp
+                            )
                         });
                     if let Some(p) = previous {
                         assert!(index > p, "{}: retries are out of sequence order", self.tp);
@@ -227,7 +238,11 @@ impl<D> PartitionSlot<D> {
                 );
             }
         }
-        assert!(entry.next_sequence >= 0, "{}: negative next_sequence", self.tp);
+        assert!(
+            entry.next_sequence >= 0,
+            "{}: negative next_sequence",
+            self.tp
+        );
         assert!(
             self.on_wire <= entry.inflight_batches_by_sequence.len(),
             "{}: more batches on the wire than in flight",

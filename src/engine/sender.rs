@@ -20,12 +20,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
     ApiVersionsRequest, ApiVersionsResponse, InitProducerIdRequest, InitProducerIdResponse,
     MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
 };
-use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::config::ProducerConfig;
@@ -82,7 +82,8 @@ impl EngineConfig {
             acks: config.acks.as_i16(),
             idempotent: config.enable_idempotence,
             transactional_id: config.transactional_id.clone(),
-            transaction_timeout_ms: config.transaction_timeout.as_millis().min(i32::MAX as u128) as i32,
+            transaction_timeout_ms: config.transaction_timeout.as_millis().min(i32::MAX as u128)
+                as i32,
             linger: micros(config.linger),
             batch_size: config.batch_size.max(1),
             max_in_flight: config.max_in_flight_requests_per_connection,
@@ -269,8 +270,8 @@ impl<D: Delivery> Engine<D> {
                 _ => delivery,
             }
         };
-        let upper_bound = record_batch::RECORD_BATCH_OVERHEAD
-            + record_size_upper_bound(key, value, headers);
+        let upper_bound =
+            record_batch::RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, headers);
         let max_size = self
             .config
             .batch_size
@@ -344,7 +345,10 @@ impl<D: Delivery> Engine<D> {
     /// The identity in force for the whole producer changed (installed or bumped).
     pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
         self.identity = identity;
-        if self.bump_requested_from.is_some_and(|from| from != identity) {
+        if self
+            .bump_requested_from
+            .is_some_and(|from| from != identity)
+        {
             self.bump_requested_from = None;
         }
     }
@@ -357,7 +361,9 @@ impl<D: Delivery> Engine<D> {
         let Some(conn) = self.connections.get_mut(&node) else {
             return;
         };
-        if conn.generation != generation || !matches!(conn.state, ConnectionState::Connecting { .. }) {
+        if conn.generation != generation
+            || !matches!(conn.state, ConnectionState::Connecting { .. })
+        {
             return;
         }
         conn.failures = 0;
@@ -422,7 +428,8 @@ impl<D: Delivery> Engine<D> {
 
     fn protocol_violation(&mut self, now: Micros, node: NodeId, generation: u64) {
         self.stats.protocol_errors += 1;
-        self.actions.push_back(Action::Disconnect { node, generation });
+        self.actions
+            .push_back(Action::Disconnect { node, generation });
         self.on_disconnected(now, node, generation);
     }
 
@@ -534,7 +541,8 @@ impl<D: Delivery> Engine<D> {
         if observed.is_valid() && self.bump_requested_from != Some(observed) {
             self.bump_requested_from = Some(observed);
             self.stats.epoch_bumps_requested += 1;
-            self.actions.push_back(Action::RequestEpochBump { observed });
+            self.actions
+                .push_back(Action::RequestEpochBump { observed });
         }
     }
 
@@ -602,10 +610,19 @@ impl<D: Delivery> Engine<D> {
         if let Some(conn) = self.connections.get_mut(&node) {
             conn.state = ConnectionState::Negotiating { version };
         }
-        self.send_request(now, node, ApiKey::ApiVersions, version, &request, RequestBody::ApiVersions);
+        self.send_request(
+            now,
+            node,
+            ApiKey::ApiVersions,
+            version,
+            &request,
+            RequestBody::ApiVersions,
+        );
     }
 
-    fn send_request<R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion>(
+    fn send_request<
+        R: kafka_protocol::protocol::Encodable + kafka_protocol::protocol::HeaderVersion,
+    >(
         &mut self,
         now: Micros,
         node: NodeId,
@@ -614,7 +631,10 @@ impl<D: Delivery> Engine<D> {
         request: &R,
         body: RequestBody<D>,
     ) {
-        let conn = self.connections.get_mut(&node).expect("sending on a known connection");
+        let conn = self
+            .connections
+            .get_mut(&node)
+            .expect("sending on a known connection");
         let correlation_id = conn.take_correlation_id();
         match wire::encode_request(api, version, correlation_id, &self.client_id, request) {
             Ok(frame) => {
@@ -713,20 +733,26 @@ impl<D: Delivery> Engine<D> {
     /// Makes sure some connection is coming up when none is ready.
     fn ensure_some_connection(&mut self, now: Micros) {
         if self.connections.values().any(|c| {
-            c.is_ready() || matches!(c.state, ConnectionState::Connecting { .. } | ConnectionState::Negotiating { .. })
+            c.is_ready()
+                || matches!(
+                    c.state,
+                    ConnectionState::Connecting { .. } | ConnectionState::Negotiating { .. }
+                )
         }) {
             return;
         }
         let mut nodes: Vec<NodeId> = self.metadata.nodes.keys().copied().collect();
         nodes.sort_unstable();
         // Prefer the node whose backoff ends first.
-        let candidate = nodes.into_iter().min_by_key(|n| match self.connections.get(n) {
-            Some(Connection {
-                state: ConnectionState::Idle { retry_at },
-                ..
-            }) => *retry_at,
-            _ => 0,
-        });
+        let candidate = nodes
+            .into_iter()
+            .min_by_key(|n| match self.connections.get(n) {
+                Some(Connection {
+                    state: ConnectionState::Idle { retry_at },
+                    ..
+                }) => *retry_at,
+                _ => 0,
+            });
         if let Some(node) = candidate {
             self.maybe_connect(now, node);
         }
@@ -762,7 +788,8 @@ impl<D: Delivery> Engine<D> {
                 self.metadata_refresh_needed = true;
             }
         }
-        if !self.metadata_refresh_needed || self.metadata_in_flight || now < self.metadata_retry_at {
+        if !self.metadata_refresh_needed || self.metadata_in_flight || now < self.metadata_retry_at
+        {
             return;
         }
         let Some(node) = self.least_loaded_ready() else {
@@ -788,10 +815,22 @@ impl<D: Delivery> Engine<D> {
         }
         self.metadata_in_flight = true;
         self.metadata_refresh_needed = false;
-        self.send_request(now, node, ApiKey::Metadata, version, &request, RequestBody::Metadata);
+        self.send_request(
+            now,
+            node,
+            ApiKey::Metadata,
+            version,
+            &request,
+            RequestBody::Metadata,
+        );
     }
 
-    fn handle_metadata(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
+    fn handle_metadata(
+        &mut self,
+        now: Micros,
+        header: InFlightHeader,
+        body: Bytes,
+    ) -> Result<(), WireError> {
         self.metadata_in_flight = false;
         let response =
             wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)?;
@@ -849,7 +888,10 @@ impl<D: Delivery> Engine<D> {
             self.ensure_some_connection(now);
             return;
         };
-        let version = match self.connections[&node].versions.version(ApiKey::InitProducerId) {
+        let version = match self.connections[&node]
+            .versions
+            .version(ApiKey::InitProducerId)
+        {
             Ok(v) => v,
             Err(_) => return,
         };
@@ -859,10 +901,22 @@ impl<D: Delivery> Engine<D> {
             .with_producer_id((-1).into())
             .with_producer_epoch(-1);
         self.init_producer_id_in_flight = true;
-        self.send_request(now, node, ApiKey::InitProducerId, version, &request, RequestBody::InitProducerId);
+        self.send_request(
+            now,
+            node,
+            ApiKey::InitProducerId,
+            version,
+            &request,
+            RequestBody::InitProducerId,
+        );
     }
 
-    fn handle_init_producer_id(&mut self, now: Micros, header: InFlightHeader, body: Bytes) -> Result<(), WireError> {
+    fn handle_init_producer_id(
+        &mut self,
+        now: Micros,
+        header: InFlightHeader,
+        body: Bytes,
+    ) -> Result<(), WireError> {
         self.init_producer_id_in_flight = false;
         let response = wire::decode_response::<InitProducerIdResponse>(
             ApiKey::InitProducerId,
@@ -895,7 +949,9 @@ impl<D: Delivery> Engine<D> {
                 }
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
-            code::UNSUPPORTED_VERSION | code::INVALID_PRODUCER_ID_MAPPING | code::PRODUCER_FENCED => {
+            code::UNSUPPORTED_VERSION
+            | code::INVALID_PRODUCER_ID_MAPPING
+            | code::PRODUCER_FENCED => {
                 self.fatal = Some(ProduceError::Fatal(format!(
                     "InitProducerId failed: {}",
                     error_code::name(response.error_code)
@@ -935,7 +991,8 @@ impl<D: Delivery> Engine<D> {
             }
         }
         for (node, generation) in to_close {
-            self.actions.push_back(Action::Disconnect { node, generation });
+            self.actions
+                .push_back(Action::Disconnect { node, generation });
             self.on_disconnected(now, node, generation);
         }
     }
@@ -947,10 +1004,7 @@ impl<D: Delivery> Engine<D> {
         for slot_index in 0..self.partitions.len() {
             loop {
                 let slot = &mut self.partitions[slot_index];
-                let Some(position) = slot
-                    .deque
-                    .iter()
-                    .position(|b| now >= b.created + timeout)
+                let Some(position) = slot.deque.iter().position(|b| now >= b.created + timeout)
                 else {
                     break;
                 };
@@ -958,7 +1012,8 @@ impl<D: Delivery> Engine<D> {
                 let result = Err(self.expiry_error(slot_index, &batch));
                 if let (Some(stamp), Some(last)) = (batch.stamp, batch.last_sequence()) {
                     let slot = &mut self.partitions[slot_index];
-                    slot.entry.remove_inflight(stamp.producer, stamp.base_sequence);
+                    slot.entry
+                        .remove_inflight(stamp.producer, stamp.base_sequence);
                     if stamp.producer == slot.entry.producer_id_and_epoch
                         && (batch.in_retry || batch.outcome_unknown)
                     {
@@ -978,7 +1033,12 @@ impl<D: Delivery> Engine<D> {
                         if !batch.expired && now >= batch.created + timeout {
                             batch.expired = true;
                             let records = std::mem::take(&mut batch.records);
-                            expired_on_wire.push((*slot_index, batch.stamp, batch.last_sequence(), records));
+                            expired_on_wire.push((
+                                *slot_index,
+                                batch.stamp,
+                                batch.last_sequence(),
+                                records,
+                            ));
                         }
                     }
                 }
@@ -997,7 +1057,8 @@ impl<D: Delivery> Engine<D> {
             }
             let slot = &mut self.partitions[slot_index];
             if let (Some(stamp), Some(last)) = (stamp, last) {
-                slot.entry.remove_inflight(stamp.producer, stamp.base_sequence);
+                slot.entry
+                    .remove_inflight(stamp.producer, stamp.base_sequence);
                 if stamp.producer == slot.entry.producer_id_and_epoch {
                     mark_sequence_unresolved(slot, last);
                 }
@@ -1038,7 +1099,11 @@ impl<D: Delivery> Engine<D> {
     // ----------------------------------------------------------------------------------------
 
     fn backoff_for(&self, attempts: u32) -> Micros {
-        exponential_backoff(self.config.retry_backoff, self.config.retry_backoff_max, attempts)
+        exponential_backoff(
+            self.config.retry_backoff,
+            self.config.retry_backoff_max,
+            attempts,
+        )
     }
 
     fn connect_to_needed_leaders(&mut self, now: Micros) {
@@ -1080,14 +1145,18 @@ impl<D: Delivery> Engine<D> {
                 // Gate 4: while retrying, only the lowest outstanding batch is in flight.
                 if stamp.base_sequence != slot.entry.first_in_flight_sequence()
                     || Some(stamp.producer)
-                        != slot.entry.inflight_batches_by_sequence.first().map(|s| s.producer)
+                        != slot
+                            .entry
+                            .inflight_batches_by_sequence
+                            .first()
+                            .map(|s| s.producer)
                 {
                     return false;
                 }
                 // A batch waiting for its sequence rewrite does not go out under the old
                 // stamp, unless an earlier attempt's outcome is unknown: that one is only ever
                 // retried under its original stamp.
-                !(slot.rewrite_pending && !head.outcome_unknown)
+                !slot.rewrite_pending || head.outcome_unknown
             }
             None => {
                 let stale = slot.entry.producer_id_and_epoch != self.identity;
@@ -1220,7 +1289,10 @@ impl<D: Delivery> Engine<D> {
             let partition = PartitionProduceData::default()
                 .with_index(tp.partition)
                 .with_records(Some(batch.bytes()));
-            match topic_data.iter_mut().find(|t| t.name.0.as_str() == &*tp.topic) {
+            match topic_data
+                .iter_mut()
+                .find(|t| t.name.0.as_str() == &*tp.topic)
+            {
                 Some(t) => t.partition_data.push(partition),
                 None => topic_data.push(
                     TopicProduceData::default()
@@ -1230,12 +1302,9 @@ impl<D: Delivery> Engine<D> {
             }
         }
         let request = ProduceRequest::default()
-            .with_transactional_id(
-                self.config
-                    .transactional_id
-                    .as_ref()
-                    .map(|t| kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))),
-            )
+            .with_transactional_id(self.config.transactional_id.as_ref().map(|t| {
+                kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))
+            }))
             .with_acks(self.config.acks)
             .with_timeout_ms(self.config.request_timeout.min(i32::MAX as u64 * 1000) as i32 / 1000)
             .with_topic_data(topic_data);
@@ -1246,7 +1315,13 @@ impl<D: Delivery> Engine<D> {
             // gives (Java completes with offset -1).
             let conn = self.connections.get_mut(&node).expect("known");
             let correlation_id = conn.take_correlation_id();
-            if let Ok(frame) = wire::encode_request(ApiKey::Produce, version, correlation_id, &self.client_id, &request) {
+            if let Ok(frame) = wire::encode_request(
+                ApiKey::Produce,
+                version,
+                correlation_id,
+                &self.client_id,
+                &request,
+            ) {
                 self.actions.push_back(Action::Write {
                     node,
                     generation: conn.generation,
@@ -1259,7 +1334,14 @@ impl<D: Delivery> Engine<D> {
             }
             return;
         }
-        self.send_request(now, node, ApiKey::Produce, version, &request, RequestBody::Produce(batches));
+        self.send_request(
+            now,
+            node,
+            ApiKey::Produce,
+            version,
+            &request,
+            RequestBody::Produce(batches),
+        );
     }
 
     fn handle_produce(
@@ -1300,13 +1382,20 @@ impl<D: Delivery> Engine<D> {
                     p.error_message.as_ref().map(|m| m.to_string()),
                 ),
                 // A response that leaves out a partition it was sent: its fate is unknown.
-                None => self.retry_or_fail(now, slot_index, batch, code::NETWORK_EXCEPTION, true, None),
+                None => {
+                    self.retry_or_fail(now, slot_index, batch, code::NETWORK_EXCEPTION, true, None)
+                }
             }
         }
         Ok(())
     }
 
-    fn fail_request_on_disconnect(&mut self, now: Micros, header: InFlightHeader, body: RequestBody<D>) {
+    fn fail_request_on_disconnect(
+        &mut self,
+        now: Micros,
+        header: InFlightHeader,
+        body: RequestBody<D>,
+    ) {
         match body {
             RequestBody::ApiVersions => {}
             RequestBody::Metadata => {
@@ -1384,7 +1473,9 @@ impl<D: Delivery> Engine<D> {
             ProduceErrorClass::MessageTooLarge
             | ProduceErrorClass::InvalidProducerEpoch
             | ProduceErrorClass::TransactionAbortable
-            | ProduceErrorClass::NonRetriable => self.fail_batch(slot_index, batch, error, message, true),
+            | ProduceErrorClass::NonRetriable => {
+                self.fail_batch(slot_index, batch, error, message, true)
+            }
         }
     }
 
@@ -1491,7 +1582,10 @@ impl<D: Delivery> Engine<D> {
         let err = if batch.outcome_unknown {
             self.unknown_outcome_error(
                 slot_index,
-                &format!("failed with {} after an attempt of unknown outcome", error_code::name(error)),
+                &format!(
+                    "failed with {} after an attempt of unknown outcome",
+                    error_code::name(error)
+                ),
             )
         } else {
             ProduceError::rejected(&tp.topic, tp.partition, error, message)
@@ -1527,7 +1621,13 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// `TM.handleCompletedBatch` + completion.
-    fn complete_success(&mut self, slot_index: usize, batch: ProducerBatch<D>, base_offset: i64, log_append_time: i64) {
+    fn complete_success(
+        &mut self,
+        slot_index: usize,
+        batch: ProducerBatch<D>,
+        base_offset: i64,
+        log_append_time: i64,
+    ) {
         if let (Some(stamp), Some(last)) = (batch.stamp, batch.last_sequence()) {
             let entry = &mut self.partitions[slot_index].entry;
             entry.remove_inflight(stamp.producer, stamp.base_sequence);
@@ -1550,12 +1650,20 @@ impl<D: Delivery> Engine<D> {
         let mut batch = batch;
         let records = std::mem::take(&mut batch.records);
         for (i, record) in records.into_iter().enumerate() {
-            let offset = if base_offset >= 0 { base_offset + i as i64 } else { -1 };
+            let offset = if base_offset >= 0 {
+                base_offset + i as i64
+            } else {
+                -1
+            };
             record.delivery.complete(Ok(RecordMetadata {
                 topic: tp.topic.clone(),
                 partition: tp.partition,
                 offset,
-                timestamp: if log_append_time >= 0 { log_append_time } else { record.timestamp },
+                timestamp: if log_append_time >= 0 {
+                    log_append_time
+                } else {
+                    record.timestamp
+                },
             }));
         }
         self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
@@ -1600,7 +1708,13 @@ impl<D: Delivery> Engine<D> {
             child.last_attempt = batch.last_attempt;
             child.outcome_unknown = batch.outcome_unknown;
             if child
-                .try_append(pending.timestamp, record.key.as_deref(), record.value.as_deref(), &headers, delivery)
+                .try_append(
+                    pending.timestamp,
+                    record.key.as_deref(),
+                    record.value.as_deref(),
+                    &headers,
+                    delivery,
+                )
                 .is_err()
             {
                 unreachable!("an empty batch takes one record");
@@ -1613,7 +1727,9 @@ impl<D: Delivery> Engine<D> {
                 .entry
                 .inflight_batches_by_sequence
                 .iter()
-                .position(|s| s.producer == stamp.producer && s.base_sequence == stamp.base_sequence);
+                .position(|s| {
+                    s.producer == stamp.producer && s.base_sequence == stamp.base_sequence
+                });
             let mut base = stamp.base_sequence;
             let mut entries = Vec::new();
             for child in &mut children {
@@ -1656,7 +1772,12 @@ impl<D: Delivery> Engine<D> {
 
     /// Final completion of a batch: any deliveries left get `result`; its id leaves the
     /// incomplete set.
-    fn finish_batch(&mut self, slot_index: usize, mut batch: ProducerBatch<D>, result: Result<RecordMetadata, ProduceError>) {
+    fn finish_batch(
+        &mut self,
+        slot_index: usize,
+        mut batch: ProducerBatch<D>,
+        result: Result<RecordMetadata, ProduceError>,
+    ) {
         if let Err(err) = result {
             for record in std::mem::take(&mut batch.records) {
                 record.delivery.complete(Err(err.clone()));
@@ -1697,7 +1818,8 @@ impl<D: Delivery> Engine<D> {
         for slot in &self.partitions {
             slot.assert_invariants();
             assert!(
-                slot.entry.inflight_batches_by_sequence.len() <= self.config.max_in_flight.max(1) * 2,
+                slot.entry.inflight_batches_by_sequence.len()
+                    <= self.config.max_in_flight.max(1) * 2,
                 "{}: too many unfinished stamped batches",
                 slot.tp
             );
@@ -1726,7 +1848,10 @@ impl<D: Delivery> Engine<D> {
             );
         }
         if let Some(pending) = self.bump_requested_from {
-            assert_eq!(pending, self.identity, "a bump is pending from a replaced identity");
+            assert_eq!(
+                pending, self.identity,
+                "a bump is pending from a replaced identity"
+            );
         }
     }
 

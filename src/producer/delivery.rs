@@ -90,7 +90,10 @@ pub(crate) struct DeliveryHandle {
 }
 
 impl DeliveryHandle {
-    pub(crate) fn new(memory: Arc<BufferMemory>, reserved: usize) -> (DeliveryHandle, DeliveryFuture) {
+    pub(crate) fn new(
+        memory: Arc<BufferMemory>,
+        reserved: usize,
+    ) -> (DeliveryHandle, DeliveryFuture) {
         let state = Arc::new(DeliveryState::default());
         (
             DeliveryHandle {

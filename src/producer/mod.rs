@@ -44,7 +44,10 @@ impl ProducerBuilder {
     }
 
     /// Applies typed settings through the configuration builder.
-    pub fn config(mut self, f: impl FnOnce(ProducerConfigBuilder) -> ProducerConfigBuilder) -> Self {
+    pub fn config(
+        mut self,
+        f: impl FnOnce(ProducerConfigBuilder) -> ProducerConfigBuilder,
+    ) -> Self {
         self.config = f(self.config);
         self
     }
@@ -211,6 +214,9 @@ impl Producer {
         if inner.closed.load(Ordering::Acquire) {
             return Err(ProduceError::Closed);
         }
+        if let Some(err) = inner.metadata.fatal() {
+            return Err(err);
+        }
         let deadline = Instant::now() + inner.config.max_block;
         let headers: Vec<Header<'_>> = record
             .headers
@@ -304,7 +310,12 @@ impl Producer {
 
     /// The partition count of `topic`, waiting for metadata up to `deadline`.
     fn topic_info(&self, topic: &Arc<str>, deadline: Instant) -> Result<i32, ProduceError> {
-        if let Some(info) = self.inner.metadata.get(topic).filter(|i| i.partition_count > 0) {
+        if let Some(info) = self
+            .inner
+            .metadata
+            .get(topic)
+            .filter(|i| i.partition_count > 0)
+        {
             return Ok(info.partition_count);
         }
         let first_ask = self
@@ -321,10 +332,13 @@ impl Producer {
             .metadata
             .wait_for(topic, deadline)
             .map(|i| i.partition_count)
-            .map_err(|last| ProduceError::MetadataTimeout {
-                topic: topic.clone(),
-                waited: started.elapsed(),
-                last_error: last.map(crate::protocol::error_code::name),
+            .map_err(|last| match self.inner.metadata.fatal() {
+                Some(err) => err,
+                None => ProduceError::MetadataTimeout {
+                    topic: topic.clone(),
+                    waited: started.elapsed(),
+                    last_error: last.map(crate::protocol::error_code::name),
+                },
             })
     }
 

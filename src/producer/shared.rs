@@ -69,13 +69,35 @@ pub(crate) struct TopicInfo {
 #[derive(Default)]
 pub(crate) struct MetadataSnapshot {
     topics: RwLock<HashMap<Arc<str>, TopicInfo>>,
+    /// Set once a shard's engine is in a fatal state: waiting callers stop waiting.
+    fatal: RwLock<Option<ProduceError>>,
     changed: Condvar,
     changed_lock: Mutex<u64>,
 }
 
 impl MetadataSnapshot {
     pub(crate) fn get(&self, topic: &str) -> Option<TopicInfo> {
-        self.topics.read().expect("metadata lock").get(topic).copied()
+        self.topics
+            .read()
+            .expect("metadata lock")
+            .get(topic)
+            .copied()
+    }
+
+    pub(crate) fn fatal(&self) -> Option<ProduceError> {
+        self.fatal.read().expect("metadata lock").clone()
+    }
+
+    pub(crate) fn publish_fatal(&self, err: ProduceError) {
+        {
+            let mut fatal = self.fatal.write().expect("metadata lock");
+            if fatal.is_some() {
+                return;
+            }
+            *fatal = Some(err);
+        }
+        *self.changed_lock.lock().expect("metadata lock") += 1;
+        self.changed.notify_all();
     }
 
     pub(crate) fn publish(&self, topic: Arc<str>, info: TopicInfo) {
@@ -94,9 +116,16 @@ impl MetadataSnapshot {
     }
 
     /// Waits until `topic` has partitions or `deadline` passes.
-    pub(crate) fn wait_for(&self, topic: &str, deadline: Instant) -> Result<TopicInfo, Option<i16>> {
+    pub(crate) fn wait_for(
+        &self,
+        topic: &str,
+        deadline: Instant,
+    ) -> Result<TopicInfo, Option<i16>> {
         let mut generation = self.changed_lock.lock().expect("metadata lock");
         loop {
+            if self.fatal.read().expect("metadata lock").is_some() {
+                return Err(None);
+            }
             let info = self.get(topic);
             if let Some(info) = info.filter(|i| i.partition_count > 0) {
                 return Ok(info);
@@ -108,7 +137,11 @@ impl MetadataSnapshot {
             let seen = *generation;
             let (g, _) = self
                 .changed
-                .wait_timeout_while(generation, (deadline - now).min(Duration::from_millis(100)), |g| *g == seen)
+                .wait_timeout_while(
+                    generation,
+                    (deadline - now).min(Duration::from_millis(100)),
+                    |g| *g == seen,
+                )
                 .expect("metadata lock");
             generation = g;
         }

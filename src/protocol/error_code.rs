@@ -81,7 +81,10 @@ mod tests {
     #[test]
     fn names_follow_kafka_spelling() {
         assert_eq!(name(code::NOT_LEADER_OR_FOLLOWER), "NOT_LEADER_OR_FOLLOWER");
-        assert_eq!(name(code::OUT_OF_ORDER_SEQUENCE_NUMBER), "OUT_OF_ORDER_SEQUENCE_NUMBER");
+        assert_eq!(
+            name(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+            "OUT_OF_ORDER_SEQUENCE_NUMBER"
+        );
         assert_eq!(name(code::NONE), "NONE");
         assert_eq!(name(-1), "UNKNOWN_SERVER_ERROR");
     }

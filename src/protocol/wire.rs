@@ -56,7 +56,9 @@ pub fn encode_request<R: Encodable + HeaderVersion>(
         + request.compute_size(version).map_err(encode_err)?;
     let mut buf = BytesMut::with_capacity(4 + size);
     buf.put_i32(size as i32);
-    header.encode(&mut buf, header_version).map_err(encode_err)?;
+    header
+        .encode(&mut buf, header_version)
+        .map_err(encode_err)?;
     request.encode(&mut buf, version).map_err(encode_err)?;
     Ok(buf.freeze())
 }

@@ -6,8 +6,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use futures_lite::future;
+use futures_lite::io::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::Task;
@@ -27,9 +27,11 @@ pub(crate) enum ConnectionEvent {
         generation: u64,
         body: Bytes,
     },
+    /// The socket failed or was closed; `reason` says why (kept for diagnostics in tests).
     Closed {
         node: NodeId,
         generation: u64,
+        #[allow(dead_code)]
         reason: String,
     },
 }
@@ -71,7 +73,6 @@ pub(crate) fn spawn_connect(
     events: std::rc::Rc<LocalSender<ConnectionEvent>>,
 ) -> Task<()> {
     glommio::spawn_local(async move {
-        if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("connect task started"); }
         let connected = async {
             let addr = resolve(&address).await?;
             let stream = TcpStream::connect_timeout(addr, timeout)
@@ -81,7 +82,6 @@ pub(crate) fn spawn_connect(
             Ok::<_, std::io::Error>(stream)
         }
         .await;
-        if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("connect result {:?}", connected.as_ref().map(|_| ())); }
         match connected {
             Ok(stream) => {
                 let (reader, writer) = futures_lite::io::split(stream);
@@ -93,8 +93,13 @@ pub(crate) fn spawn_connect(
                     max_frame,
                     events.clone(),
                 ));
-                let writer_task =
-                    glommio::spawn_local(write_frames(node, generation, writer, frames_rx, events.clone()));
+                let writer_task = glommio::spawn_local(write_frames(
+                    node,
+                    generation,
+                    writer,
+                    frames_rx,
+                    events.clone(),
+                ));
                 let _ = events
                     .send(ConnectionEvent::Connected {
                         node,

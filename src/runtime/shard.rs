@@ -137,51 +137,50 @@ pub(crate) async fn run_shard(
     loop {
         // 1. What woke us, then everything else already waiting.
         let mut handled = 0usize;
-        let handle_command = |cmd: ShardCommand,
-                                  engine: &mut Engine<DeliveryHandle>,
-                                  flushes: &mut Vec<(u64, Arc<Latch>)>,
-                                  closing: &mut Option<(Instant, Arc<Latch>)>| {
-            match cmd {
-                ShardCommand::Append(record) => {
-                    let record = *record;
-                    let headers: Vec<Header<'_>> = record
-                        .headers
-                        .iter()
-                        .map(|(k, v)| Header {
-                            key: k.as_str(),
-                            value: v.as_deref(),
-                        })
-                        .collect();
-                    engine.append(
-                        now(),
-                        &record.tp,
-                        record.timestamp,
-                        record.key.as_deref(),
-                        record.value.as_deref(),
-                        &headers,
-                        record.delivery,
-                    );
+        let handle_command =
+            |cmd: ShardCommand,
+             engine: &mut Engine<DeliveryHandle>,
+             flushes: &mut Vec<(u64, Arc<Latch>)>,
+             closing: &mut Option<(Instant, Arc<Latch>)>| {
+                match cmd {
+                    ShardCommand::Append(record) => {
+                        let record = *record;
+                        let headers: Vec<Header<'_>> = record
+                            .headers
+                            .iter()
+                            .map(|(k, v)| Header {
+                                key: k.as_str(),
+                                value: v.as_deref(),
+                            })
+                            .collect();
+                        engine.append(
+                            now(),
+                            &record.tp,
+                            record.timestamp,
+                            record.key.as_deref(),
+                            record.value.as_deref(),
+                            &headers,
+                            record.delivery,
+                        );
+                    }
+                    ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
+                    ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
+                    ShardCommand::Identity(identity) => engine.on_identity(identity),
+                    ShardCommand::Close { deadline, done } => {
+                        engine.begin_close();
+                        *closing = Some((deadline, done));
+                    }
                 }
-                ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
-                ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
-                ShardCommand::Identity(identity) => engine.on_identity(identity),
-                ShardCommand::Close { deadline, done } => {
-                    engine.begin_close();
-                    *closing = Some((deadline, done));
-                }
-            }
-        };
+            };
         match pending.take() {
             Some(Wake::Command(Some(cmd))) => {
                 handle_command(cmd, &mut engine, &mut flushes, &mut closing);
                 handled += 1;
             }
-            Some(Wake::Command(None)) => {
+            Some(Wake::Command(None)) if closing.is_none() => {
                 // Every producer handle is gone without a close: stop after sending.
-                if closing.is_none() {
-                    engine.begin_close();
-                    closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
-                }
+                engine.begin_close();
+                closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
             }
             Some(Wake::Event(Some(event))) => {
                 handle_event(&mut engine, &mut connections, event, now());
@@ -213,8 +212,18 @@ pub(crate) async fn run_shard(
             }
             let actions: Vec<Action> = engine.take_actions().collect();
             for action in actions {
-                execute(&mut engine, &mut connections, &ctx, &events_tx, action, now());
+                execute(
+                    &mut engine,
+                    &mut connections,
+                    &ctx,
+                    &events_tx,
+                    action,
+                    now(),
+                );
             }
+        }
+        if let Some(err) = engine.fatal_error() {
+            ctx.metadata.publish_fatal(err.clone());
         }
         flushes.retain(|(token, latch)| {
             if engine.flush_done(*token) {
@@ -262,14 +271,16 @@ fn handle_event(
     event: ConnectionEvent,
     now: u64,
 ) {
-    if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("[{:?} {now}] event {}", std::thread::current().name(), match &event { ConnectionEvent::Connected{node,generation,..} => format!("connected {node} {generation}"), ConnectionEvent::Frame{node,body,..} => format!("frame {node} {}B {:02x?}", body.len(), &body[..body.len().min(80)]), ConnectionEvent::Closed{node,reason,..} => format!("closed {node} {reason}") }); }
     match event {
         ConnectionEvent::Connected {
             node,
             generation,
             tasks,
         } => {
-            if let Some(slot) = connections.get_mut(&node).filter(|s| s.generation == generation) {
+            if let Some(slot) = connections
+                .get_mut(&node)
+                .filter(|s| s.generation == generation)
+            {
                 slot.live = Some(tasks);
                 engine.on_connected(now, node, generation);
             }
@@ -282,7 +293,10 @@ fn handle_event(
         ConnectionEvent::Closed {
             node, generation, ..
         } => {
-            if connections.get(&node).is_some_and(|s| s.generation == generation) {
+            if connections
+                .get(&node)
+                .is_some_and(|s| s.generation == generation)
+            {
                 connections.remove(&node);
             }
             engine.on_disconnected(now, node, generation);
@@ -298,7 +312,6 @@ fn execute(
     action: Action,
     now: u64,
 ) {
-    if std::env::var_os("KACRAB_TRACE").is_some() { eprintln!("[{:?} {now}] action {:?}", std::thread::current().name(), match &action { Action::Write{node,generation,frame} => format!("Write {node} {generation} {}B", frame.len()), a => format!("{a:?}") }); }
     match action {
         Action::Connect {
             node,
@@ -339,7 +352,10 @@ fn execute(
             }
         }
         Action::Disconnect { node, generation } => {
-            if connections.get(&node).is_some_and(|s| s.generation == generation) {
+            if connections
+                .get(&node)
+                .is_some_and(|s| s.generation == generation)
+            {
                 connections.remove(&node);
             }
         }
