@@ -10,6 +10,7 @@
 
 mod connection;
 pub(crate) mod shard;
+pub mod ticket_ring;
 mod uring;
 
 pub use uring::io_uring_preflight;
