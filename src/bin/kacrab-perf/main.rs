@@ -13,26 +13,25 @@
 mod args;
 mod embedded;
 mod latency;
+mod load;
 mod procstat;
 
-use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::future::Future;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use bytes::{BufMut, Bytes, BytesMut};
 use kacrab::engine::batch::record_size_upper_bound;
 use kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD;
-use kacrab::{ConfigError, DeliveryFuture, Producer, ProducerConfigBuilder, ProducerRecord};
+use kacrab::{ConfigError, Producer, ProducerConfigBuilder};
 
 use args::{Args, Mode};
 use embedded::{BrokerChild, Verification};
 use latency::Tracker;
+use load::{drive_kacrab, Deliveries, Pacer, Payloads};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -105,75 +104,6 @@ struct Latencies {
     p95: u64,
     p99: u64,
     p999: u64,
-}
-
-/// Payload bytes: uppercase letters, as Kafka's tool uses, with the record's id in the first
-/// eight bytes. Records are cut from shared chunks, so a record costs no allocation of its own.
-struct Payloads {
-    template: Vec<u8>,
-    chunk: BytesMut,
-    chunk_records: usize,
-}
-
-impl Payloads {
-    fn new(record_size: usize) -> Self {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let template = (0..record_size)
-            .map(|_| {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                b'A' + (state % 26) as u8
-            })
-            .collect();
-        let chunk_records = ((1 << 20) / record_size.max(1)).max(1);
-        Payloads {
-            template,
-            chunk: BytesMut::new(),
-            chunk_records,
-        }
-    }
-
-    fn next(&mut self, id: u64) -> Bytes {
-        let size = self.template.len();
-        if self.chunk.capacity() - self.chunk.len() < size {
-            self.chunk = BytesMut::with_capacity(self.chunk_records * size);
-        }
-        let start = self.chunk.len();
-        self.chunk.put_slice(&self.template);
-        if size >= 8 {
-            self.chunk[start..start + 8].copy_from_slice(&id.to_be_bytes());
-        }
-        self.chunk.split_to(self.chunk.len()).freeze()
-    }
-}
-
-/// Paces sends to a target rate: a record is sent once its due time has come. The thread
-/// sleeps (with 1 ns timer slack) rather than spins, so pacing costs no CPU.
-struct Pacer {
-    start: Instant,
-    interval_ns: f64,
-}
-
-impl Pacer {
-    fn new(rate: f64) -> Self {
-        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
-        unsafe {
-            libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
-        }
-        Pacer {
-            start: Instant::now(),
-            interval_ns: 1e9 / rate,
-        }
-    }
-
-    fn wait_for(&self, seq: u64) {
-        let due = Duration::from_nanos((seq as f64 * self.interval_ns) as u64);
-        let elapsed = self.start.elapsed();
-        if due > elapsed + Duration::from_micros(2) {
-            std::thread::sleep(due - elapsed);
-        }
-    }
 }
 
 fn build_config(a: &Args) -> Result<ProducerConfigBuilder> {
@@ -261,57 +191,20 @@ fn run(a: &Args) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let reporter = spawn_reporter(stop.clone(), a.reporting_interval_ms, a.record_size, a.json);
 
-    let topic: Arc<str> = Arc::from(a.topic.as_str());
     let mut payloads = Payloads::new(a.record_size);
     let pacer = a.throughput.map(Pacer::new);
-    let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
-    let mut errors = 0u64;
-    let mut first_error: Option<String> = None;
-    let mut check = |result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
-        if let Err(e) = result {
-            errors += 1;
-            first_error.get_or_insert_with(|| e.to_string());
-        }
-    };
     let start = Instant::now();
-    for seq in 0..a.num_records {
-        if let Some(p) = &pacer {
-            p.wait_for(seq);
-        }
-        while !tracker.slot_free(seq) {
-            // The ring wrapped onto a record still in flight: retire in order until it is done.
-            match pending.pop_front() {
-                Some(f) => check(f.wait()),
-                None => std::thread::yield_now(),
-            }
-        }
-        let record = ProducerRecord::new(topic.clone(), payloads.next(seq));
-        let sent = tracker.now();
-        let waker = tracker.start(seq, sent);
-        let mut future = producer.send(record);
-        let mut cx = Context::from_waker(&waker);
-        match std::pin::Pin::new(&mut future).poll(&mut cx) {
-            Poll::Ready(result) => {
-                tracker.complete_index(seq as usize & (tracker.capacity() - 1));
-                check(result);
-            }
-            Poll::Pending => pending.push_back(future),
-        }
-        if seq % 64 == 0 {
-            while let Some(result) = pending.front().and_then(DeliveryFuture::try_result) {
-                pending.pop_front();
-                check(result);
-            }
-        }
-    }
-    producer.flush();
-    for f in pending.drain(..) {
-        check(f.wait());
-    }
-    // Every delivery is complete; wakers may still be finishing their bookkeeping.
-    while tracker.histogram.count() < a.num_records && start.elapsed() < Duration::from_secs(1) {
-        std::thread::yield_now();
-    }
+    let Deliveries {
+        errors,
+        first_error,
+    } = drive_kacrab(
+        &producer,
+        &a.topic,
+        a.num_records,
+        &mut payloads,
+        pacer.as_ref(),
+        |_| None,
+    );
     let elapsed = start.elapsed();
     let client_cpu = procstat::process_cpu().saturating_sub(cpu_start);
     let threads = procstat::own_threads_breakdown(sender_tid);
