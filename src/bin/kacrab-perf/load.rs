@@ -34,6 +34,12 @@ impl Payloads {
         }
     }
 
+    /// The payload bytes before the id is written in.
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn template(&self) -> &[u8] {
+        &self.template
+    }
+
     pub fn next(&mut self, id: u64) -> Bytes {
         let size = self.template.len();
         if self.chunk.capacity() - self.chunk.len() < size {
@@ -67,8 +73,19 @@ impl Pacer {
         }
     }
 
+    /// When record `seq` is due, from the pacer's start.
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn due(&self, seq: u64) -> Duration {
+        Duration::from_nanos((seq as f64 * self.interval_ns) as u64)
+    }
+
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
     pub fn wait_for(&self, seq: u64) {
-        let due = Duration::from_nanos((seq as f64 * self.interval_ns) as u64);
+        let due = self.due(seq);
         let elapsed = self.start.elapsed();
         if due > elapsed + Duration::from_micros(2) {
             std::thread::sleep(due - elapsed);
