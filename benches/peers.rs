@@ -230,7 +230,7 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("--broker-process") => mock_broker_process(&args[1..]),
         Some("--client") if args.len() >= 2 => client_main(&args[1], &args[2..]),
-        _ => orchestrate(),
+        _ => orchestrate(args.iter().any(|a| a == "--quick")),
     };
     if let Err(e) = result {
         eprintln!("peers: {e:#}");
@@ -400,7 +400,7 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
         )
         .create_with_context(RdContext)?;
     let tracker = Tracker::install(1024);
-    let warm = vec![0u8; 8];
+    let warm = [0u8; 8];
     for p in 0..spec.partitions {
         producer
             .send(
@@ -793,20 +793,33 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn orchestrate() -> Result<()> {
-    let reps: usize = std::env::var("PEERS_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
-    let scale: f64 = std::env::var("PEERS_SCALE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1.0);
-    let brokers = env_list("PEERS_BROKERS", &["reference", "mock"]);
+/// `quick` (`cargo bench -- --quick`): one short repetition of kacrab and librdkafka on the
+/// reference broker, unless the environment asks for more.
+fn orchestrate(quick: bool) -> Result<()> {
+    let env_num = |key: &str, default: f64| {
+        std::env::var(key)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(default)
+    };
+    let reps = env_num("PEERS_REPS", if quick { 1.0 } else { 3.0 }) as usize;
+    let scale = env_num("PEERS_SCALE", if quick { 0.05 } else { 1.0 });
+    let brokers = env_list(
+        "PEERS_BROKERS",
+        if quick {
+            &["reference"]
+        } else {
+            &["reference", "mock"]
+        },
+    );
     let wanted_scenarios = env_list("PEERS_SCENARIOS", &["small", "large", "latency", "shards"]);
     let mut wanted_clients = env_list(
         "PEERS_CLIENTS",
-        &["kacrab", "librdkafka", "rskafka", "java"],
+        if quick {
+            &["kacrab", "librdkafka"]
+        } else {
+            &["kacrab", "librdkafka", "rskafka", "java"]
+        },
     );
     let target = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
         Path::new(env!("CARGO_MANIFEST_DIR"))
