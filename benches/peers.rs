@@ -1,0 +1,1015 @@
+//! Side-by-side benchmark of kacrab and other Kafka producers: librdkafka (the `rdkafka`
+//! crate's `ThreadedProducer`), rskafka (tokio) and, where a JDK is present, the Java client
+//! (kafka-clients 3.9.1, harness in `benches/peers/java/`).
+//!
+//! `cargo bench --bench peers` runs every scenario against both brokers:
+//! - `reference`: the crate's reference cluster, in its own process (`kacrab-perf
+//!   --broker-process`);
+//! - `mock`: librdkafka's mock cluster, in its own process (this binary, `--broker-process`).
+//!
+//! Every client run is its own child process (this binary with `--client NAME`, or the JVM),
+//! against a broker process started fresh for that run, so CPU time (getrusage) and peak RSS
+//! (VmHWM) are the client's alone. Clients are interleaved: repetition r starts with the r-th
+//! client. Each run first sends and awaits one record per partition (connections, metadata,
+//! producer id), then measures. Medians over the repetitions are printed with ratios against
+//! librdkafka.
+//!
+//! Environment:
+//! - `PEERS_BROKERS`: `reference,mock` (default both);
+//! - `PEERS_SCENARIOS`: any of `small,large,latency,shards` (default all);
+//! - `PEERS_CLIENTS`: any of `kacrab,librdkafka,rskafka,java` (default all available);
+//! - `PEERS_REPS`: repetitions (default 3);
+//! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
+//! - `PEERS_JAVA_LIB`: a folder holding kafka-clients.jar and slf4j-api.jar (default: fetched
+//!   by `benches/peers/java/fetch-jars.sh` into the target folder).
+
+#[allow(dead_code, unused_imports)]
+#[path = "../src/bin/kacrab-perf/embedded.rs"]
+mod embedded;
+#[allow(dead_code, unused_imports)]
+#[path = "../src/bin/kacrab-perf/latency.rs"]
+mod latency;
+#[allow(dead_code, unused_imports)]
+#[path = "../src/bin/kacrab-perf/load.rs"]
+mod load;
+#[allow(dead_code, unused_imports)]
+#[path = "../src/bin/kacrab-perf/procstat.rs"]
+mod procstat;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+
+use embedded::BrokerChild;
+use latency::Tracker;
+use load::{Pacer, Payloads};
+
+/// One client run's parameters; passed to the client child as `--key value` pairs.
+#[derive(Debug, Clone)]
+struct RunSpec {
+    client: String,
+    bootstrap: String,
+    topic: String,
+    partitions: i32,
+    records: u64,
+    size: usize,
+    /// Records per second; 0 is unthrottled.
+    rate: f64,
+    linger_ms: u64,
+    batch_size: usize,
+    shards: usize,
+    /// kacrab.spin.before.park.us (kacrab only); 0 is off.
+    spin_us: u64,
+}
+
+impl RunSpec {
+    fn to_args(&self) -> Vec<String> {
+        [
+            ("--bootstrap", self.bootstrap.clone()),
+            ("--topic", self.topic.clone()),
+            ("--partitions", self.partitions.to_string()),
+            ("--records", self.records.to_string()),
+            ("--size", self.size.to_string()),
+            ("--rate", self.rate.to_string()),
+            ("--linger-ms", self.linger_ms.to_string()),
+            ("--batch-size", self.batch_size.to_string()),
+            ("--shards", self.shards.to_string()),
+            ("--spin-us", self.spin_us.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+    }
+
+    fn from_args(client: &str, args: &[String]) -> Result<RunSpec> {
+        let mut map = BTreeMap::new();
+        for pair in args.chunks(2) {
+            let [k, v] = pair else {
+                bail!("odd argument list")
+            };
+            map.insert(k.trim_start_matches("--").to_string(), v.clone());
+        }
+        let get = |k: &str| map.get(k).cloned().ok_or_else(|| anyhow!("missing --{k}"));
+        Ok(RunSpec {
+            client: client.to_string(),
+            bootstrap: get("bootstrap")?,
+            topic: get("topic")?,
+            partitions: get("partitions")?.parse()?,
+            records: get("records")?.parse()?,
+            size: get("size")?.parse()?,
+            rate: get("rate")?.parse()?,
+            linger_ms: get("linger-ms")?.parse()?,
+            batch_size: get("batch-size")?.parse()?,
+            shards: get("shards")?.parse()?,
+            spin_us: get("spin-us")?.parse()?,
+        })
+    }
+
+    /// Records go to partitions in blocks of about one batch each (what a sticky partitioner
+    /// does), the same for every client.
+    fn block(&self) -> u64 {
+        (self.batch_size / (self.size + 12)).max(1) as u64
+    }
+
+    fn partition(&self, seq: u64) -> i32 {
+        ((seq / self.block()) % self.partitions as u64) as i32
+    }
+
+    fn pacer(&self) -> Option<Pacer> {
+        (self.rate > 0.0).then(|| Pacer::new(self.rate))
+    }
+
+    /// Records the client may hold unacknowledged: what 32 MiB of buffer holds.
+    fn max_outstanding(&self) -> usize {
+        (32 << 20) / (self.size + 100)
+    }
+}
+
+/// What a client run measured.
+#[derive(Debug, Clone, Default)]
+struct Outcome {
+    records: u64,
+    elapsed_s: f64,
+    errors: u64,
+    avg_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+    max_us: f64,
+    cpu_s: f64,
+    rss_bytes: u64,
+    /// Filled in by the orchestrator.
+    broker_cpu_s: f64,
+}
+
+impl Outcome {
+    fn from_histogram(records: u64, elapsed: Duration, errors: u64, cpu: Duration) -> Outcome {
+        let h = &Tracker::get().histogram;
+        let us = |ns: u64| ns as f64 / 1e3;
+        Outcome {
+            records,
+            elapsed_s: elapsed.as_secs_f64(),
+            errors,
+            avg_us: h.mean() / 1e3,
+            p50_us: us(h.quantile(0.5)),
+            p99_us: us(h.quantile(0.99)),
+            p999_us: us(h.quantile(0.999)),
+            max_us: us(h.max()),
+            cpu_s: cpu.as_secs_f64(),
+            rss_bytes: procstat::peak_rss_bytes(),
+            broker_cpu_s: 0.0,
+        }
+    }
+
+    fn to_line(&self) -> String {
+        format!(
+            "result records={} elapsed_s={} errors={} avg_us={} p50_us={} p99_us={} p999_us={} \
+             max_us={} cpu_s={} rss_bytes={}",
+            self.records,
+            self.elapsed_s,
+            self.errors,
+            self.avg_us,
+            self.p50_us,
+            self.p99_us,
+            self.p999_us,
+            self.max_us,
+            self.cpu_s,
+            self.rss_bytes
+        )
+    }
+
+    fn parse(line: &str) -> Result<Outcome> {
+        let rest = line
+            .strip_prefix("result ")
+            .ok_or_else(|| anyhow!("not a result line: {line}"))?;
+        let map: BTreeMap<&str, &str> = rest
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        let f = |k: &str| -> Result<f64> {
+            map.get(k)
+                .ok_or_else(|| anyhow!("result lacks {k}"))?
+                .parse::<f64>()
+                .map_err(|e| anyhow!("{k}: {e}"))
+        };
+        Ok(Outcome {
+            records: f("records")? as u64,
+            elapsed_s: f("elapsed_s")?,
+            errors: f("errors")? as u64,
+            avg_us: f("avg_us")?,
+            p50_us: f("p50_us")?,
+            p99_us: f("p99_us")?,
+            p999_us: f("p999_us")?,
+            max_us: f("max_us")?,
+            cpu_s: f("cpu_s")?,
+            rss_bytes: f("rss_bytes")? as u64,
+            broker_cpu_s: 0.0,
+        })
+    }
+
+    fn records_per_sec(&self) -> f64 {
+        self.records as f64 / self.elapsed_s
+    }
+
+    fn cpu_per_million(&self) -> f64 {
+        self.cpu_s * 1e6 / self.records.max(1) as f64
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter may follow. Neither applies here.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let result = match args.first().map(String::as_str) {
+        Some("--broker-process") => mock_broker_process(&args[1..]),
+        Some("--client") if args.len() >= 2 => client_main(&args[1], &args[2..]),
+        _ => orchestrate(args.iter().any(|a| a == "--quick")),
+    };
+    if let Err(e) = result {
+        eprintln!("peers: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brokers
+// ---------------------------------------------------------------------------------------------
+
+/// The mock broker child: librdkafka's mock cluster with 3 brokers, answering `cpu` and `quit`
+/// like `kacrab-perf --broker-process`.
+fn mock_broker_process(args: &[String]) -> Result<()> {
+    use rdkafka::mocking::MockCluster;
+    let topic = args.get(1).context("topic")?;
+    let partitions: i32 = args.get(3).context("partitions")?.parse()?;
+    let mock = MockCluster::new(3)?;
+    mock.create_topic(topic, partitions, 3)?;
+    for p in 0..partitions {
+        mock.partition_leader(topic, p, Some(1 + p % 3))?;
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "bootstrap {}", mock.bootstrap_servers())?;
+    out.flush()?;
+    for line in std::io::stdin().lock().lines() {
+        match line?.trim() {
+            "cpu" => writeln!(out, "cpu {:.6}", procstat::process_cpu().as_secs_f64())?,
+            "quit" => break,
+            other => writeln!(out, "error unknown command: {other}")?,
+        }
+        out.flush()?;
+    }
+    Ok(())
+}
+
+fn start_broker(kind: &str, topic: &str, partitions: i32) -> Result<BrokerChild> {
+    let args: Vec<String> = vec![
+        "--broker-process".into(),
+        "--topic".into(),
+        topic.into(),
+        "--partitions".into(),
+        partitions.to_string(),
+    ];
+    match kind {
+        "reference" => {
+            let mut args = args;
+            // Nothing is read back: keep the broker's memory bounded.
+            args.extend(["--retention-bytes".into(), (16 << 20).to_string()]);
+            BrokerChild::spawn(Path::new(env!("CARGO_BIN_EXE_kacrab-perf")), &args)
+        }
+        "mock" => BrokerChild::spawn(&std::env::current_exe()?, &args),
+        other => bail!("unknown broker {other}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients (each in its own process)
+// ---------------------------------------------------------------------------------------------
+
+fn client_main(client: &str, args: &[String]) -> Result<()> {
+    let spec = RunSpec::from_args(client, args)?;
+    let outcome = match client {
+        "kacrab" => run_kacrab(&spec)?,
+        "librdkafka" => run_librdkafka(&spec)?,
+        "rskafka" => run_rskafka(&spec)?,
+        "loopback" => run_loopback(&spec)?,
+        other => bail!("unknown client {other}"),
+    };
+    println!("{}", outcome.to_line());
+    Ok(())
+}
+
+fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
+    use kacrab::{Producer, ProducerRecord};
+    let mut builder = Producer::builder()
+        .set("bootstrap.servers", spec.bootstrap.as_str())
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("linger.ms", spec.linger_ms.to_string())
+        .set("batch.size", spec.batch_size.to_string())
+        .set("buffer.memory", (32u64 << 20).to_string())
+        .set(
+            "max.request.size",
+            (spec.batch_size.max(1 << 20) + 4096).to_string(),
+        )
+        .set("kacrab.shards", spec.shards.to_string());
+    if spec.spin_us > 0 {
+        builder = builder.set("kacrab.spin.before.park.us", spec.spin_us.to_string());
+    }
+    let producer = builder.build()?;
+    // Warm-up: connections, metadata, producer id.
+    for p in 0..spec.partitions {
+        producer
+            .send(ProducerRecord::new(spec.topic.as_str(), vec![0u8; 8]).with_partition(p))
+            .wait()?;
+    }
+    let reserve = kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD
+        + kacrab::engine::batch::record_size_upper_bound(None, Some(&vec![0; spec.size]), &[]);
+    Tracker::install(producer.config().buffer_memory / reserve + 2);
+    let mut payloads = Payloads::new(spec.size);
+    let pacer = spec.pacer();
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    let d = load::drive_kacrab(
+        &producer,
+        &spec.topic,
+        spec.records,
+        &mut payloads,
+        pacer.as_ref(),
+        |seq| Some(spec.partition(seq)),
+    );
+    let elapsed = start.elapsed();
+    let cpu = procstat::process_cpu() - cpu0;
+    if let Some(e) = &d.first_error {
+        eprintln!("kacrab: {} errors, first: {e}", d.errors);
+    }
+    let outcome = Outcome::from_histogram(spec.records, elapsed, d.errors, cpu);
+    producer.close(Duration::from_secs(10));
+    Ok(outcome)
+}
+
+static RD_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+struct RdContext;
+
+impl rdkafka::ClientContext for RdContext {}
+
+impl rdkafka::producer::ProducerContext for RdContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, sent: usize) {
+        let tracker = Tracker::get();
+        tracker
+            .histogram
+            .record(tracker.now().saturating_sub(sent as u64));
+        if result.is_err() {
+            RD_ERRORS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
+    use rdkafka::config::ClientConfig;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::util::Timeout;
+
+    let producer: ThreadedProducer<RdContext> = ClientConfig::new()
+        .set("bootstrap.servers", &spec.bootstrap)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("max.in.flight.requests.per.connection", "5")
+        .set("linger.ms", spec.linger_ms.to_string())
+        .set("batch.size", spec.batch_size.to_string())
+        .set("batch.num.messages", "1000000")
+        .set(
+            "message.max.bytes",
+            (spec.batch_size.max(1 << 20) + 4096).to_string(),
+        )
+        // The same 32 MiB of buffer as the others (librdkafka counts payload bytes).
+        .set("queue.buffering.max.kbytes", (32 << 10).to_string())
+        .set(
+            "queue.buffering.max.messages",
+            spec.max_outstanding().to_string(),
+        )
+        .create_with_context(RdContext)?;
+    let tracker = Tracker::install(1024);
+    let warm = [0u8; 8];
+    for p in 0..spec.partitions {
+        producer
+            .send(
+                BaseRecord::<(), [u8], usize>::with_opaque_to(&spec.topic, 0)
+                    .payload(&warm[..])
+                    .partition(p),
+            )
+            .map_err(|(e, _)| e)?;
+    }
+    producer.flush(Timeout::After(Duration::from_secs(30)))?;
+    tracker.histogram.reset();
+    RD_ERRORS.store(0, Ordering::Relaxed);
+
+    let mut payload = Payloads::new(spec.size).template().to_vec();
+    let pacer = spec.pacer();
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    for seq in 0..spec.records {
+        if let Some(p) = &pacer {
+            p.wait_for(seq);
+        }
+        if payload.len() >= 8 {
+            payload[..8].copy_from_slice(&seq.to_be_bytes());
+        }
+        let sent = tracker.now() as usize;
+        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(&spec.topic, sent)
+            .payload(&payload[..])
+            .partition(spec.partition(seq));
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err((e, _)) => {
+                    eprintln!("librdkafka: send failed: {e}");
+                    RD_ERRORS.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+    }
+    producer.flush(Timeout::After(Duration::from_secs(120)))?;
+    let elapsed = start.elapsed();
+    let cpu = procstat::process_cpu() - cpu0;
+    Ok(Outcome::from_histogram(
+        spec.records,
+        elapsed,
+        RD_ERRORS.load(Ordering::Relaxed),
+        cpu,
+    ))
+}
+
+fn run_rskafka(spec: &RunSpec) -> Result<Outcome> {
+    use futures::stream::{FuturesUnordered, StreamExt};
+    use rskafka::client::partition::UnknownTopicHandling;
+    use rskafka::client::producer::aggregator::RecordAggregator;
+    use rskafka::client::producer::BatchProducerBuilder;
+    use rskafka::client::ClientBuilder;
+    use rskafka::record::Record;
+    use std::sync::Arc;
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = ClientBuilder::new(spec.bootstrap.split(',').map(String::from).collect())
+            .build()
+            .await?;
+        let mut producers = Vec::new();
+        for p in 0..spec.partitions {
+            let partition = Arc::new(
+                client
+                    .partition_client(spec.topic.as_str(), p, UnknownTopicHandling::Retry)
+                    .await?,
+            );
+            producers.push(
+                BatchProducerBuilder::new(partition)
+                    .with_linger(Duration::from_millis(spec.linger_ms))
+                    .build(RecordAggregator::new(spec.batch_size)),
+            );
+        }
+        let record = |value: Vec<u8>| Record {
+            key: None,
+            value: Some(value),
+            headers: Default::default(),
+            timestamp: chrono::Utc::now(),
+        };
+        for producer in &producers {
+            producer.produce(record(vec![0u8; 8])).await?;
+        }
+        let tracker = Tracker::install(1024);
+        let template = Payloads::new(spec.size).template().to_vec();
+        let pacer = spec.pacer();
+        let errors = AtomicU64::new(0);
+        let limit = spec.max_outstanding();
+        let mut in_flight = FuturesUnordered::new();
+        let cpu0 = procstat::process_cpu();
+        let start = Instant::now();
+        for seq in 0..spec.records {
+            if let Some(p) = &pacer {
+                let due = p.due(seq);
+                // Keep completing records while waiting for the next send time.
+                loop {
+                    let now = p.elapsed();
+                    if now >= due {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(due - now) => {}
+                        Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+                    }
+                }
+            }
+            while in_flight.len() >= limit {
+                in_flight.next().await;
+            }
+            let mut value = template.clone();
+            if value.len() >= 8 {
+                value[..8].copy_from_slice(&seq.to_be_bytes());
+            }
+            let sent = tracker.now();
+            let producer = &producers[spec.partition(seq) as usize];
+            let errors = &errors;
+            let rec = record(value);
+            in_flight.push(async move {
+                if producer.produce(rec).await.is_err() {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+                tracker.histogram.record(tracker.now().saturating_sub(sent));
+            });
+            // Enqueue it (its first poll adds it to the batch) and collect what completed.
+            while let Some(Some(())) = futures::FutureExt::now_or_never(in_flight.next()) {}
+        }
+        while in_flight.next().await.is_some() {}
+        for producer in &producers {
+            producer.flush().await?;
+        }
+        let elapsed = start.elapsed();
+        let cpu = procstat::process_cpu() - cpu0;
+        Ok(Outcome::from_histogram(
+            spec.records,
+            elapsed,
+            errors.load(Ordering::Relaxed),
+            cpu,
+        ))
+    })
+}
+
+/// Loopback TCP bandwidth: one thread writes `records × size` bytes in 64 KiB writes, another
+/// reads and discards them. The ceiling for large records.
+fn run_loopback(spec: &RunSpec) -> Result<Outcome> {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    let total = spec.records * spec.size as u64;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let reader = std::thread::spawn(move || -> std::io::Result<u64> {
+        let (mut s, _) = listener.accept()?;
+        let mut buf = vec![0u8; 256 << 10];
+        let mut got = 0u64;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(got);
+            }
+            got += n as u64;
+        }
+    });
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let chunk = vec![0x5au8; 64 << 10];
+    Tracker::install(1024);
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let n = (total - sent).min(chunk.len() as u64) as usize;
+        s.write_all(&chunk[..n])?;
+        sent += n as u64;
+    }
+    drop(s);
+    let got = reader.join().expect("reader")?;
+    let elapsed = start.elapsed();
+    if got != total {
+        bail!("loopback read {got} of {total} bytes");
+    }
+    Ok(Outcome::from_histogram(
+        spec.records,
+        elapsed,
+        0,
+        procstat::process_cpu() - cpu0,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Java
+// ---------------------------------------------------------------------------------------------
+
+struct Java {
+    classpath: String,
+}
+
+/// Compiles the Java harness against kafka-clients 3.9.1, or says why it cannot run.
+fn prepare_java(target: &Path) -> Result<Java> {
+    let javac = Command::new("javac").arg("-version").output();
+    if !javac.map(|o| o.status.success()).unwrap_or(false) {
+        bail!("no javac on PATH");
+    }
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = match std::env::var_os("PEERS_JAVA_LIB") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let lib = target.join("peers-java/lib");
+            if !lib.join("kafka-clients.jar").exists() {
+                let status = Command::new("bash")
+                    .arg(manifest.join("benches/peers/java/fetch-jars.sh"))
+                    .arg(&lib)
+                    .status()
+                    .context("running fetch-jars.sh")?;
+                if !status.success() {
+                    bail!("fetch-jars.sh failed");
+                }
+            }
+            lib
+        }
+    };
+    let jars: Vec<String> = ["kafka-clients.jar", "slf4j-api.jar"]
+        .iter()
+        .map(|j| lib.join(j).to_string_lossy().into_owned())
+        .collect();
+    let classes = target.join("peers-java/classes");
+    std::fs::create_dir_all(&classes)?;
+    let status = Command::new("javac")
+        .args(["-d", &classes.to_string_lossy(), "-cp", &jars.join(":")])
+        .arg(manifest.join("benches/peers/java/PeerProducer.java"))
+        .status()?;
+    if !status.success() {
+        bail!("javac failed");
+    }
+    Ok(Java {
+        classpath: format!("{}:{}", classes.to_string_lossy(), jars.join(":")),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Orchestration
+// ---------------------------------------------------------------------------------------------
+
+struct Scenario {
+    name: &'static str,
+    title: &'static str,
+    records: u64,
+    size: usize,
+    partitions: i32,
+    rate: f64,
+    linger_ms: u64,
+    batch_size: usize,
+    /// (label, client, shards, spin µs)
+    clients: Vec<(&'static str, &'static str, usize, u64)>,
+}
+
+fn scenarios(scale: f64) -> Vec<Scenario> {
+    let n = |x: u64| ((x as f64 * scale) as u64).max(1000);
+    let peers = vec![
+        ("kacrab", "kacrab", 2, 0),
+        ("librdkafka", "librdkafka", 0, 0),
+        ("rskafka", "rskafka", 0, 0),
+        ("java", "java", 0, 0),
+    ];
+    vec![
+        Scenario {
+            name: "small",
+            title: "5,000,000 x 10 B, 16 partitions, unthrottled, linger.ms=5, batch.size=16384",
+            records: n(5_000_000),
+            size: 10,
+            partitions: 16,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 16384,
+            clients: peers.clone(),
+        },
+        Scenario {
+            name: "large",
+            title: "100,000 x 10 KiB, 3 partitions, unthrottled, linger.ms=5, batch.size=1048576",
+            records: n(100_000),
+            size: 10 * 1024,
+            partitions: 3,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 1 << 20,
+            clients: {
+                let mut c = peers.clone();
+                c.push(("loopback TCP", "loopback", 0, 0));
+                c
+            },
+        },
+        Scenario {
+            name: "latency",
+            title: "50,000 records/s x 100 B, 6 partitions, linger.ms=0, 250,000 records",
+            records: n(250_000),
+            size: 100,
+            partitions: 6,
+            rate: 50_000.0,
+            linger_ms: 0,
+            batch_size: 16384,
+            clients: {
+                let mut c = peers.clone();
+                c.insert(1, ("kacrab 1 shard", "kacrab", 1, 0));
+                c.insert(2, ("kacrab 1 shard spin", "kacrab", 1, 200));
+                c.insert(3, ("kacrab 2 shards spin", "kacrab", 2, 200));
+                c
+            },
+        },
+        Scenario {
+            name: "shards",
+            title: "kacrab 1 shard vs 2 shards: 5,000,000 x 10 B, 16 partitions, unthrottled",
+            records: n(5_000_000),
+            size: 10,
+            partitions: 16,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 16384,
+            clients: vec![
+                ("kacrab 1 shard", "kacrab", 1, 0),
+                ("kacrab 2 shards", "kacrab", 2, 0),
+            ],
+        },
+    ]
+}
+
+fn env_list(key: &str, default: &[&str]) -> Vec<String> {
+    match std::env::var(key) {
+        Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_string()).collect(),
+        _ => default.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn run_client(spec: &RunSpec, java: Option<&Java>) -> Result<Outcome> {
+    let mut command = if spec.client == "java" {
+        let java = java.context("java not prepared")?;
+        let mut c = Command::new("java");
+        c.args([
+            "-Xms256m",
+            "-Xmx1g",
+            "-XX:+UseParallelGC",
+            "-cp",
+            &java.classpath,
+            "PeerProducer",
+        ]);
+        c
+    } else {
+        let mut c = Command::new(std::env::current_exe()?);
+        c.args(["--client", &spec.client]);
+        c
+    };
+    let child = command
+        .args(spec.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let output = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("result "))
+        .ok_or_else(|| {
+            anyhow!(
+                "{} printed no result (status {})",
+                spec.client,
+                output.status
+            )
+        })?;
+    Outcome::parse(line)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `quick` (`cargo bench -- --quick`): one short repetition of kacrab and librdkafka on the
+/// reference broker, unless the environment asks for more.
+fn orchestrate(quick: bool) -> Result<()> {
+    let env_num = |key: &str, default: f64| {
+        std::env::var(key)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(default)
+    };
+    let reps = env_num("PEERS_REPS", if quick { 1.0 } else { 3.0 }) as usize;
+    let scale = env_num("PEERS_SCALE", if quick { 0.05 } else { 1.0 });
+    let brokers = env_list(
+        "PEERS_BROKERS",
+        if quick {
+            &["reference"]
+        } else {
+            &["reference", "mock"]
+        },
+    );
+    let wanted_scenarios = env_list("PEERS_SCENARIOS", &["small", "large", "latency", "shards"]);
+    let mut wanted_clients = env_list(
+        "PEERS_CLIENTS",
+        if quick {
+            &["kacrab", "librdkafka"]
+        } else {
+            &["kacrab", "librdkafka", "rskafka", "java"]
+        },
+    );
+    let target = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target")
+            .to_string_lossy()
+            .into_owned()
+    }));
+    let java = if wanted_clients.iter().any(|c| c == "java") {
+        match prepare_java(&target) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                println!("java client skipped: {e:#}");
+                wanted_clients.retain(|c| c != "java");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    println!(
+        "peers: {reps} repetitions, scale {scale}, brokers {brokers:?}, clients {wanted_clients:?}"
+    );
+    let mut report = String::new();
+    for scenario in scenarios(scale) {
+        if !wanted_scenarios.iter().any(|s| s == scenario.name) {
+            continue;
+        }
+        let clients: Vec<_> = scenario
+            .clients
+            .iter()
+            .filter(|(_, client, _, _)| {
+                *client == "loopback" || wanted_clients.iter().any(|w| w == client)
+            })
+            .cloned()
+            .collect();
+        for broker in &brokers {
+            // kafka-clients 3.9.1 never gets the topic's metadata from librdkafka's mock
+            // ("Topic ... not present in metadata after 60000 ms"), so Java runs against the
+            // reference broker only.
+            let clients: Vec<_> = clients
+                .iter()
+                .filter(|(_, client, _, _)| !(broker == "mock" && *client == "java"))
+                .cloned()
+                .collect();
+            println!(
+                "\n== {} [{}] on the {broker} broker",
+                scenario.name, scenario.title
+            );
+            let mut results: BTreeMap<&str, Vec<Outcome>> = BTreeMap::new();
+            for rep in 0..reps {
+                for k in 0..clients.len() {
+                    let (label, client, shards, spin) = clients[(rep + k) % clients.len()];
+                    let topic = format!("peers-{}", scenario.name);
+                    let spec = RunSpec {
+                        client: client.to_string(),
+                        bootstrap: String::new(),
+                        topic: topic.clone(),
+                        partitions: scenario.partitions,
+                        records: scenario.records,
+                        size: scenario.size,
+                        rate: scenario.rate,
+                        linger_ms: scenario.linger_ms,
+                        batch_size: scenario.batch_size,
+                        shards,
+                        spin_us: spin,
+                    };
+                    let outcome = if client == "loopback" {
+                        run_client(&spec, None)
+                    } else {
+                        run_against(broker, spec, java.as_ref())
+                    };
+                    match outcome {
+                        Ok(o) => {
+                            println!(
+                                "  rep {rep} {label:<18} {:>12.0} rec/s {:>9.1} MB/s  p50 {:>9.1} us  p99 {:>9.1} us  p99.9 {:>9.1} us  cpu {:>6.3} s/M  rss {:>7.1} MiB  broker cpu {:>6.3} s  errors {}",
+                                o.records_per_sec(),
+                                o.records_per_sec() * scenario.size as f64 / 1048576.0,
+                                o.p50_us,
+                                o.p99_us,
+                                o.p999_us,
+                                o.cpu_per_million(),
+                                o.rss_bytes as f64 / 1048576.0,
+                                o.broker_cpu_s,
+                                o.errors
+                            );
+                            results.entry(label).or_default().push(o);
+                        }
+                        Err(e) => println!("  rep {rep} {label}: failed: {e:#}"),
+                    }
+                }
+            }
+            let table = summarize(&scenario, broker, &clients, &results, reps);
+            print!("{table}");
+            report.push_str(&table);
+        }
+    }
+    println!("\n# Summary (medians)\n{report}");
+    Ok(())
+}
+
+fn run_against(broker: &str, mut spec: RunSpec, java: Option<&Java>) -> Result<Outcome> {
+    let mut child = start_broker(broker, &spec.topic, spec.partitions)?;
+    spec.bootstrap = child.bootstrap.clone();
+    let cpu0 = child.cpu()?;
+    let outcome = run_client(&spec, java);
+    let cpu1 = child.cpu()?;
+    child.stop();
+    let mut outcome = outcome?;
+    outcome.broker_cpu_s = (cpu1 - cpu0).as_secs_f64();
+    Ok(outcome)
+}
+
+fn summarize(
+    scenario: &Scenario,
+    broker: &str,
+    clients: &[(&str, &str, usize, u64)],
+    results: &BTreeMap<&str, Vec<Outcome>>,
+    reps: usize,
+) -> String {
+    let mut out = String::new();
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "\n### {} on the {broker} broker: {}\n",
+        scenario.name, scenario.title
+    );
+    let _ = writeln!(
+        out,
+        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s per M records | peak RSS MiB | broker CPU s |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let med = |label: &str, f: &dyn Fn(&Outcome) -> f64| {
+        median(
+            results
+                .get(label)
+                .map(|v| v.iter().map(f).collect())
+                .unwrap_or_default(),
+        )
+    };
+    for (label, _, _, _) in clients {
+        let runs = results.get(label).map_or(0, Vec::len);
+        if runs == 0 {
+            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | |");
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} |",
+            med(label, &|o| o.records_per_sec()),
+            med(label, &|o| o.records_per_sec() * scenario.size as f64 / 1048576.0),
+            med(label, &|o| o.p50_us / 1e3),
+            med(label, &|o| o.p99_us / 1e3),
+            med(label, &|o| o.p999_us / 1e3),
+            med(label, &|o| o.cpu_per_million()),
+            med(label, &|o| o.rss_bytes as f64 / 1048576.0),
+            med(label, &|o| o.broker_cpu_s),
+        );
+    }
+    // Ratios of per-repetition values (same repetition, interleaved), then their median.
+    let ratio = |a: &str, b: &str, f: &dyn Fn(&Outcome) -> f64| -> f64 {
+        let (Some(x), Some(y)) = (results.get(a), results.get(b)) else {
+            return f64::NAN;
+        };
+        median(x.iter().zip(y).map(|(x, y)| f(x) / f(y)).collect())
+    };
+    let base = match scenario.name {
+        "shards" => "kacrab 1 shard",
+        _ => "librdkafka",
+    };
+    let _ = writeln!(out);
+    for (label, client, _, _) in clients {
+        if *label == base || *client == "loopback" {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x, peak RSS {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
+            ratio(label, base, &|o| o.records_per_sec()),
+            ratio(label, base, &|o| o.cpu_per_million()),
+            ratio(label, base, &|o| o.rss_bytes as f64),
+            ratio(label, base, &|o| o.p99_us),
+            ratio(label, base, &|o| o.p999_us),
+        );
+    }
+    if results.contains_key("loopback TCP") {
+        let _ = writeln!(
+            out,
+            "- kacrab payload MB/s / loopback TCP MB/s: {:.2}x",
+            ratio("kacrab", "loopback TCP", &|o| o.records_per_sec())
+        );
+    }
+    out
+}

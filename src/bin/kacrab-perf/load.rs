@@ -1,0 +1,171 @@
+//! What a load generator needs besides the producer: payloads that carry their record id, and
+//! a pacer for a fixed send rate. Shared by `kacrab-perf` and the peer benchmark.
+
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::latency::Tracker;
+
+/// Payload bytes: uppercase letters, as Kafka's tool uses, with the record's id in the first
+/// eight bytes. Records are cut from shared chunks, so a record costs no allocation of its own.
+pub struct Payloads {
+    template: Vec<u8>,
+    chunk: BytesMut,
+    chunk_records: usize,
+}
+
+impl Payloads {
+    pub fn new(record_size: usize) -> Self {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let template = (0..record_size)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                b'A' + (state % 26) as u8
+            })
+            .collect();
+        let chunk_records = ((1 << 20) / record_size.max(1)).max(1);
+        Payloads {
+            template,
+            chunk: BytesMut::new(),
+            chunk_records,
+        }
+    }
+
+    /// The payload bytes before the id is written in.
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn template(&self) -> &[u8] {
+        &self.template
+    }
+
+    pub fn next(&mut self, id: u64) -> Bytes {
+        let size = self.template.len();
+        if self.chunk.capacity() - self.chunk.len() < size {
+            self.chunk = BytesMut::with_capacity(self.chunk_records * size);
+        }
+        let start = self.chunk.len();
+        self.chunk.put_slice(&self.template);
+        if size >= 8 {
+            self.chunk[start..start + 8].copy_from_slice(&id.to_be_bytes());
+        }
+        self.chunk.split_to(self.chunk.len()).freeze()
+    }
+}
+
+/// Paces sends to a target rate: a record is sent once its due time has come. The thread
+/// sleeps (with 1 ns timer slack) rather than spins, so pacing costs no CPU.
+pub struct Pacer {
+    start: Instant,
+    interval_ns: f64,
+}
+
+impl Pacer {
+    pub fn new(rate: f64) -> Self {
+        // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
+        }
+        Pacer {
+            start: Instant::now(),
+            interval_ns: 1e9 / rate,
+        }
+    }
+
+    /// When record `seq` is due, from the pacer's start.
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn due(&self, seq: u64) -> Duration {
+        Duration::from_nanos((seq as f64 * self.interval_ns) as u64)
+    }
+
+    #[allow(dead_code)] // the peer benchmark's
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    pub fn wait_for(&self, seq: u64) {
+        let due = self.due(seq);
+        let elapsed = self.start.elapsed();
+        if due > elapsed + Duration::from_micros(2) {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+}
+
+/// What a run's deliveries came to.
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// Sends `records` records of `payloads` through `producer`, paced by `pacer` if any, to
+/// `partition(seq)` (`None`: the producer's partitioner), recording each record's latency in
+/// the installed [`Tracker`]. Returns once every record has completed.
+pub fn drive_kacrab(
+    producer: &kacrab::Producer,
+    topic: &str,
+    records: u64,
+    payloads: &mut Payloads,
+    pacer: Option<&Pacer>,
+    partition: impl Fn(u64) -> Option<i32>,
+) -> Deliveries {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    use kacrab::{DeliveryFuture, ProducerRecord};
+
+    let tracker = Tracker::get();
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(topic);
+    let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
+    let mut out = Deliveries::default();
+    let mut check = |result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
+        if let Err(e) = result {
+            out.errors += 1;
+            out.first_error.get_or_insert_with(|| e.to_string());
+        }
+    };
+    for seq in 0..records {
+        if let Some(p) = pacer {
+            p.wait_for(seq);
+        }
+        while !tracker.slot_free(seq) {
+            // The ring wrapped onto a record still in flight: retire in order until it is done.
+            match pending.pop_front() {
+                Some(f) => check(f.wait()),
+                None => std::thread::yield_now(),
+            }
+        }
+        let mut record = ProducerRecord::new(topic.clone(), payloads.next(seq));
+        record.partition = partition(seq);
+        let sent = tracker.now();
+        let waker = tracker.start(seq, sent);
+        let mut future = producer.send(record);
+        let mut cx = Context::from_waker(&waker);
+        match std::pin::Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(result) => {
+                tracker.complete_index(seq as usize & (tracker.capacity() - 1));
+                check(result);
+            }
+            Poll::Pending => pending.push_back(future),
+        }
+        if seq % 64 == 0 {
+            while let Some(result) = pending.front().and_then(DeliveryFuture::try_result) {
+                pending.pop_front();
+                check(result);
+            }
+        }
+    }
+    producer.flush();
+    for f in pending.drain(..) {
+        check(f.wait());
+    }
+    // Every delivery is complete; wakers may still be finishing their bookkeeping.
+    let settle = Instant::now();
+    while tracker.histogram.count() < records && settle.elapsed() < Duration::from_secs(1) {
+        std::thread::yield_now();
+    }
+    out
+}

@@ -1,0 +1,480 @@
+//! `kacrab-perf`: a producer load generator in the manner of Kafka's
+//! `kafka-producer-perf-test`, with exactly-once read-back verification.
+//!
+//! Measurement choices (see BENCHMARKS.md):
+//! - The embedded reference cluster runs in a child process (this binary re-executed with
+//!   `--broker-process`), so getrusage and VmHWM of this process are the client's alone: the
+//!   sending thread, the shard threads and glommio's helper threads. The broker's CPU is asked
+//!   from the child and reported apart.
+//! - Latency is per record, from just before `send` to the moment the record's delivery is
+//!   completed: the waker registered on its `DeliveryFuture` takes the timestamp on the thread
+//!   that completes it.
+
+mod args;
+mod embedded;
+mod latency;
+mod load;
+mod procstat;
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use kacrab::engine::batch::record_size_upper_bound;
+use kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD;
+use kacrab::{ConfigError, Producer, ProducerConfigBuilder};
+
+use args::{Args, Mode};
+use embedded::{BrokerChild, Verification};
+use latency::Tracker;
+use load::{drive_kacrab, Deliveries, Pacer, Payloads};
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mode = match args::parse(&argv) {
+        Ok(mode) => mode,
+        Err(e) => {
+            eprintln!("kacrab-perf: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match mode {
+        Mode::Help => {
+            print!("{}", args::USAGE);
+            Ok(())
+        }
+        Mode::BrokerProcess {
+            topic,
+            partitions,
+            brokers,
+            retention,
+        } => broker_process(&topic, partitions, brokers, retention),
+        Mode::Run(a) => run(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kacrab-perf: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(feature = "testkit")]
+fn broker_process(
+    topic: &str,
+    partitions: i32,
+    brokers: usize,
+    retention: Option<usize>,
+) -> Result<()> {
+    embedded::broker_process_main(topic, partitions, brokers, retention)
+}
+
+#[cfg(not(feature = "testkit"))]
+fn broker_process(_: &str, _: i32, _: usize, _: Option<usize>) -> Result<()> {
+    bail!("this build has no embedded cluster (built without the `testkit` feature)")
+}
+
+/// Everything the summary reports.
+struct Summary {
+    records: u64,
+    record_size: usize,
+    errors: u64,
+    first_error: Option<String>,
+    elapsed: Duration,
+    latency_ns: Latencies,
+    client_cpu: Duration,
+    shard_cpu: Duration,
+    sender_cpu: Duration,
+    peak_rss: u64,
+    broker_cpu: Option<Duration>,
+    shards: usize,
+    partitions: Option<i32>,
+    verification: Option<Verification>,
+}
+
+struct Latencies {
+    avg: f64,
+    max: u64,
+    p50: u64,
+    p95: u64,
+    p99: u64,
+    p999: u64,
+}
+
+fn build_config(a: &Args) -> Result<ProducerConfigBuilder> {
+    let mut builder = ProducerConfigBuilder::new();
+    if let Some(file) = &a.producer_config {
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        builder = builder.set_properties(&text);
+    }
+    for (k, v) in &a.producer_props {
+        builder = builder.set(k, v.as_str());
+    }
+    if let Some(servers) = &a.bootstrap_servers {
+        builder = builder.bootstrap_servers(servers.as_str());
+    }
+    if let Some(shards) = &a.shards {
+        builder = builder.set("kacrab.shards", shards.as_str());
+    }
+    if let Some(cores) = &a.cores {
+        builder = builder.set("kacrab.cores", cores.as_str());
+    }
+    Ok(builder)
+}
+
+fn needs_bootstrap(err: &ConfigError) -> bool {
+    matches!(err, ConfigError::InvalidValue { key, value, .. }
+        if key == kacrab::config::keys::BOOTSTRAP_SERVERS && value.is_empty())
+}
+
+fn run(a: &Args) -> Result<()> {
+    if a.transactional_id.is_some() || a.transaction_duration_ms.is_some() {
+        bail!(
+            "transactions are not supported yet: kacrab's producer has no transactional API, \
+             so --transactional-id and --transaction-duration-ms cannot be honoured"
+        );
+    }
+    let builder = build_config(a)?;
+    let (builder, config, mut broker) = match builder.clone().build() {
+        Ok(config) => (builder, config, None),
+        Err(e) if needs_bootstrap(&e) => {
+            let child = start_embedded(a)?;
+            let builder = builder.bootstrap_servers(child.bootstrap.as_str());
+            let config = builder.clone().build().map_err(|e| anyhow!("{e}"))?;
+            (builder, config, Some(child))
+        }
+        Err(e) => return Err(anyhow!("{e}")),
+    };
+    if config.transactional_id.is_some() {
+        bail!("transactions are not supported yet: remove transactional.id from the producer properties");
+    }
+    if a.verify && broker.is_none() {
+        bail!(
+            "--verify reads the log of the embedded reference cluster; it is not available \
+             with an external cluster (drop --bootstrap-servers / bootstrap.servers)"
+        );
+    }
+    let log = |line: &str| {
+        if a.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    if let Some(child) = &broker {
+        log(&format!(
+            "embedded reference cluster: {} brokers at {} (pid {}), topic {} with {} partitions",
+            a.brokers,
+            child.bootstrap,
+            child.pid(),
+            a.topic,
+            a.partitions
+        ));
+    }
+
+    // One ring slot per record that buffer.memory lets be in flight at once.
+    let reserve =
+        RECORD_BATCH_OVERHEAD + record_size_upper_bound(None, Some(&vec![0; a.record_size]), &[]);
+    let tracker = Tracker::install(config.buffer_memory / reserve + 2);
+    let producer = Producer::builder().config(|_| builder).build()?;
+    let shards = producer.shard_cores().len();
+    let sender_tid = procstat::current_tid();
+    let broker_cpu_start = broker.as_mut().map(|b| b.cpu()).transpose()?;
+    let cpu_start = procstat::process_cpu();
+    let threads_start = procstat::own_threads_breakdown(sender_tid);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let reporter = spawn_reporter(stop.clone(), a.reporting_interval_ms, a.record_size, a.json);
+
+    let mut payloads = Payloads::new(a.record_size);
+    let pacer = a.throughput.map(Pacer::new);
+    let start = Instant::now();
+    let Deliveries {
+        errors,
+        first_error,
+    } = drive_kacrab(
+        &producer,
+        &a.topic,
+        a.num_records,
+        &mut payloads,
+        pacer.as_ref(),
+        |_| None,
+    );
+    let elapsed = start.elapsed();
+    let client_cpu = procstat::process_cpu().saturating_sub(cpu_start);
+    let threads = procstat::own_threads_breakdown(sender_tid);
+    let peak_rss = procstat::peak_rss_bytes();
+    stop.store(true, Ordering::Release);
+    reporter.thread().unpark();
+    let _ = reporter.join();
+    let broker_cpu = match (broker.as_mut(), broker_cpu_start) {
+        (Some(b), Some(s)) => Some(b.cpu()?.saturating_sub(s)),
+        _ => None,
+    };
+    producer.close(Duration::from_secs(30));
+
+    let verification = match broker.as_mut() {
+        Some(b) if a.verify => Some(b.verify(&a.topic, a.partitions, a.num_records)?),
+        _ => None,
+    };
+    if let Some(b) = broker.take() {
+        b.stop();
+    }
+    let h = &tracker.histogram;
+    let summary = Summary {
+        records: a.num_records,
+        record_size: a.record_size,
+        errors,
+        first_error,
+        elapsed,
+        latency_ns: Latencies {
+            avg: h.mean(),
+            max: h.max(),
+            p50: h.quantile(0.50),
+            p95: h.quantile(0.95),
+            p99: h.quantile(0.99),
+            p999: h.quantile(0.999),
+        },
+        client_cpu,
+        shard_cpu: threads.shards.saturating_sub(threads_start.shards),
+        sender_cpu: threads.main.saturating_sub(threads_start.main),
+        peak_rss,
+        broker_cpu,
+        shards,
+        partitions: (a.bootstrap_servers.is_none()).then_some(a.partitions),
+        verification,
+    };
+    if a.json {
+        println!("{}", json(&summary, a));
+    } else {
+        print!("{}", text(&summary));
+    }
+    if errors > 0 {
+        bail!("{errors} records failed");
+    }
+    if let Some(v) = verification {
+        if v.found != v.expected || v.duplicates != 0 || v.out_of_order != 0 || v.unexpected != 0 {
+            bail!("verification failed");
+        }
+    }
+    Ok(())
+}
+
+fn start_embedded(a: &Args) -> Result<BrokerChild> {
+    if !cfg!(feature = "testkit") {
+        bail!(
+            "no bootstrap.servers given, and this build has no embedded cluster (built \
+             without the `testkit` feature): pass --bootstrap-servers"
+        );
+    }
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let mut args = vec![
+        "--broker-process".to_string(),
+        "--topic".to_string(),
+        a.topic.clone(),
+        "--partitions".to_string(),
+        a.partitions.to_string(),
+        "--brokers".to_string(),
+        a.brokers.to_string(),
+    ];
+    if !a.verify {
+        // Nothing is read back: bound the broker's memory (it keeps the log in RAM).
+        args.extend(["--retention-bytes".to_string(), (64 << 20).to_string()]);
+    }
+    BrokerChild::spawn(&exe, &args)
+}
+
+/// A progress line every `interval_ms`: records completed in the window, their rate, and the
+/// window's average and maximum latency (Kafka's tool prints the same).
+fn spawn_reporter(
+    stop: Arc<AtomicBool>,
+    interval_ms: u64,
+    record_size: usize,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("perf-reporter".into())
+        .spawn(move || {
+            let tracker = Tracker::get();
+            let interval = Duration::from_millis(interval_ms);
+            let mut last = Instant::now();
+            tracker.window.take();
+            loop {
+                let deadline = last + interval;
+                while !stop.load(Ordering::Acquire) {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let now = Instant::now();
+                let (count, sum, max) = tracker.window.take();
+                let secs = (now - last).as_secs_f64();
+                last = now;
+                let rate = count as f64 / secs;
+                let line = format!(
+                    "{count} records sent, {rate:.1} records/sec ({:.2} MB/sec), {:.3} ms avg \
+                     latency, {:.3} ms max latency.",
+                    rate * record_size as f64 / (1024.0 * 1024.0),
+                    if count == 0 {
+                        0.0
+                    } else {
+                        sum as f64 / count as f64 / 1e6
+                    },
+                    max as f64 / 1e6
+                );
+                if to_stderr {
+                    eprintln!("{line}");
+                } else {
+                    println!("{line}");
+                }
+            }
+        })
+        .expect("spawn the reporter thread")
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn text(s: &Summary) -> String {
+    let secs = s.elapsed.as_secs_f64();
+    let rate = s.records as f64 / secs;
+    let l = &s.latency_ns;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} records sent, {:.1} records/sec ({:.2} MB/sec), {:.3} ms avg latency, {:.3} ms max \
+         latency, {:.3} ms 50th, {:.3} ms 95th, {:.3} ms 99th, {:.3} ms 99.9th.",
+        s.records,
+        rate,
+        rate * s.record_size as f64 / (1024.0 * 1024.0),
+        l.avg / 1e6,
+        ms(l.max),
+        ms(l.p50),
+        ms(l.p95),
+        ms(l.p99),
+        ms(l.p999)
+    );
+    let per_million = s.client_cpu.as_secs_f64() * 1e6 / s.records.max(1) as f64;
+    let _ = writeln!(
+        out,
+        "client cpu: {:.3} s ({per_million:.3} s per million records; shards {:.3} s, sending \
+         thread {:.3} s), {} shards",
+        s.client_cpu.as_secs_f64(),
+        s.shard_cpu.as_secs_f64(),
+        s.sender_cpu.as_secs_f64(),
+        s.shards
+    );
+    let _ = writeln!(
+        out,
+        "client peak rss: {:.1} MiB",
+        s.peak_rss as f64 / (1024.0 * 1024.0)
+    );
+    if let Some(cpu) = s.broker_cpu {
+        let _ = writeln!(
+            out,
+            "broker cpu (embedded cluster, own process): {:.3} s",
+            cpu.as_secs_f64()
+        );
+    }
+    if s.errors > 0 {
+        let _ = writeln!(
+            out,
+            "errors: {} (first: {})",
+            s.errors,
+            s.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    if let Some(v) = s.verification {
+        let _ = writeln!(
+            out,
+            "verified: {} of {}, {} duplicates, {} out of order",
+            v.found, v.expected, v.duplicates, v.out_of_order
+        );
+        if v.unexpected > 0 {
+            let _ = writeln!(
+                out,
+                "unexpected records (no id of this run): {}",
+                v.unexpected
+            );
+        }
+    }
+    out
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn json(s: &Summary, a: &Args) -> String {
+    let secs = s.elapsed.as_secs_f64();
+    let rate = s.records as f64 / secs;
+    let l = &s.latency_ns;
+    let mut out = String::from("{");
+    let _ = write!(
+        out,
+        "\"topic\":{},\"records\":{},\"record_size\":{},\"throughput_limit\":{},\
+         \"shards\":{},\"partitions\":{},\"elapsed_s\":{secs:.6},\"records_per_sec\":{rate:.1},\
+         \"mb_per_sec\":{:.3},\"latency_ms\":{{\"avg\":{:.4},\"max\":{:.4},\"p50\":{:.4},\
+         \"p95\":{:.4},\"p99\":{:.4},\"p999\":{:.4}}},\"client_cpu_s\":{:.4},\
+         \"client_cpu_s_per_million\":{:.4},\"shard_cpu_s\":{:.4},\"sender_cpu_s\":{:.4},\
+         \"peak_rss_bytes\":{},\"broker_cpu_s\":{},\"errors\":{}",
+        json_str(&a.topic),
+        s.records,
+        s.record_size,
+        a.throughput.map_or("null".to_string(), |t| t.to_string()),
+        s.shards,
+        s.partitions.map_or("null".to_string(), |p| p.to_string()),
+        rate * s.record_size as f64 / (1024.0 * 1024.0),
+        l.avg / 1e6,
+        ms(l.max),
+        ms(l.p50),
+        ms(l.p95),
+        ms(l.p99),
+        ms(l.p999),
+        s.client_cpu.as_secs_f64(),
+        s.client_cpu.as_secs_f64() * 1e6 / s.records.max(1) as f64,
+        s.shard_cpu.as_secs_f64(),
+        s.sender_cpu.as_secs_f64(),
+        s.peak_rss,
+        s.broker_cpu
+            .map_or("null".to_string(), |c| format!("{:.4}", c.as_secs_f64())),
+        s.errors,
+    );
+    if let Some(e) = &s.first_error {
+        let _ = write!(out, ",\"first_error\":{}", json_str(e));
+    }
+    if let Some(v) = s.verification {
+        let _ = write!(
+            out,
+            ",\"verify\":{{\"found\":{},\"expected\":{},\"duplicates\":{},\"out_of_order\":{},\
+             \"unexpected\":{},\"records_in_log\":{}}}",
+            v.found, v.expected, v.duplicates, v.out_of_order, v.unexpected, v.records
+        );
+    }
+    out.push('}');
+    out
+}
