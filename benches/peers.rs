@@ -298,6 +298,7 @@ fn client_main(client: &str, args: &[String]) -> Result<()> {
         "librdkafka" => run_librdkafka(&spec)?,
         "rskafka" => run_rskafka(&spec)?,
         "loopback" => run_loopback(&spec)?,
+        "loopback-rtt" => run_loopback_rtt(&spec)?,
         other => bail!("unknown client {other}"),
     };
     println!("{}", outcome.to_line());
@@ -598,6 +599,50 @@ fn run_loopback(spec: &RunSpec) -> Result<Outcome> {
     ))
 }
 
+/// Loopback TCP round trips: `size` bytes out, the same back from an echo thread, one at a
+/// time (TCP_NODELAY, up to 50,000 round trips). The floor under any request latency here.
+fn run_loopback_rtt(spec: &RunSpec) -> Result<Outcome> {
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    let rounds = spec.records.min(50_000);
+    let size = spec.size;
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let echo = std::thread::spawn(move || -> std::io::Result<()> {
+        let (mut s, _) = listener.accept()?;
+        s.set_nodelay(true)?;
+        let mut buf = vec![0u8; size];
+        loop {
+            if s.read_exact(&mut buf).is_err() {
+                return Ok(());
+            }
+            s.write_all(&buf)?;
+        }
+    });
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    let out = vec![0x5au8; size];
+    let mut back = vec![0u8; size];
+    let tracker = Tracker::install(1024);
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let sent = tracker.now();
+        s.write_all(&out)?;
+        s.read_exact(&mut back)?;
+        tracker.histogram.record(tracker.now() - sent);
+    }
+    let elapsed = start.elapsed();
+    drop(s);
+    let _ = echo.join();
+    Ok(Outcome::from_histogram(
+        rounds,
+        elapsed,
+        0,
+        procstat::process_cpu() - cpu0,
+    ))
+}
+
 // ---------------------------------------------------------------------------------------------
 // Java
 // ---------------------------------------------------------------------------------------------
@@ -714,6 +759,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 c.insert(1, ("kacrab 1 shard", "kacrab", 1, 0));
                 c.insert(2, ("kacrab 1 shard spin", "kacrab", 1, 200));
                 c.insert(3, ("kacrab 2 shards spin", "kacrab", 2, 200));
+                c.push(("loopback TCP RTT", "loopback-rtt", 0, 0));
                 c
             },
         },
@@ -851,7 +897,7 @@ fn orchestrate(quick: bool) -> Result<()> {
             .clients
             .iter()
             .filter(|(_, client, _, _)| {
-                *client == "loopback" || wanted_clients.iter().any(|w| w == client)
+                client.starts_with("loopback") || wanted_clients.iter().any(|w| w == client)
             })
             .cloned()
             .collect();
@@ -886,7 +932,7 @@ fn orchestrate(quick: bool) -> Result<()> {
                         shards,
                         spin_us: spin,
                     };
-                    let outcome = if client == "loopback" {
+                    let outcome = if client.starts_with("loopback") {
                         run_client(&spec, None)
                     } else {
                         run_against(broker, spec, java.as_ref())
@@ -991,7 +1037,7 @@ fn summarize(
     };
     let _ = writeln!(out);
     for (label, client, _, _) in clients {
-        if *label == base || *client == "loopback" {
+        if *label == base || client.starts_with("loopback") {
             continue;
         }
         let _ = writeln!(

@@ -1,0 +1,117 @@
+//! The `kacrab-perf` binary end to end: a run against the embedded cluster read back in full,
+//! machine-readable output, and the flags it refuses.
+
+use std::process::Command;
+
+fn perf(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kacrab-perf"))
+        .args(args)
+        .output()
+        .expect("run kacrab-perf")
+}
+
+#[test]
+fn a_run_is_read_back_exactly_once_and_in_order() {
+    let out = perf(&[
+        "--num-records",
+        "20000",
+        "--record-size",
+        "100",
+        "--partitions",
+        "4",
+        "--verify",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("20000 records sent"), "{stdout}");
+    assert!(stdout.contains("99.9th"), "{stdout}");
+    assert!(stdout.contains("client cpu:"), "{stdout}");
+    assert!(stdout.contains("client peak rss:"), "{stdout}");
+    assert!(
+        stdout.contains("verified: 20000 of 20000, 0 duplicates, 0 out of order"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn json_output_is_one_object_with_the_verification() {
+    let out = perf(&[
+        "--num-records",
+        "5000",
+        "--record-size",
+        "16",
+        "--throughput",
+        "50000",
+        "--producer-props",
+        "linger.ms=0",
+        "--json",
+        "--verify",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.trim();
+    assert!(line.starts_with('{') && line.ends_with('}'), "{stdout}");
+    assert!(line.contains("\"records\":5000"), "{line}");
+    assert!(
+        line.contains(
+            "\"verify\":{\"found\":5000,\"expected\":5000,\"duplicates\":0,\"out_of_order\":0"
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn transactions_are_refused_plainly() {
+    for args in [
+        &[
+            "--num-records",
+            "1",
+            "--record-size",
+            "8",
+            "--transactional-id",
+            "t",
+        ][..],
+        &[
+            "--num-records",
+            "1",
+            "--record-size",
+            "8",
+            "--transaction-duration-ms",
+            "100",
+        ][..],
+    ] {
+        let out = perf(args);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("transactions are not supported yet"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn bad_flags_and_keys_are_errors() {
+    let out = perf(&[
+        "--num-records",
+        "1",
+        "--record-size",
+        "8",
+        "--producer-props",
+        "lingr.ms=1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("linger.ms"));
+    let out = perf(&["--num-records", "1", "--record-size", "4", "--verify"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = perf(&["--num-records", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+}
