@@ -1817,14 +1817,14 @@ impl<D: Delivery> Engine<D> {
     pub fn assert_invariants(&self) {
         for slot in &self.partitions {
             slot.assert_invariants();
-            assert!(
-                slot.entry.inflight_batches_by_sequence.len()
-                    <= self.config.max_in_flight.max(1) * 2,
-                "{}: too many unfinished stamped batches",
-                slot.tp
-            );
         }
+        // Every stamped, unfinished batch is in exactly one place: its partition's deque
+        // (waiting for a retry) or one in-flight request. `inflight_batches_by_sequence` lists
+        // exactly those, so it neither leaks entries nor loses track of a live batch. A batch
+        // that expired on the wire stays in its request for bookkeeping only and is no longer
+        // listed.
         let mut on_wire: HashMap<usize, usize> = HashMap::new();
+        let mut live: HashMap<usize, Vec<BatchStamp>> = HashMap::new();
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
@@ -1835,6 +1835,9 @@ impl<D: Delivery> Engine<D> {
                     for (slot_index, batch) in batches {
                         *on_wire.entry(*slot_index).or_default() += 1;
                         assert!(batch.stamp.is_some() || !self.config.idempotent);
+                        if let (Some(stamp), false) = (batch.stamp, batch.expired) {
+                            live.entry(*slot_index).or_default().push(stamp);
+                        }
                     }
                 }
             }
@@ -1846,6 +1849,30 @@ impl<D: Delivery> Engine<D> {
                 "{}: on-wire count drifted",
                 slot.tp
             );
+            if !self.config.idempotent {
+                continue;
+            }
+            let mut stamps = live.remove(&i).unwrap_or_default();
+            stamps.extend(slot.deque.iter().filter_map(|b| b.stamp));
+            let tracked = &slot.entry.inflight_batches_by_sequence;
+            assert_eq!(
+                stamps.len(),
+                tracked.len(),
+                "{}: {} live stamped batches but {} tracked in flight",
+                slot.tp,
+                stamps.len(),
+                tracked.len()
+            );
+            for stamp in stamps {
+                assert!(
+                    tracked
+                        .iter()
+                        .any(|s| s.producer == stamp.producer
+                            && s.base_sequence == stamp.base_sequence),
+                    "{}: live batch {stamp:?} is not tracked in flight",
+                    slot.tp
+                );
+            }
         }
         if let Some(pending) = self.bump_requested_from {
             assert_eq!(
