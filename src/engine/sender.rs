@@ -1432,7 +1432,7 @@ impl<D: Delivery> Engine<D> {
         &mut self,
         now: Micros,
         slot_index: usize,
-        mut batch: ProducerBatch<D>,
+        batch: ProducerBatch<D>,
         error: i16,
         base_offset: i64,
         log_append_time: i64,
@@ -1451,11 +1451,12 @@ impl<D: Delivery> Engine<D> {
                 self.split_and_reenqueue(slot_index, batch)
             }
             ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId => {
-                // The broker's producer-state check answered for exactly this sequence range,
-                // after its duplicate check: no earlier attempt of this batch is in the log
-                // (at most five batches per partition are in flight, so it would still be in
-                // the broker's window).
-                batch.outcome_unknown = false;
+                // This attempt was not appended, but that says nothing about an earlier
+                // attempt of unknown outcome: it may have landed and since left the broker's
+                // five-batch window (later batches of the partition were acked meanwhile), or
+                // it may still be travelling and land after this answer. Such a batch keeps
+                // its unknown outcome, so it is never re-stamped and never reported as
+                // definitely failed.
                 let retry = self.idempotent_can_retry(slot_index, &batch, class, log_start_offset);
                 if retry {
                     self.retry_or_fail(now, slot_index, batch, error, false, message)
