@@ -552,7 +552,8 @@ impl<D: Delivery> Engine<D> {
         if !self.identity.is_valid() || self.bump_requested_from.is_some() {
             return;
         }
-        for slot in &mut self.partitions {
+        let mut unplaceable = Vec::new();
+        for (slot_index, slot) in self.partitions.iter_mut().enumerate() {
             if !slot.rewrite_pending {
                 continue;
             }
@@ -568,6 +569,24 @@ impl<D: Delivery> Engine<D> {
                     .any(|b| b.stamp.is_some() && b.outcome_unknown);
             if blocked {
                 continue;
+            }
+            // A queued batch whose sequences lie at or before the last acked sequence was
+            // overtaken: a later batch of the partition is in the log (a broker with no state
+            // for the producer accepts any first sequence). None of its attempts landed, and
+            // renumbering it under the new epoch would append it after records sent later, so
+            // it fails instead.
+            let last_acked = slot.entry.last_acked_sequence;
+            while let Some(front) = slot.deque.front() {
+                let overtaken = match front.last_sequence() {
+                    Some(last) => {
+                        last_acked >= 0 && super::partition::sequence_at_or_after(last_acked, last)
+                    }
+                    None => false,
+                };
+                if !overtaken {
+                    break;
+                }
+                unplaceable.push((slot_index, slot.deque.pop_front().expect("front checked")));
             }
             let mut next = 0i32;
             let mut inflight = Vec::new();
@@ -596,6 +615,20 @@ impl<D: Delivery> Engine<D> {
             slot.unresolved_sequence = None;
             slot.rewrite_pending = false;
             self.stats.sequence_rewrites += 1;
+        }
+        for (slot_index, batch) in unplaceable {
+            let tp = &self.partitions[slot_index].tp;
+            let err = ProduceError::rejected(
+                &tp.topic,
+                tp.partition,
+                code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                Some(
+                    "a batch sent after this one was appended first; this one cannot be \
+                     appended in order"
+                        .to_string(),
+                ),
+            );
+            self.finish_batch(slot_index, batch, Err(err));
         }
     }
 
