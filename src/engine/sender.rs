@@ -1865,8 +1865,8 @@ impl<D: Delivery> Engine<D> {
         // exactly those, so it neither leaks entries nor loses track of a live batch. A batch
         // that expired on the wire stays in its request for bookkeeping only and is no longer
         // listed.
-        let mut on_wire: HashMap<usize, usize> = HashMap::new();
-        let mut live: HashMap<usize, Vec<BatchStamp>> = HashMap::new();
+        let mut on_wire = vec![0usize; self.partitions.len()];
+        let mut live: Vec<Vec<BatchStamp>> = vec![Vec::new(); self.partitions.len()];
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
@@ -1875,26 +1875,24 @@ impl<D: Delivery> Engine<D> {
             for (_, body) in &conn.in_flight {
                 if let RequestBody::Produce(batches) = body {
                     for (slot_index, batch) in batches {
-                        *on_wire.entry(*slot_index).or_default() += 1;
+                        on_wire[*slot_index] += 1;
                         assert!(batch.stamp.is_some() || !self.config.idempotent);
                         if let (Some(stamp), false) = (batch.stamp, batch.expired) {
-                            live.entry(*slot_index).or_default().push(stamp);
+                            live[*slot_index].push(stamp);
                         }
                     }
                 }
             }
         }
-        for (i, slot) in self.partitions.iter().enumerate() {
+        for (i, (slot, mut stamps)) in self.partitions.iter().zip(live).enumerate() {
             assert_eq!(
-                slot.on_wire,
-                on_wire.get(&i).copied().unwrap_or(0),
+                slot.on_wire, on_wire[i],
                 "{}: on-wire count drifted",
                 slot.tp
             );
             if !self.config.idempotent {
                 continue;
             }
-            let mut stamps = live.remove(&i).unwrap_or_default();
             stamps.extend(slot.deque.iter().filter_map(|b| b.stamp));
             let tracked = &slot.entry.inflight_batches_by_sequence;
             assert_eq!(
