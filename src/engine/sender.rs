@@ -497,6 +497,15 @@ impl<D: Delivery> Engine<D> {
             if let Some((header, _)) = conn.in_flight.front() {
                 consider(header.sent_at + self.config.request_timeout);
             }
+            // Batches on the wire expire at their delivery timeout too, not at the next event
+            // after it (which could be as late as the request timeout).
+            for (_, body) in &conn.in_flight {
+                if let RequestBody::Produce(batches) = body {
+                    for (_, batch) in batches.iter().filter(|(_, b)| !b.expired) {
+                        consider(batch.created + self.config.delivery_timeout);
+                    }
+                }
+            }
         }
         if self.metadata_refresh_needed && !self.metadata_in_flight {
             consider(self.metadata_retry_at.max(now));
