@@ -979,9 +979,11 @@ impl<D: Delivery> Engine<D> {
                     ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
                 if identity.is_valid() {
                     self.actions.push_back(Action::ProducerIdAssigned(identity));
-                } else {
-                    self.init_producer_id_retry_at = now + self.config.retry_backoff;
                 }
+                // Until the driver installs the identity and calls `on_identity`, the engine
+                // still has none: without a pause, the next poll (which runs before the driver
+                // sees this action) would ask again.
+                self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
             code::CLUSTER_AUTHORIZATION_FAILED | code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
                 // §5.2 / scenario 18: fail the batches, stay uninitialized and try again.
