@@ -457,6 +457,10 @@ impl<D: Delivery> Engine<D> {
         self.maybe_init_producer_id(now);
         self.maybe_refresh_metadata(now);
         self.expire_batches(now);
+        // Expiry (and a timed-out connection above) can leave an unresolved partition with
+        // nothing in flight; settle it now rather than at some later, unrelated event, or the
+        // batches it holds back can expire waiting.
+        self.maybe_resolve_sequences();
         if self.fatal.is_none() {
             self.drain(now);
         }
