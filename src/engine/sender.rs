@@ -1937,6 +1937,21 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
+    /// Test hook: `tp`'s next batch starts at `sequence` under the identity in force, as if the
+    /// records before it had been acked. The only way to reach the sequence wrap at `i32::MAX`
+    /// without sending 2^31 records (java-producer-state-machine.md §9 item 2).
+    #[cfg(feature = "testkit")]
+    pub fn start_sequence_at(&mut self, tp: &TopicPartition, sequence: i32) {
+        assert!(self.identity.is_valid(), "no producer id in force");
+        let identity = self.identity;
+        let slot_index = self.slot_index(tp);
+        let entry = &mut self.partitions[slot_index].entry;
+        assert!(!entry.has_inflight_batches(), "{tp} has batches in flight");
+        entry.producer_id_and_epoch = identity;
+        entry.next_sequence = sequence;
+        entry.last_acked_sequence = if sequence == 0 { -1 } else { sequence - 1 };
+    }
+
     /// Per-partition state, for tests and the simulator's checker.
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
         self.partition_index.get(tp).map(|&i| &self.partitions[i])
