@@ -531,13 +531,24 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.requestIdempotentEpochBumpForPartition`.
+    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
+    /// partition's sequences are under, the one the failure was observed with, not the
+    /// engine's current one: when another shard has bumped meanwhile and this engine already
+    /// adopted the result, that bump covers this partition too, and naming the newer identity
+    /// would make a second bump for the same failure (design.md: concurrent requests for the
+    /// same epoch produce one bump). The partition is then only rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
         if !self.config.idempotent {
             return;
         }
         self.partitions[slot_index].rewrite_pending = true;
-        let observed = self.identity;
+        let observed = match self.partitions[slot_index].entry.producer_id_and_epoch {
+            stamped if stamped.is_valid() => stamped,
+            _ => self.identity,
+        };
+        if observed != self.identity {
+            return;
+        }
         if observed.is_valid() && self.bump_requested_from != Some(observed) {
             self.bump_requested_from = Some(observed);
             self.stats.epoch_bumps_requested += 1;
