@@ -572,11 +572,18 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
+            // Only the lowest stamped batch can block: the broker appends one identity's
+            // batches of a partition in sequence order, so a batch queued behind one known
+            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
+            // either, nor land later, since that one never goes out under its old stamp
+            // again. Blocking on such a batch would wedge the partition: only the lowest
+            // outstanding batch may be sent, and it may not be sent under the old stamp while
+            // a rewrite is pending.
             let blocked = slot.on_wire > 0
                 || slot
                     .deque
-                    .iter()
-                    .any(|b| b.stamp.is_some() && b.outcome_unknown);
+                    .front()
+                    .is_some_and(|b| b.stamp.is_some() && b.outcome_unknown);
             if blocked {
                 continue;
             }
@@ -586,6 +593,8 @@ impl<D: Delivery> Engine<D> {
                 if batch.stamp.is_none() {
                     break;
                 }
+                // Not in the log (above): the new stamp is this batch's only one that counts.
+                batch.outcome_unknown = false;
                 batch.set_stamp(
                     BatchStamp {
                         producer: self.identity,
