@@ -544,13 +544,24 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.requestIdempotentEpochBumpForPartition`.
+    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
+    /// partition's sequences are under, the one the failure was observed with, not the
+    /// engine's current one: when another shard has bumped meanwhile and this engine already
+    /// adopted the result, that bump covers this partition too, and naming the newer identity
+    /// would make a second bump for the same failure (design.md: concurrent requests for the
+    /// same epoch produce one bump). The partition is then only rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
         if !self.config.idempotent {
             return;
         }
         self.partitions[slot_index].rewrite_pending = true;
-        let observed = self.identity;
+        let observed = match self.partitions[slot_index].entry.producer_id_and_epoch {
+            stamped if stamped.is_valid() => stamped,
+            _ => self.identity,
+        };
+        if observed != self.identity {
+            return;
+        }
         if observed.is_valid() && self.bump_requested_from != Some(observed) {
             self.bump_requested_from = Some(observed);
             self.stats.epoch_bumps_requested += 1;
@@ -575,11 +586,18 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
+            // Only the lowest stamped batch can block: the broker appends one identity's
+            // batches of a partition in sequence order, so a batch queued behind one known
+            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
+            // either, nor land later, since that one never goes out under its old stamp
+            // again. Blocking on such a batch would wedge the partition: only the lowest
+            // outstanding batch may be sent, and it may not be sent under the old stamp while
+            // a rewrite is pending.
             let blocked = slot.on_wire > 0
                 || slot
                     .deque
-                    .iter()
-                    .any(|b| b.stamp.is_some() && b.outcome_unknown);
+                    .front()
+                    .is_some_and(|b| b.stamp.is_some() && b.outcome_unknown);
             if blocked {
                 continue;
             }
@@ -607,6 +625,8 @@ impl<D: Delivery> Engine<D> {
                 if batch.stamp.is_none() {
                     break;
                 }
+                // Not in the log (above): the new stamp is this batch's only one that counts.
+                batch.outcome_unknown = false;
                 batch.set_stamp(
                     BatchStamp {
                         producer: self.identity,
