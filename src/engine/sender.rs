@@ -1901,7 +1901,7 @@ impl<D: Delivery> Engine<D> {
         // that expired on the wire stays in its request for bookkeeping only and is no longer
         // listed.
         let mut on_wire = vec![0usize; self.partitions.len()];
-        let mut live: Vec<Vec<BatchStamp>> = vec![Vec::new(); self.partitions.len()];
+        let mut live_on_wire = vec![0usize; self.partitions.len()];
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
@@ -1912,14 +1912,25 @@ impl<D: Delivery> Engine<D> {
                     for (slot_index, batch) in batches {
                         on_wire[*slot_index] += 1;
                         assert!(batch.stamp.is_some() || !self.config.idempotent);
-                        if let (Some(stamp), false) = (batch.stamp, batch.expired) {
-                            live[*slot_index].push(stamp);
+                        if let (Some(stamp), false, true) =
+                            (batch.stamp, batch.expired, self.config.idempotent)
+                        {
+                            let slot = &self.partitions[*slot_index];
+                            assert!(
+                                slot.entry.inflight_batches_by_sequence.iter().any(|s| {
+                                    s.producer == stamp.producer
+                                        && s.base_sequence == stamp.base_sequence
+                                }),
+                                "{}: batch {stamp:?} on the wire is not tracked in flight",
+                                slot.tp
+                            );
+                            live_on_wire[*slot_index] += 1;
                         }
                     }
                 }
             }
         }
-        for (i, (slot, mut stamps)) in self.partitions.iter().zip(live).enumerate() {
+        for (i, slot) in self.partitions.iter().enumerate() {
             assert_eq!(
                 slot.on_wire, on_wire[i],
                 "{}: on-wire count drifted",
@@ -1928,26 +1939,15 @@ impl<D: Delivery> Engine<D> {
             if !self.config.idempotent {
                 continue;
             }
-            stamps.extend(slot.deque.iter().filter_map(|b| b.stamp));
-            let tracked = &slot.entry.inflight_batches_by_sequence;
+            // Queued stamped batches are checked to be tracked by the slot itself.
+            let live = live_on_wire[i] + slot.deque.iter().filter(|b| b.stamp.is_some()).count();
             assert_eq!(
-                stamps.len(),
-                tracked.len(),
-                "{}: {} live stamped batches but {} tracked in flight",
+                live,
+                slot.entry.inflight_batches_by_sequence.len(),
+                "{}: {live} live stamped batches but {} tracked in flight",
                 slot.tp,
-                stamps.len(),
-                tracked.len()
+                slot.entry.inflight_batches_by_sequence.len()
             );
-            for stamp in stamps {
-                assert!(
-                    tracked
-                        .iter()
-                        .any(|s| s.producer == stamp.producer
-                            && s.base_sequence == stamp.base_sequence),
-                    "{}: live batch {stamp:?} is not tracked in flight",
-                    slot.tp
-                );
-            }
         }
         if let Some(pending) = self.bump_requested_from {
             assert_eq!(
