@@ -383,11 +383,12 @@ fn text(s: &Summary) -> String {
     let _ = writeln!(
         out,
         "client cpu: {:.3} s ({per_million:.3} s per million records; shards {:.3} s, sending \
-         thread {:.3} s), {} shards",
+         thread {:.3} s), {} shard{}",
         s.client_cpu.as_secs_f64(),
         s.shard_cpu.as_secs_f64(),
         s.sender_cpu.as_secs_f64(),
-        s.shards
+        s.shards,
+        if s.shards == 1 { "" } else { "s" }
     );
     let _ = writeln!(
         out,
