@@ -5,6 +5,7 @@
 //! Each message is a heap box of the size of an `OwnedRecord`, allocated by the sender and
 //! freed by the receiver, as in the producer. Variants:
 //! - `flume_thread_to_glommio`: the producer's arrangement (a glommio executor receiving);
+//! - `flume_glommio_to_glommio`: one executor sending to another, as between shards;
 //! - `flume_thread_to_thread`: the same channel, a plain thread receiving;
 //! - `crossbeam_thread_to_thread`: crossbeam's bounded channel, for comparison.
 //!
@@ -70,6 +71,46 @@ fn flume_to_glommio(n: u64) -> Duration {
     end - start
 }
 
+/// Shard to shard: a glommio executor sending to another (the shards' identity broadcast uses
+/// the same channels).
+fn flume_glommio_to_glommio(n: u64) -> Duration {
+    let (tx, rx) = flume::bounded::<Message>(CAPACITY);
+    let barrier = Arc::new(Barrier::new(3));
+    let b = barrier.clone();
+    let receiver = LocalExecutorBuilder::default()
+        .io_memory(64 << 10)
+        .spawn(move || async move {
+            b.wait();
+            let mut got = 0u64;
+            while got < n {
+                while let Ok(m) = rx.try_recv() {
+                    black_box(&m);
+                    got += 1;
+                }
+                if got < n && rx.recv_async().await.is_ok() {
+                    got += 1;
+                }
+            }
+            Instant::now()
+        })
+        .expect("executor");
+    let b = barrier.clone();
+    let sender = LocalExecutorBuilder::default()
+        .io_memory(64 << 10)
+        .spawn(move || async move {
+            b.wait();
+            let start = Instant::now();
+            for i in 0..n {
+                tx.send_async(message(i)).await.expect("receiver alive");
+            }
+            start
+        })
+        .expect("executor");
+    barrier.wait();
+    let start = sender.join().expect("sender");
+    receiver.join().expect("receiver") - start
+}
+
 fn flume_to_thread(n: u64) -> Duration {
     let (tx, rx) = flume::bounded::<Message>(CAPACITY);
     let receiver = std::thread::spawn(move || {
@@ -102,8 +143,9 @@ fn bench_handoff(c: &mut Criterion) {
     let mut group = c.benchmark_group("handoff");
     group.throughput(Throughput::Elements(1));
     type Run = fn(u64) -> Duration;
-    let variants: [(&str, Run); 3] = [
+    let variants: [(&str, Run); 4] = [
         ("flume_thread_to_glommio", flume_to_glommio),
+        ("flume_glommio_to_glommio", flume_glommio_to_glommio),
         ("flume_thread_to_thread", flume_to_thread),
         ("crossbeam_thread_to_thread", crossbeam_to_thread),
     ];

@@ -230,7 +230,26 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("--broker-process") => mock_broker_process(&args[1..]),
         Some("--client") if args.len() >= 2 => client_main(&args[1], &args[2..]),
-        _ => orchestrate(args.iter().any(|a| a == "--quick")),
+        _ => {
+            // A criterion-style filter (`cargo bench FILTER`): run the scenarios it names, or
+            // nothing when it names none of them.
+            let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+            let names = ["small", "large", "latency", "shards"];
+            let selected: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| {
+                    filters.is_empty()
+                        || filters
+                            .iter()
+                            .any(|f| n.contains(f.as_str()) || "peers".contains(f.as_str()))
+                })
+                .collect();
+            if selected.is_empty() {
+                return;
+            }
+            orchestrate(args.iter().any(|a| a == "--quick"), &selected)
+        }
     };
     if let Err(e) = result {
         eprintln!("peers: {e:#}");
@@ -841,7 +860,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// `quick` (`cargo bench -- --quick`): one short repetition of kacrab and librdkafka on the
 /// reference broker, unless the environment asks for more.
-fn orchestrate(quick: bool) -> Result<()> {
+fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let env_num = |key: &str, default: f64| {
         std::env::var(key)
             .ok()
@@ -858,7 +877,7 @@ fn orchestrate(quick: bool) -> Result<()> {
             &["reference", "mock"]
         },
     );
-    let wanted_scenarios = env_list("PEERS_SCENARIOS", &["small", "large", "latency", "shards"]);
+    let wanted_scenarios = env_list("PEERS_SCENARIOS", selected);
     let mut wanted_clients = env_list(
         "PEERS_CLIENTS",
         if quick {

@@ -38,6 +38,31 @@ fn a_run_is_read_back_exactly_once_and_in_order() {
 }
 
 #[test]
+fn fetch_based_verification_reads_the_same_records() {
+    // The reader used for external clusters (Metadata, ListOffsets, Fetch), pointed at the
+    // embedded cluster.
+    let out = perf(&[
+        "--num-records",
+        "20000",
+        "--record-size",
+        "32",
+        "--partitions",
+        "3",
+        "--verify-fetch",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("verified: 20000 of 20000, 0 duplicates, 0 out of order"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn json_output_is_one_object_with_the_verification() {
     let out = perf(&[
         "--num-records",

@@ -23,8 +23,10 @@ bootstrap.servers in the producer properties) it starts the embedded reference c
   --partitions N                 partitions of the topic the embedded cluster creates (default: 6)
   --brokers N                    brokers of the embedded cluster (default: 3)
   --reporting-interval MS        progress line interval (default: 5000)
-  --verify                       read everything back and report exactly-once and order
-                                 (embedded cluster only)
+  --verify                       read everything back and report exactly-once and order:
+                                 from the embedded cluster's log, or with Fetch requests from
+                                 an external cluster (the topic must keep every record)
+  --verify-fetch                 --verify with Fetch requests, also for the embedded cluster
   --json                         print the results as one JSON object on stdout (progress
                                  lines go to stderr)
   --transactional-id ID          not supported yet: rejected
@@ -48,6 +50,8 @@ pub struct Args {
     pub brokers: usize,
     pub reporting_interval_ms: u64,
     pub verify: bool,
+    /// Verify with Fetch requests even against the embedded cluster.
+    pub verify_fetch: bool,
     pub json: bool,
     pub transactional_id: Option<String>,
     pub transaction_duration_ms: Option<String>,
@@ -92,6 +96,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
     let mut brokers = 3;
     let mut reporting_interval_ms = 5000;
     let mut verify = false;
+    let mut verify_fetch = false;
     let mut json = false;
     let mut transactional_id = None;
     let mut transaction_duration_ms = None;
@@ -161,6 +166,10 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
             }
             "--reporting-interval" => reporting_interval_ms = number(&flag, &take(&mut it)?)?,
             "--verify" => verify = true,
+            "--verify-fetch" => {
+                verify = true;
+                verify_fetch = true;
+            }
             "--json" => json = true,
             "--transactional-id" => transactional_id = Some(take(&mut it)?),
             "--transaction-duration-ms" => transaction_duration_ms = Some(take(&mut it)?),
@@ -196,6 +205,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
         brokers,
         reporting_interval_ms: reporting_interval_ms.max(1),
         verify,
+        verify_fetch,
         json,
         transactional_id,
         transaction_duration_ms,

@@ -6,12 +6,15 @@
 //!   `--broker-process`), so getrusage and VmHWM of this process are the client's alone: the
 //!   sending thread, the shard threads and glommio's helper threads. The broker's CPU is asked
 //!   from the child and reported apart.
+//! - `--verify` reads the embedded cluster's log directly (in the child); against an external
+//!   cluster it reads the run's records back with Fetch requests (`fetch.rs`).
 //! - Latency is per record, from just before `send` to the moment the record's delivery is
 //!   completed: the waker registered on its `DeliveryFuture` takes the timestamp on the thread
 //!   that completes it.
 
 mod args;
 mod embedded;
+mod fetch;
 mod latency;
 mod load;
 mod procstat;
@@ -153,12 +156,6 @@ fn run(a: &Args) -> Result<()> {
     if config.transactional_id.is_some() {
         bail!("transactions are not supported yet: remove transactional.id from the producer properties");
     }
-    if a.verify && broker.is_none() {
-        bail!(
-            "--verify reads the log of the embedded reference cluster; it is not available \
-             with an external cluster (drop --bootstrap-servers / bootstrap.servers)"
-        );
-    }
     let log = |line: &str| {
         if a.json {
             eprintln!("{line}");
@@ -181,6 +178,15 @@ fn run(a: &Args) -> Result<()> {
     let reserve =
         RECORD_BATCH_OVERHEAD + record_size_upper_bound(None, Some(&vec![0; a.record_size]), &[]);
     let tracker = Tracker::install(config.buffer_memory / reserve + 2);
+    // Fetch-based verification reads from each partition's end before the run.
+    let mut fetch_start = if a.verify && (broker.is_none() || a.verify_fetch) {
+        let mut reader =
+            fetch::TopicReader::connect(&config.bootstrap_servers.join(","), &a.topic)?;
+        let start = reader.end_offsets()?;
+        Some((reader, start))
+    } else {
+        None
+    };
     let producer = Producer::builder().config(|_| builder).build()?;
     let shards = producer.shard_cores().len();
     let sender_tid = procstat::current_tid();
@@ -218,8 +224,16 @@ fn run(a: &Args) -> Result<()> {
     };
     producer.close(Duration::from_secs(30));
 
+    // The embedded cluster's log is read directly; an external cluster (or --verify-fetch) is
+    // read back with Fetch requests.
     let verification = match broker.as_mut() {
-        Some(b) if a.verify => Some(b.verify(&a.topic, a.partitions, a.num_records)?),
+        Some(b) if a.verify && !a.verify_fetch => {
+            Some(b.verify(&a.topic, a.partitions, a.num_records)?)
+        }
+        _ if a.verify => {
+            let (reader, start) = fetch_start.as_mut().expect("opened before the run");
+            Some(reader.verify(start, a.num_records)?)
+        }
         _ => None,
     };
     if let Some(b) = broker.take() {
@@ -369,11 +383,12 @@ fn text(s: &Summary) -> String {
     let _ = writeln!(
         out,
         "client cpu: {:.3} s ({per_million:.3} s per million records; shards {:.3} s, sending \
-         thread {:.3} s), {} shards",
+         thread {:.3} s), {} shard{}",
         s.client_cpu.as_secs_f64(),
         s.shard_cpu.as_secs_f64(),
         s.sender_cpu.as_secs_f64(),
-        s.shards
+        s.shards,
+        if s.shards == 1 { "" } else { "s" }
     );
     let _ = writeln!(
         out,
