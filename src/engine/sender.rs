@@ -9,8 +9,8 @@
 //! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
 //!   sequences must be rewritten waits until none of its batches has an attempt of unknown
 //!   outcome (design.md "Never re-stamp");
-//! - an expired batch with an attempt of unknown outcome marks the partition unresolved even on
-//!   its first attempt (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
+//! - every expired stamped batch marks the partition unresolved, not only one that was retried
+//!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
 //!   unfinished, across all connections, which keeps every retry inside the broker's five-batch
 //!   de-duplication window even across leader changes.
@@ -1090,9 +1090,9 @@ impl<D: Delivery> Engine<D> {
                     let slot = &mut self.partitions[slot_index];
                     slot.entry
                         .remove_inflight(stamp.producer, stamp.base_sequence);
-                    if stamp.producer == slot.entry.producer_id_and_epoch
-                        && (batch.in_retry || batch.outcome_unknown)
-                    {
+                    // Its sequences leave a gap whether or not it was ever retried (a split
+                    // child or a rewritten batch expires without an attempt of its own).
+                    if stamp.producer == slot.entry.producer_id_and_epoch {
                         mark_sequence_unresolved(slot, last);
                     }
                 }
