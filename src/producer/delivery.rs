@@ -17,6 +17,9 @@ type DeliveryResult = Result<RecordMetadata, ProduceError>;
 struct Slot {
     result: Option<DeliveryResult>,
     waker: Option<Waker>,
+    /// A thread is blocked in `wait`/`wait_timeout`. Completion only signals the condvar then:
+    /// an unconditional `notify_all` is a futex syscall per record on the shard thread.
+    waiting: bool,
 }
 
 #[derive(Default)]
@@ -45,13 +48,15 @@ impl DeliveryFuture {
             if let Some(result) = slot.result.take() {
                 return result;
             }
+            slot.waiting = true;
             slot = self.state.ready.wait(slot).expect("delivery lock");
         }
     }
 
     /// Blocks up to `timeout`; `None` if the result is not known by then.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<DeliveryResult> {
-        let slot = self.state.slot.lock().expect("delivery lock");
+        let mut slot = self.state.slot.lock().expect("delivery lock");
+        slot.waiting = true;
         let (mut slot, _) = self
             .state
             .ready
@@ -109,12 +114,14 @@ impl DeliveryHandle {
 impl Delivery for DeliveryHandle {
     fn complete(self, result: DeliveryResult) {
         self.memory.release(self.reserved);
-        let waker = {
+        let (waker, waiting) = {
             let mut slot = self.state.slot.lock().expect("delivery lock");
             slot.result = Some(result);
-            slot.waker.take()
+            (slot.waker.take(), slot.waiting)
         };
-        self.state.ready.notify_all();
+        if waiting {
+            self.state.ready.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }

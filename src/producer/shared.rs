@@ -14,6 +14,9 @@ pub(crate) struct BufferMemory {
     limit: usize,
     used: Mutex<usize>,
     freed: Condvar,
+    /// Threads blocked in `reserve`; `release` signals only when there are any (an
+    /// unconditional `notify_all` is a futex syscall per record on the shard thread).
+    waiters: std::sync::atomic::AtomicUsize,
 }
 
 impl BufferMemory {
@@ -22,6 +25,7 @@ impl BufferMemory {
             limit,
             used: Mutex::new(0),
             freed: Condvar::new(),
+            waiters: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -36,11 +40,16 @@ impl BufferMemory {
                     waited: now - started,
                 });
             }
+            // Registered under the lock, so a release that frees room after this point sees it.
+            self.waiters
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             used = self
                 .freed
                 .wait_timeout(used, deadline - now)
                 .expect("buffer memory lock")
                 .0;
+            self.waiters
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
         *used += bytes;
         Ok(())
@@ -49,8 +58,11 @@ impl BufferMemory {
     pub(crate) fn release(&self, bytes: usize) {
         let mut used = self.used.lock().expect("buffer memory lock");
         *used = used.saturating_sub(bytes);
+        let waiters = self.waiters.load(std::sync::atomic::Ordering::SeqCst);
         drop(used);
-        self.freed.notify_all();
+        if waiters > 0 {
+            self.freed.notify_all();
+        }
     }
 
     pub(crate) fn used(&self) -> usize {
