@@ -981,3 +981,143 @@ fn a_bump_while_another_partition_has_a_batch_of_unknown_outcome_retries_that_ba
         ));
     }
 }
+
+#[test]
+fn a_bump_for_a_partition_never_re_stamps_its_batch_of_unknown_outcome_and_the_retry_is_deduplicated(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    // X (0-9) is appended but answered REQUEST_TIMED_OUT: its outcome is unknown. Y (10-19),
+    // behind it on the connection, is refused for good, which bumps the epoch for p0 while X
+    // waits for its retry.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let x = batch(&mut sim, &tp(0));
+    let y = batch(&mut sim, &tp(0));
+    sim.run_for(20 * MS);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1), "bumped");
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 10, Some(code::INVALID_RECORD)),
+            (1, 0, 0, Some(code::NONE)),
+            (1, 1, 0, Some(code::NONE)),
+        ],
+        "X keeps (epoch 0, base 0); only then does p0 move to epoch 1"
+    );
+    assert_eq!(sim.cluster().duplicates_answered(), 1);
+    assert_eq!(
+        acked_offsets(&sim, &x),
+        offsets(0..10),
+        "X once, at its offsets"
+    );
+    for &id in &y {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 0, 10), (PID, 1, 0, 10)]
+    );
+}
+
+#[test]
+fn a_batch_whose_landed_attempt_left_the_broker_window_stays_outcome_unknown_when_its_retry_is_out_of_order(
+) {
+    let mut sim = started(setup_with(&[1], |c| c.metadata_max_age = SECOND));
+    let t0 = sim.now();
+    // X (0-9) is appended by broker 1, but its answer never comes back.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).to_broker(1),
+        Fault::Hold,
+    ));
+    let x = batch(&mut sim, &tp(0));
+    sim.run_for(10 * MS);
+    // Leadership moves; the next metadata refresh sends new batches to broker 2, where six of
+    // them are acked: X is no longer among the last five batches the broker remembers.
+    sim.set_leader(&tp(0), 2);
+    sim.run_until(t0 + 1_100 * MS);
+    let mut later = Vec::new();
+    for _ in 0..6 {
+        later.extend(batch(&mut sim, &tp(0)));
+        sim.run_for(20 * MS);
+    }
+    settle(&mut sim, 40 * SECOND);
+    let retries: Vec<_> = attempts(&sim, &tp(0))
+        .into_iter()
+        .filter(|a| a.0 == 2 && a.2 == 0)
+        .collect();
+    assert!(
+        !retries.is_empty()
+            && retries
+                .iter()
+                .all(|a| a.3 == Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+        "X's retries are refused as out of order: {retries:?}"
+    );
+    for &id in &x {
+        assert_eq!(sim.checker().log_offset(id), Some(i64::from(id - x[0])));
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "X is in the log: it may not be reported as definitely failed: {:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(acked_offsets(&sim, &later), offsets(10..70));
+}
+
+#[test]
+fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_after_later_records()
+{
+    let mut sim = started(setup_with(&[1], |_| {}));
+    // The broker has no state for the producer on p0, so it takes any first sequence. A
+    // (0-9) is refused without an append, B (10-19) is appended first, and C (20-29) is
+    // refused for good, which bumps the epoch for p0.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    // Renumbering A under the new epoch would append it after B, which was sent later.
+    for &id in &a {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    ..
+                }))
+            ),
+            "A cannot be placed in order any more: {:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
+    );
+}

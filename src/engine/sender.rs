@@ -12,8 +12,11 @@
 //! - every expired stamped batch marks the partition unresolved, not only one that was retried
 //!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
-//!   unfinished, across all connections, which keeps every retry inside the broker's five-batch
-//!   de-duplication window even across leader changes.
+//!   unfinished, across all connections. That bounds the batches in flight, not the batches
+//!   the broker appends while an old attempt is outstanding: acked batches free their places,
+//!   so a retry can still fall outside the five-batch de-duplication window. Its answer is then
+//!   OUT_OF_ORDER_SEQUENCE_NUMBER, and the batch keeps its unknown outcome (never re-stamped,
+//!   never reported as definitely failed).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
