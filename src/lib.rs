@@ -7,6 +7,8 @@
 //! `maybe_resolve_sequences`, KIP-360 epoch bumps) follows the Java client rule for rule, in a
 //! sans-IO [`engine`] that the runtime drives.
 
+#![doc = include_str!("../README.md")]
+
 pub mod config;
 pub mod engine;
 pub mod error;

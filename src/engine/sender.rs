@@ -9,8 +9,8 @@
 //! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
 //!   sequences must be rewritten waits until none of its batches has an attempt of unknown
 //!   outcome (design.md "Never re-stamp");
-//! - an expired batch with an attempt of unknown outcome marks the partition unresolved even on
-//!   its first attempt (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
+//! - every expired stamped batch marks the partition unresolved, not only one that was retried
+//!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
 //!   unfinished, across all connections, which keeps every retry inside the broker's five-batch
 //!   de-duplication window even across leader changes.
@@ -457,6 +457,10 @@ impl<D: Delivery> Engine<D> {
         self.maybe_init_producer_id(now);
         self.maybe_refresh_metadata(now);
         self.expire_batches(now);
+        // Expiry (and a timed-out connection above) can leave an unresolved partition with
+        // nothing in flight; settle it now rather than at some later, unrelated event, or the
+        // batches it holds back can expire waiting.
+        self.maybe_resolve_sequences();
         if self.fatal.is_none() {
             self.drain(now);
         }
@@ -497,6 +501,15 @@ impl<D: Delivery> Engine<D> {
             if let Some((header, _)) = conn.in_flight.front() {
                 consider(header.sent_at + self.config.request_timeout);
             }
+            // Batches on the wire expire at their delivery timeout too, not at the next event
+            // after it (which could be as late as the request timeout).
+            for (_, body) in &conn.in_flight {
+                if let RequestBody::Produce(batches) = body {
+                    for (_, batch) in batches.iter().filter(|(_, b)| !b.expired) {
+                        consider(batch.created + self.config.delivery_timeout);
+                    }
+                }
+            }
         }
         if self.metadata_refresh_needed && !self.metadata_in_flight {
             consider(self.metadata_retry_at.max(now));
@@ -531,13 +544,24 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.requestIdempotentEpochBumpForPartition`.
+    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
+    /// partition's sequences are under, the one the failure was observed with, not the
+    /// engine's current one: when another shard has bumped meanwhile and this engine already
+    /// adopted the result, that bump covers this partition too, and naming the newer identity
+    /// would make a second bump for the same failure (design.md: concurrent requests for the
+    /// same epoch produce one bump). The partition is then only rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
         if !self.config.idempotent {
             return;
         }
         self.partitions[slot_index].rewrite_pending = true;
-        let observed = self.identity;
+        let observed = match self.partitions[slot_index].entry.producer_id_and_epoch {
+            stamped if stamped.is_valid() => stamped,
+            _ => self.identity,
+        };
+        if observed != self.identity {
+            return;
+        }
         if observed.is_valid() && self.bump_requested_from != Some(observed) {
             self.bump_requested_from = Some(observed);
             self.stats.epoch_bumps_requested += 1;
@@ -552,7 +576,8 @@ impl<D: Delivery> Engine<D> {
         if !self.identity.is_valid() || self.bump_requested_from.is_some() {
             return;
         }
-        for slot in &mut self.partitions {
+        let mut unplaceable = Vec::new();
+        for (slot_index, slot) in self.partitions.iter_mut().enumerate() {
             if !slot.rewrite_pending {
                 continue;
             }
@@ -561,13 +586,38 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
+            // Only the lowest stamped batch can block: the broker appends one identity's
+            // batches of a partition in sequence order, so a batch queued behind one known
+            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
+            // either, nor land later, since that one never goes out under its old stamp
+            // again. Blocking on such a batch would wedge the partition: only the lowest
+            // outstanding batch may be sent, and it may not be sent under the old stamp while
+            // a rewrite is pending.
             let blocked = slot.on_wire > 0
                 || slot
                     .deque
-                    .iter()
-                    .any(|b| b.stamp.is_some() && b.outcome_unknown);
+                    .front()
+                    .is_some_and(|b| b.stamp.is_some() && b.outcome_unknown);
             if blocked {
                 continue;
+            }
+            // A queued batch whose sequences lie at or before the last acked sequence was
+            // overtaken: a later batch of the partition is in the log (a broker with no state
+            // for the producer accepts any first sequence). None of its attempts landed, and
+            // renumbering it under the new epoch would append it after records sent later, so
+            // it fails instead.
+            let last_acked = slot.entry.last_acked_sequence;
+            while let Some(front) = slot.deque.front() {
+                let overtaken = match front.last_sequence() {
+                    Some(last) => {
+                        last_acked >= 0 && super::partition::sequence_at_or_after(last_acked, last)
+                    }
+                    None => false,
+                };
+                if !overtaken {
+                    break;
+                }
+                unplaceable.push((slot_index, slot.deque.pop_front().expect("front checked")));
             }
             let mut next = 0i32;
             let mut inflight = Vec::new();
@@ -575,6 +625,8 @@ impl<D: Delivery> Engine<D> {
                 if batch.stamp.is_none() {
                     break;
                 }
+                // Not in the log (above): the new stamp is this batch's only one that counts.
+                batch.outcome_unknown = false;
                 batch.set_stamp(
                     BatchStamp {
                         producer: self.identity,
@@ -596,6 +648,20 @@ impl<D: Delivery> Engine<D> {
             slot.unresolved_sequence = None;
             slot.rewrite_pending = false;
             self.stats.sequence_rewrites += 1;
+        }
+        for (slot_index, batch) in unplaceable {
+            let tp = &self.partitions[slot_index].tp;
+            let err = ProduceError::rejected(
+                &tp.topic,
+                tp.partition,
+                code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                Some(
+                    "a batch sent after this one was appended first; this one cannot be \
+                     appended in order"
+                        .to_string(),
+                ),
+            );
+            self.finish_batch(slot_index, batch, Err(err));
         }
     }
 
@@ -833,7 +899,15 @@ impl<D: Delivery> Engine<D> {
     ) -> Result<(), WireError> {
         self.metadata_in_flight = false;
         let response =
-            wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)?;
+            match wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)
+            {
+                Ok(response) => response,
+                Err(e) => {
+                    // The refresh this request stood for is still owed.
+                    self.metadata_refresh_needed = true;
+                    return Err(e);
+                }
+            };
         self.last_metadata_refresh = Some(now);
         self.metadata_retry_at = now + self.config.retry_backoff;
         let changed = self.metadata.update(&response);
@@ -929,9 +1003,11 @@ impl<D: Delivery> Engine<D> {
                     ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
                 if identity.is_valid() {
                     self.actions.push_back(Action::ProducerIdAssigned(identity));
-                } else {
-                    self.init_producer_id_retry_at = now + self.config.retry_backoff;
                 }
+                // Until the driver installs the identity and calls `on_identity`, the engine
+                // still has none: without a pause, the next poll (which runs before the driver
+                // sees this action) would ask again.
+                self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
             code::CLUSTER_AUTHORIZATION_FAILED | code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
                 // §5.2 / scenario 18: fail the batches, stay uninitialized and try again.
@@ -1014,9 +1090,9 @@ impl<D: Delivery> Engine<D> {
                     let slot = &mut self.partitions[slot_index];
                     slot.entry
                         .remove_inflight(stamp.producer, stamp.base_sequence);
-                    if stamp.producer == slot.entry.producer_id_and_epoch
-                        && (batch.in_retry || batch.outcome_unknown)
-                    {
+                    // Its sequences leave a gap whether or not it was ever retried (a split
+                    // child or a rewritten batch expires without an attempt of its own).
+                    if stamp.producer == slot.entry.producer_id_and_epoch {
                         mark_sequence_unresolved(slot, last);
                     }
                 }
@@ -1424,7 +1500,7 @@ impl<D: Delivery> Engine<D> {
         &mut self,
         now: Micros,
         slot_index: usize,
-        mut batch: ProducerBatch<D>,
+        batch: ProducerBatch<D>,
         error: i16,
         base_offset: i64,
         log_append_time: i64,
@@ -1443,11 +1519,12 @@ impl<D: Delivery> Engine<D> {
                 self.split_and_reenqueue(slot_index, batch)
             }
             ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId => {
-                // The broker's producer-state check answered for exactly this sequence range,
-                // after its duplicate check: no earlier attempt of this batch is in the log
-                // (at most five batches per partition are in flight, so it would still be in
-                // the broker's window).
-                batch.outcome_unknown = false;
+                // This attempt was not appended, but that says nothing about an earlier
+                // attempt of unknown outcome: it may have landed and since left the broker's
+                // five-batch window (later batches of the partition were acked meanwhile), or
+                // it may still be travelling and land after this answer. Such a batch keeps
+                // its unknown outcome, so it is never re-stamped and never reported as
+                // definitely failed.
                 let retry = self.idempotent_can_retry(slot_index, &batch, class, log_start_offset);
                 if retry {
                     self.retry_or_fail(now, slot_index, batch, error, false, message)
@@ -1817,14 +1894,14 @@ impl<D: Delivery> Engine<D> {
     pub fn assert_invariants(&self) {
         for slot in &self.partitions {
             slot.assert_invariants();
-            assert!(
-                slot.entry.inflight_batches_by_sequence.len()
-                    <= self.config.max_in_flight.max(1) * 2,
-                "{}: too many unfinished stamped batches",
-                slot.tp
-            );
         }
-        let mut on_wire: HashMap<usize, usize> = HashMap::new();
+        // Every stamped, unfinished batch is in exactly one place: its partition's deque
+        // (waiting for a retry) or one in-flight request. `inflight_batches_by_sequence` lists
+        // exactly those, so it neither leaks entries nor loses track of a live batch. A batch
+        // that expired on the wire stays in its request for bookkeeping only and is no longer
+        // listed.
+        let mut on_wire = vec![0usize; self.partitions.len()];
+        let mut live_on_wire = vec![0usize; self.partitions.len()];
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
@@ -1833,18 +1910,43 @@ impl<D: Delivery> Engine<D> {
             for (_, body) in &conn.in_flight {
                 if let RequestBody::Produce(batches) = body {
                     for (slot_index, batch) in batches {
-                        *on_wire.entry(*slot_index).or_default() += 1;
+                        on_wire[*slot_index] += 1;
                         assert!(batch.stamp.is_some() || !self.config.idempotent);
+                        if let (Some(stamp), false, true) =
+                            (batch.stamp, batch.expired, self.config.idempotent)
+                        {
+                            let slot = &self.partitions[*slot_index];
+                            assert!(
+                                slot.entry.inflight_batches_by_sequence.iter().any(|s| {
+                                    s.producer == stamp.producer
+                                        && s.base_sequence == stamp.base_sequence
+                                }),
+                                "{}: batch {stamp:?} on the wire is not tracked in flight",
+                                slot.tp
+                            );
+                            live_on_wire[*slot_index] += 1;
+                        }
                     }
                 }
             }
         }
         for (i, slot) in self.partitions.iter().enumerate() {
             assert_eq!(
-                slot.on_wire,
-                on_wire.get(&i).copied().unwrap_or(0),
+                slot.on_wire, on_wire[i],
                 "{}: on-wire count drifted",
                 slot.tp
+            );
+            if !self.config.idempotent {
+                continue;
+            }
+            // Queued stamped batches are checked to be tracked by the slot itself.
+            let live = live_on_wire[i] + slot.deque.iter().filter(|b| b.stamp.is_some()).count();
+            assert_eq!(
+                live,
+                slot.entry.inflight_batches_by_sequence.len(),
+                "{}: {live} live stamped batches but {} tracked in flight",
+                slot.tp,
+                slot.entry.inflight_batches_by_sequence.len()
             );
         }
         if let Some(pending) = self.bump_requested_from {
@@ -1853,6 +1955,21 @@ impl<D: Delivery> Engine<D> {
                 "a bump is pending from a replaced identity"
             );
         }
+    }
+
+    /// Test hook: `tp`'s next batch starts at `sequence` under the identity in force, as if the
+    /// records before it had been acked. The only way to reach the sequence wrap at `i32::MAX`
+    /// without sending 2^31 records (java-producer-state-machine.md §9 item 2).
+    #[cfg(feature = "testkit")]
+    pub fn start_sequence_at(&mut self, tp: &TopicPartition, sequence: i32) {
+        assert!(self.identity.is_valid(), "no producer id in force");
+        let identity = self.identity;
+        let slot_index = self.slot_index(tp);
+        let entry = &mut self.partitions[slot_index].entry;
+        assert!(!entry.has_inflight_batches(), "{tp} has batches in flight");
+        entry.producer_id_and_epoch = identity;
+        entry.next_sequence = sequence;
+        entry.last_acked_sequence = if sequence == 0 { -1 } else { sequence - 1 };
     }
 
     /// Per-partition state, for tests and the simulator's checker.

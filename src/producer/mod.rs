@@ -19,7 +19,7 @@ use crate::error::{Error, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
-use crate::runtime::{self, RuntimeError};
+use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
@@ -85,6 +85,7 @@ struct Inner {
     closed: AtomicBool,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
+    counters: Arc<RuntimeCounters>,
 }
 
 /// A Kafka producer. `Send + Sync`: share it between threads (e.g. in an `Arc`).
@@ -135,12 +136,14 @@ impl Producer {
         }
         let metadata = Arc::new(MetadataSnapshot::default());
         let identity = Arc::new(Identity::default());
+        let counters = RuntimeCounters::new(shard_count);
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
             identity,
             peers: senders.clone(),
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,
+            counters: counters.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, rx) in receivers.into_iter().enumerate() {
@@ -153,7 +156,7 @@ impl Producer {
                 builder = builder.spin_before_park(spin);
             }
             let join = builder
-                .spawn(move || async move { run_shard(engine_config, rx, ctx).await })
+                .spawn(move || async move { run_shard(index, engine_config, rx, ctx).await })
                 .map_err(|e| RuntimeError::ShardStart {
                     shard: index,
                     reason: e.to_string(),
@@ -171,6 +174,7 @@ impl Producer {
                 closed: AtomicBool::new(false),
                 requested: Mutex::new(Default::default()),
                 cores,
+                counters,
             }),
         })
     }
@@ -188,6 +192,11 @@ impl Producer {
     /// Bytes of records accepted and not yet completed (bounded by `buffer.memory`).
     pub fn buffered_bytes(&self) -> usize {
         self.inner.memory.used()
+    }
+
+    /// The runtime's sockets, tasks, connection failures and per-shard engine counters.
+    pub fn runtime_stats(&self) -> RuntimeStats {
+        self.inner.counters.snapshot()
     }
 
     /// The shard that owns a partition: stable for the producer's life.

@@ -4,6 +4,7 @@
 pub mod code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const NONE: i16 = 0;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
@@ -24,6 +25,7 @@ pub mod code {
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const UNSUPPORTED_VERSION: i16 = 35;
+    pub const INVALID_REQUEST: i16 = 42;
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
     pub const POLICY_VIOLATION: i16 = 44;
     pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;

@@ -10,8 +10,15 @@
 
 mod connection;
 pub(crate) mod shard;
+mod stats;
+pub mod ticket_ring;
 mod uring;
 
+pub(crate) use stats::RuntimeCounters;
+pub use stats::{
+    ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, ShardReport,
+    RECENT_FAILURES,
+};
 pub use uring::io_uring_preflight;
 
 /// Why the runtime could not start or run.

@@ -18,7 +18,10 @@ use crate::producer::delivery::DeliveryHandle;
 use crate::producer::shared::{Identity, MetadataSnapshot, TopicInfo};
 use crate::protocol::record_batch::Header;
 
-use super::connection::{spawn_connect, ConnectionEvent, ConnectionTasks};
+use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
+use super::stats::{
+    ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
+};
 
 /// A record handed from an application thread to its partition's shard.
 pub(crate) struct OwnedRecord {
@@ -88,6 +91,7 @@ pub(crate) struct ShardContext {
     pub peers: Vec<flume::Sender<ShardCommand>>,
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
+    pub counters: Arc<RuntimeCounters>,
 }
 
 impl ShardContext {
@@ -104,6 +108,49 @@ struct ConnectionSlot {
     generation: u64,
     _connect: Option<Task<()>>,
     live: Option<ConnectionTasks>,
+    requests_written: u64,
+    responses_read: u64,
+}
+
+/// The driver's connections, by node. A slot is only ever replaced or removed by an event or
+/// action naming its own generation: news about an older socket must not touch a newer one.
+#[derive(Default)]
+struct Connections {
+    slots: HashMap<NodeId, ConnectionSlot>,
+    /// Something a report shows changed since the last one was published.
+    changed: bool,
+}
+
+impl Connections {
+    fn current(&mut self, node: NodeId, generation: u64) -> Option<&mut ConnectionSlot> {
+        self.slots
+            .get_mut(&node)
+            .filter(|s| s.generation == generation)
+    }
+
+    /// Drops the slot (closing its socket and cancelling its tasks) if it is `generation`'s.
+    fn remove(&mut self, node: NodeId, generation: u64) {
+        if self.current(node, generation).is_some() {
+            self.slots.remove(&node);
+            self.changed = true;
+        }
+    }
+
+    fn report(&self) -> Vec<ConnectionReport> {
+        let mut report: Vec<ConnectionReport> = self
+            .slots
+            .iter()
+            .map(|(&node, slot)| ConnectionReport {
+                node,
+                generation: slot.generation,
+                established: slot.live.is_some(),
+                requests_written: slot.requests_written,
+                responses_read: slot.responses_read,
+            })
+            .collect();
+        report.sort_by_key(|c| c.node);
+        report
+    }
 }
 
 /// Commands handled per loop before the engine gets to send (keeps latency bounded under a
@@ -117,6 +164,7 @@ enum Wake {
 }
 
 pub(crate) async fn run_shard(
+    shard: usize,
     config: EngineConfig,
     commands: flume::Receiver<ShardCommand>,
     ctx: Arc<ShardContext>,
@@ -126,13 +174,17 @@ pub(crate) async fn run_shard(
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
     engine.on_identity(ctx.identity.current());
     let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
-    let events_tx = Rc::new(events_tx);
-    let mut connections: HashMap<NodeId, ConnectionSlot> = HashMap::new();
+    let setup = ConnectionSetup {
+        events: Rc::new(events_tx),
+        counters: ctx.counters.clone(),
+        connect_timeout: ctx.connection_setup_timeout,
+        max_frame: ctx.max_frame,
+    };
+    let mut connections = Connections::default();
     let mut flushes: Vec<(u64, Arc<Latch>)> = Vec::new();
     let mut closing: Option<(Instant, Arc<Latch>)> = None;
     let mut pending: Option<Wake> = None;
-    let mut headers_scratch: Vec<(usize, usize)> = Vec::new();
-    let _ = &mut headers_scratch;
+    let mut report = ShardReport::default();
 
     loop {
         // 1. What woke us, then everything else already waiting.
@@ -183,7 +235,7 @@ pub(crate) async fn run_shard(
                 closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
             }
             Some(Wake::Event(Some(event))) => {
-                handle_event(&mut engine, &mut connections, event, now());
+                handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
             }
             _ => {}
         }
@@ -197,7 +249,7 @@ pub(crate) async fn run_shard(
             }
         }
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
-            handle_event(&mut engine, &mut connections, event, now());
+            handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
         }
 
         // 2. The sender loop, and its actions, until it is quiet.
@@ -213,10 +265,11 @@ pub(crate) async fn run_shard(
             let actions: Vec<Action> = engine.take_actions().collect();
             for action in actions {
                 execute(
+                    shard,
                     &mut engine,
                     &mut connections,
                     &ctx,
-                    &events_tx,
+                    &setup,
                     action,
                     now(),
                 );
@@ -233,12 +286,17 @@ pub(crate) async fn run_shard(
                 true
             }
         });
+        publish_report(shard, &engine, &mut connections, &ctx, &mut report);
         if let Some((deadline, done)) = &closing {
             if engine.is_idle() || Instant::now() >= *deadline {
                 engine.abort_all(ProduceError::Closed);
                 for (_, latch) in flushes.drain(..) {
                     latch.count_down();
                 }
+                // Close every socket and cancel every task before saying we are done.
+                connections.slots.clear();
+                connections.changed = true;
+                publish_report(shard, &engine, &mut connections, &ctx, &mut report);
                 done.count_down();
                 return;
             }
@@ -265,9 +323,30 @@ pub(crate) async fn run_shard(
     }
 }
 
+/// Publishes the shard's report when something in it changed.
+fn publish_report(
+    shard: usize,
+    engine: &Engine<DeliveryHandle>,
+    connections: &mut Connections,
+    ctx: &ShardContext,
+    report: &mut ShardReport,
+) {
+    let identity = Some(engine.identity());
+    if !connections.changed && report.engine == *engine.stats() && report.identity == identity {
+        return;
+    }
+    report.engine = engine.stats().clone();
+    report.identity = identity;
+    report.connections = connections.report();
+    connections.changed = false;
+    ctx.counters.publish_shard(shard, report);
+}
+
 fn handle_event(
+    shard: usize,
     engine: &mut Engine<DeliveryHandle>,
-    connections: &mut HashMap<NodeId, ConnectionSlot>,
+    connections: &mut Connections,
+    ctx: &ShardContext,
     event: ConnectionEvent,
     now: u64,
 ) {
@@ -277,11 +356,10 @@ fn handle_event(
             generation,
             tasks,
         } => {
-            if let Some(slot) = connections
-                .get_mut(&node)
-                .filter(|s| s.generation == generation)
-            {
+            // A connection nobody waits for any more is dropped here, closing it.
+            if let Some(slot) = connections.current(node, generation) {
                 slot.live = Some(tasks);
+                connections.changed = true;
                 engine.on_connected(now, node, generation);
             }
         }
@@ -289,15 +367,26 @@ fn handle_event(
             node,
             generation,
             body,
-        } => engine.on_frame(now, node, generation, body),
-        ConnectionEvent::Closed {
-            node, generation, ..
         } => {
-            if connections
-                .get(&node)
-                .is_some_and(|s| s.generation == generation)
-            {
-                connections.remove(&node);
+            if let Some(slot) = connections.current(node, generation) {
+                slot.responses_read += 1;
+                connections.changed = true;
+            }
+            engine.on_frame(now, node, generation, body);
+        }
+        ConnectionEvent::Closed {
+            node,
+            generation,
+            error,
+        } => {
+            if connections.current(node, generation).is_some() {
+                ctx.counters.record_failure(ConnectionFailure {
+                    shard,
+                    node,
+                    generation,
+                    error,
+                });
+                connections.remove(node, generation);
             }
             engine.on_disconnected(now, node, generation);
         }
@@ -305,10 +394,11 @@ fn handle_event(
 }
 
 fn execute(
+    shard: usize,
     engine: &mut Engine<DeliveryHandle>,
-    connections: &mut HashMap<NodeId, ConnectionSlot>,
+    connections: &mut Connections,
     ctx: &ShardContext,
-    events: &Rc<local_channel::LocalSender<ConnectionEvent>>,
+    setup: &ConnectionSetup,
     action: Action,
     now: u64,
 ) {
@@ -318,45 +408,49 @@ fn execute(
             generation,
             address,
         } => {
-            let task = spawn_connect(
-                node,
-                generation,
-                address,
-                ctx.connection_setup_timeout,
-                ctx.max_frame,
-                events.clone(),
-            );
-            connections.insert(
+            let task = spawn_connect(node, generation, address, setup);
+            // Replaces (and so closes) any older connection to the node.
+            connections.slots.insert(
                 node,
                 ConnectionSlot {
                     generation,
                     _connect: Some(task),
                     live: None,
+                    requests_written: 0,
+                    responses_read: 0,
                 },
             );
+            connections.changed = true;
         }
         Action::Write {
             node,
             generation,
             frame,
-        } => {
-            let sent = connections
-                .get(&node)
-                .filter(|s| s.generation == generation)
-                .and_then(|s| s.live.as_ref())
-                .map(|live| live.writer.try_send(frame).is_ok())
-                .unwrap_or(false);
-            if !sent {
-                connections.remove(&node);
-                engine.on_disconnected(now, node, generation);
+        } => match connections.current(node, generation) {
+            Some(slot) => {
+                // A writer that is gone queued its `Closed` event before it went: the engine
+                // learns of the loss from that event, with its reason, and this request
+                // fails with the others in flight there (outcome unknown).
+                let sent = slot
+                    .live
+                    .as_ref()
+                    .is_some_and(|live| live.writer.try_send(frame).is_ok());
+                slot.requests_written += u64::from(sent);
+                connections.changed |= sent;
             }
-        }
+            // No socket of that generation: the engine is behind; this tells it.
+            None => engine.on_disconnected(now, node, generation),
+        },
         Action::Disconnect { node, generation } => {
-            if connections
-                .get(&node)
-                .is_some_and(|s| s.generation == generation)
-            {
-                connections.remove(&node);
+            if let Some(slot) = connections.current(node, generation) {
+                let established = slot.live.is_some();
+                ctx.counters.record_failure(ConnectionFailure {
+                    shard,
+                    node,
+                    generation,
+                    error: ConnectionError::Abandoned { established },
+                });
+                connections.remove(node, generation);
             }
         }
         Action::TopicMetadata {

@@ -4,7 +4,9 @@
 //!   follow the Apache Kafka broker's producer-state rules.
 //! - [`server`]: its TCP face, several brokers in one process with a fault plan.
 //! - [`batch`]: the record batch v2 header as the broker reads it, and a test batch encoder.
+//! - [`sim`]: the seeded deterministic simulator (engine + broker core + lossy network).
 
 pub mod batch;
 pub mod broker;
 pub mod server;
+pub mod sim;

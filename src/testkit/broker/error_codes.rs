@@ -1,33 +1,4 @@
 //! Kafka error codes the reference broker answers with (Kafka `Errors`), named as in Java so
-//! tests and rulebook read alike.
+//! tests and rulebook read alike: the same table the producer uses.
 
-pub const NONE: i16 = 0;
-pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-pub const CORRUPT_MESSAGE: i16 = 2;
-pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-pub const LEADER_NOT_AVAILABLE: i16 = 5;
-pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-pub const REQUEST_TIMED_OUT: i16 = 7;
-pub const MESSAGE_TOO_LARGE: i16 = 10;
-pub const NETWORK_EXCEPTION: i16 = 13;
-pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-pub const INVALID_REQUIRED_ACKS: i16 = 21;
-pub const INVALID_TIMESTAMP: i16 = 32;
-pub const UNSUPPORTED_VERSION: i16 = 35;
-pub const INVALID_REQUEST: i16 = 42;
-pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-pub const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
-pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-pub const INVALID_TXN_STATE: i16 = 48;
-pub const INVALID_PRODUCER_ID_MAPPING: i16 = 49;
-pub const INVALID_TRANSACTION_TIMEOUT: i16 = 50;
-pub const CONCURRENT_TRANSACTIONS: i16 = 51;
-pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
-pub const UNKNOWN_PRODUCER_ID: i16 = 59;
-pub const FENCED_LEADER_EPOCH: i16 = 74;
-pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
-pub const INVALID_RECORD: i16 = 87;
-pub const PRODUCER_FENCED: i16 = 90;
-pub const UNKNOWN_TOPIC_ID: i16 = 100;
-pub const TRANSACTION_ABORTABLE: i16 = 120;
+pub use crate::protocol::error_code::code::*;

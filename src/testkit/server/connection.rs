@@ -76,42 +76,24 @@ fn serve_frame(
     shared: &Shared,
     broker: i32,
     closed: &AtomicBool,
-    mut frame: Bytes,
+    frame: Bytes,
     writer: &mut BufWriter<TcpStream>,
 ) -> Step {
-    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
-    let version = i16::from_be_bytes([frame[2], frame[3]]);
-    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
-    shared
-        .stats()
-        .count_request(broker, api_key, version, frame.len() + 4);
-
-    let table = shared.api_versions(broker);
-    let api = ApiKey::try_from(api_key).ok();
-    let mut out = BytesMut::with_capacity(1024);
-    out.put_i32(0); // length, patched below
-    if !table.supports(api_key, version) {
-        if api == Some(ApiKey::ApiVersions) {
-            // The response header of ApiVersions is always v0.
-            let answered = encode_header(correlation_id, 0, &mut out)
-                && api_versions::answer_unsupported(&table, &mut out).is_ok();
-            return if answered && write_response(shared, writer, out) {
+    let request = match parse_request(shared, broker, frame) {
+        Ok(request) => request,
+        Err(Early::Respond(out)) => {
+            return if write_response(shared, writer, out) {
                 Step::Continue
             } else {
                 Step::Close
             };
         }
-        shared.stats().count_unsupported();
-        return Step::Close;
-    }
-    let api = api.expect("advertised APIs are known");
-    let Ok(header) = RequestHeader::decode(&mut frame, api.request_header_version(version)) else {
-        return Step::Close;
+        Err(Early::Close) => return Step::Close,
     };
 
     // The fault counts as applied when `taken` drops: right after processing, before a
     // withheld answer is dropped or delayed.
-    let taken = shared.faults().take(broker, api_key);
+    let taken = shared.faults().take(broker, request.api as i16);
     let fault = taken.as_ref().map(|t| t.action);
     if let Some(FaultAction::ResetConnection { mid_frame }) = fault {
         let _ = writer.flush();
@@ -119,7 +101,7 @@ fn serve_frame(
             // A length promising more than follows, then the start of the answer.
             let mut torn = BytesMut::new();
             torn.put_i32(64);
-            torn.put_i32(header.correlation_id);
+            torn.put_i32(request.correlation_id);
             torn.put_bytes(0, 24);
             let _ = writer.write_all(&torn);
             let _ = writer.flush();
@@ -131,25 +113,7 @@ fn serve_frame(
         _ => None,
     };
 
-    if !encode_header(
-        header.correlation_id,
-        api.response_header_version(version),
-        &mut out,
-    ) {
-        return Step::Close;
-    }
-    let ctx = RequestContext {
-        shared,
-        broker,
-        closed,
-        version,
-        now_ms: now_ms(),
-    };
-    let reply = match handlers::dispatch(&ctx, api, &mut frame, injected, &mut out) {
-        Ok(reply) => reply,
-        // A request that does not decode: Kafka closes the connection.
-        Err(_) => Reply::Close,
-    };
+    let (reply, out) = answer_request(shared, broker, closed, request, injected, now_ms());
     drop(taken);
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,
@@ -178,6 +142,120 @@ fn serve_frame(
     }
 }
 
+/// A request whose API, version and header were accepted, ready to be answered.
+pub(crate) struct ParsedRequest {
+    pub api: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    /// The request body after the header.
+    body: Bytes,
+}
+
+/// A request settled before its handler ran.
+pub(crate) enum Early {
+    /// An answer frame (length prefix included, not yet patched): ApiVersions at a version the
+    /// broker does not advertise.
+    Respond(BytesMut),
+    /// Close the connection without answering.
+    Close,
+}
+
+/// Reads one request frame (length prefix removed): counts it, checks that the broker
+/// advertises its API and version, and decodes its header. Shared by the TCP face and the
+/// simulator's in-memory peer.
+pub(crate) fn parse_request(
+    shared: &Shared,
+    broker: i32,
+    mut frame: Bytes,
+) -> Result<ParsedRequest, Early> {
+    if frame.len() < 8 {
+        return Err(Early::Close);
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    shared
+        .stats()
+        .count_request(broker, api_key, version, frame.len() + 4);
+
+    let table = shared.api_versions(broker);
+    let api = ApiKey::try_from(api_key).ok();
+    if !table.supports(api_key, version) {
+        if api == Some(ApiKey::ApiVersions) {
+            let mut out = BytesMut::with_capacity(1024);
+            out.put_i32(0); // length, patched by the writer
+                            // The response header of ApiVersions is always v0.
+            let answered = encode_header(correlation_id, 0, &mut out)
+                && api_versions::answer_unsupported(&table, &mut out).is_ok();
+            return Err(if answered {
+                Early::Respond(out)
+            } else {
+                Early::Close
+            });
+        }
+        shared.stats().count_unsupported();
+        return Err(Early::Close);
+    }
+    let api = api.expect("advertised APIs are known");
+    let Ok(header) = RequestHeader::decode(&mut frame, api.request_header_version(version)) else {
+        return Err(Early::Close);
+    };
+    Ok(ParsedRequest {
+        api,
+        version,
+        correlation_id: header.correlation_id,
+        body: frame,
+    })
+}
+
+/// Runs the handler of a parsed request at `now_ms`. `injected` is an error code to answer
+/// without processing. Returns what to do and the answer frame (length prefix included, not
+/// yet patched; meaningful for [`Reply::Respond`] only).
+pub(crate) fn answer_request(
+    shared: &Shared,
+    broker: i32,
+    closed: &AtomicBool,
+    request: ParsedRequest,
+    injected: Option<i16>,
+    now_ms: i64,
+) -> (Reply, BytesMut) {
+    let ParsedRequest {
+        api,
+        version,
+        correlation_id,
+        mut body,
+    } = request;
+    let mut out = BytesMut::with_capacity(1024);
+    out.put_i32(0); // length, patched by the writer
+    if !encode_header(
+        correlation_id,
+        api.response_header_version(version),
+        &mut out,
+    ) {
+        return (Reply::Close, out);
+    }
+    let ctx = RequestContext {
+        shared,
+        broker,
+        closed,
+        version,
+        now_ms,
+    };
+    let reply = match handlers::dispatch(&ctx, api, &mut body, injected, &mut out) {
+        Ok(reply) => reply,
+        // A request that does not decode: Kafka closes the connection.
+        Err(_) => Reply::Close,
+    };
+    (reply, out)
+}
+
+/// Patches the length prefix of an answer frame built by [`parse_request`] or
+/// [`answer_request`].
+pub(crate) fn finish_frame(out: &mut BytesMut) {
+    let length = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&length.to_be_bytes());
+}
+
 fn encode_header(correlation_id: i32, header_version: i16, out: &mut BytesMut) -> bool {
     ResponseHeader::default()
         .with_correlation_id(correlation_id)
@@ -187,8 +265,7 @@ fn encode_header(correlation_id: i32, header_version: i16, out: &mut BytesMut) -
 
 /// Patches the frame length and queues the frame.
 fn write_response(shared: &Shared, writer: &mut BufWriter<TcpStream>, mut out: BytesMut) -> bool {
-    let length = (out.len() - 4) as i32;
-    out[..4].copy_from_slice(&length.to_be_bytes());
+    finish_frame(&mut out);
     shared.stats().count_bytes_out(out.len());
     writer.write_all(&out).is_ok()
 }

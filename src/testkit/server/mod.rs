@@ -8,9 +8,9 @@
 //! [`ReferenceCluster::shutdown`] (also on drop): no thread outlives the cluster.
 
 mod api_versions;
-mod connection;
+pub(crate) mod connection;
 mod faults;
-mod handlers;
+pub(crate) mod handlers;
 mod stats;
 
 use std::collections::{BTreeMap, HashMap};
@@ -68,6 +68,32 @@ struct OpenConnection {
 }
 
 impl Shared {
+    /// The state of a cluster served without sockets (the simulator's in-memory peer):
+    /// `brokers` name each broker's advertised address; nothing listens on them.
+    pub(crate) fn in_memory(cluster: Cluster, brokers: &[(i32, SocketAddr)]) -> Shared {
+        Shared {
+            cluster: Mutex::new(cluster),
+            appended: Condvar::new(),
+            faults: FaultPlan::default(),
+            stats: ServerStats::default(),
+            api_versions: Mutex::new(
+                brokers
+                    .iter()
+                    .map(|&(id, _)| (id, Arc::new(ApiVersionTable::default())))
+                    .collect(),
+            ),
+            brokers: brokers
+                .iter()
+                .map(|&(id, addr)| BrokerSlot {
+                    id,
+                    addr,
+                    runtime: Mutex::new(BrokerRuntime::default()),
+                })
+                .collect(),
+            next_connection: AtomicU64::new(0),
+        }
+    }
+
     pub(crate) fn cluster(&self) -> MutexGuard<'_, Cluster> {
         self.cluster
             .lock()

@@ -1,0 +1,299 @@
+//! What the runtime knows about its own resources: sockets and tasks alive, why connections
+//! ended, and a per-shard report of the engine's counters and its connections. Tests read it
+//! to check that faults leave nothing behind; operators can read it to see why a broker is
+//! unreachable.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::engine::sender::EngineStats;
+use crate::engine::{NodeId, ProducerIdAndEpoch};
+use crate::protocol::wire::WireError;
+
+/// Why the runtime closed or lost a broker connection. Every one of these closes that
+/// connection only; the engine treats it as a disconnect (requests on it have unknown
+/// outcomes) and reconnects after its backoff.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// The broker address did not resolve.
+    #[error("resolving {address}: {message}")]
+    Resolve { address: String, message: String },
+    /// The TCP connect failed or timed out (`socket.connection.setup.timeout.ms`).
+    #[error("connecting to {address}: {message}")]
+    Connect {
+        address: String,
+        kind: io::ErrorKind,
+        message: String,
+    },
+    /// The broker closed the connection between frames.
+    #[error("the broker closed the connection")]
+    ClosedByPeer,
+    /// The connection ended inside a frame: `received` of `expected` bytes had arrived.
+    #[error("the connection ended {received} bytes into a {expected}-byte {part}")]
+    Truncated {
+        part: FramePart,
+        expected: usize,
+        received: usize,
+    },
+    /// The length prefix was refused before anything was allocated for it (negative, or
+    /// above `kacrab.max.response.bytes`).
+    #[error("unusable frame: {0}")]
+    Frame(WireError),
+    /// The engine closed the connection: before it was up, because
+    /// `socket.connection.setup.timeout.ms` passed; once up, because a request timed out
+    /// (`request.timeout.ms`) or the broker broke the protocol (an answer that does not
+    /// decode or does not match the oldest request).
+    #[error("closed by the producer {}", if *.established { "(a request timed out or the broker broke the protocol)" } else { "(socket.connection.setup.timeout.ms passed)" })]
+    Abandoned { established: bool },
+    #[error("read failed: {message}")]
+    Read {
+        kind: io::ErrorKind,
+        message: String,
+    },
+    #[error("write failed: {message}")]
+    Write {
+        kind: io::ErrorKind,
+        message: String,
+    },
+}
+
+/// Which part of a frame a truncation cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FramePart {
+    LengthPrefix,
+    Body,
+}
+
+impl std::fmt::Display for FramePart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FramePart::LengthPrefix => "length prefix",
+            FramePart::Body => "frame body",
+        })
+    }
+}
+
+/// One connection failure, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionFailure {
+    pub shard: usize,
+    pub node: NodeId,
+    pub generation: u64,
+    pub error: ConnectionError,
+}
+
+/// One connection of one shard, as the driver sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionReport {
+    pub node: NodeId,
+    pub generation: u64,
+    /// The TCP connection is up (false while connecting).
+    pub established: bool,
+    /// Request frames handed to the connection's writer.
+    pub requests_written: u64,
+    /// Response frames read from it.
+    pub responses_read: u64,
+}
+
+impl ConnectionReport {
+    /// Requests written and not answered yet (`acks=0` produce requests are never answered).
+    pub fn requests_in_flight(&self) -> u64 {
+        self.requests_written.saturating_sub(self.responses_read)
+    }
+}
+
+/// A shard's view, published by the shard whenever it changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShardReport {
+    pub engine: EngineStats,
+    /// The identity the shard's engine is on.
+    pub identity: Option<ProducerIdAndEpoch>,
+    pub connections: Vec<ConnectionReport>,
+}
+
+/// A snapshot of the runtime's counters ([`Producer::runtime_stats`]).
+///
+/// [`Producer::runtime_stats`]: crate::Producer::runtime_stats
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// Broker sockets currently open, every shard.
+    pub sockets_open: u64,
+    /// Connect, reader and writer tasks currently alive, every shard.
+    pub connection_tasks: u64,
+    pub connects_started: u64,
+    pub connections_established: u64,
+    pub connect_failures: u64,
+    pub closed_by_peer: u64,
+    /// Connections the engine closed ([`ConnectionError::Abandoned`]).
+    pub abandoned: u64,
+    pub truncated_frames: u64,
+    /// Frames refused by their length prefix.
+    pub refused_frames: u64,
+    pub io_errors: u64,
+    /// The most recent failures, oldest first (at most [`RECENT_FAILURES`]).
+    pub recent_failures: Vec<ConnectionFailure>,
+    /// By shard index.
+    pub shards: Vec<ShardReport>,
+}
+
+impl RuntimeStats {
+    /// Open connections of every shard to `node`.
+    pub fn connections_to(&self, node: NodeId) -> impl Iterator<Item = (usize, &ConnectionReport)> {
+        self.shards.iter().enumerate().flat_map(move |(shard, r)| {
+            r.connections
+                .iter()
+                .filter(move |c| c.node == node)
+                .map(move |c| (shard, c))
+        })
+    }
+
+    /// The engine counters summed over every shard.
+    pub fn engine_totals(&self) -> EngineStats {
+        let mut total = EngineStats::default();
+        for shard in &self.shards {
+            let e = &shard.engine;
+            total.produce_requests += e.produce_requests;
+            total.batches_sent += e.batches_sent;
+            total.retries += e.retries;
+            total.epoch_bumps_requested += e.epoch_bumps_requested;
+            total.sequence_rewrites += e.sequence_rewrites;
+            total.disconnects += e.disconnects;
+            total.protocol_errors += e.protocol_errors;
+        }
+        total
+    }
+}
+
+/// How many failures [`RuntimeStats::recent_failures`] keeps.
+pub const RECENT_FAILURES: usize = 32;
+
+/// The live counters behind [`RuntimeStats`], shared by every shard.
+pub(crate) struct RuntimeCounters {
+    sockets_open: AtomicU64,
+    connection_tasks: AtomicU64,
+    connects_started: AtomicU64,
+    connections_established: AtomicU64,
+    connect_failures: AtomicU64,
+    closed_by_peer: AtomicU64,
+    abandoned: AtomicU64,
+    truncated_frames: AtomicU64,
+    refused_frames: AtomicU64,
+    io_errors: AtomicU64,
+    recent_failures: Mutex<VecDeque<ConnectionFailure>>,
+    shards: Vec<Mutex<ShardReport>>,
+}
+
+impl RuntimeCounters {
+    pub(crate) fn new(shards: usize) -> Arc<RuntimeCounters> {
+        Arc::new(RuntimeCounters {
+            sockets_open: AtomicU64::new(0),
+            connection_tasks: AtomicU64::new(0),
+            connects_started: AtomicU64::new(0),
+            connections_established: AtomicU64::new(0),
+            connect_failures: AtomicU64::new(0),
+            closed_by_peer: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            truncated_frames: AtomicU64::new(0),
+            refused_frames: AtomicU64::new(0),
+            io_errors: AtomicU64::new(0),
+            recent_failures: Mutex::new(VecDeque::with_capacity(RECENT_FAILURES)),
+            shards: (0..shards).map(|_| Mutex::default()).collect(),
+        })
+    }
+
+    pub(crate) fn snapshot(&self) -> RuntimeStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        RuntimeStats {
+            sockets_open: load(&self.sockets_open),
+            connection_tasks: load(&self.connection_tasks),
+            connects_started: load(&self.connects_started),
+            connections_established: load(&self.connections_established),
+            connect_failures: load(&self.connect_failures),
+            closed_by_peer: load(&self.closed_by_peer),
+            abandoned: load(&self.abandoned),
+            truncated_frames: load(&self.truncated_frames),
+            refused_frames: load(&self.refused_frames),
+            io_errors: load(&self.io_errors),
+            recent_failures: self
+                .recent_failures
+                .lock()
+                .expect("stats lock")
+                .iter()
+                .cloned()
+                .collect(),
+            shards: self
+                .shards
+                .iter()
+                .map(|s| s.lock().expect("stats lock").clone())
+                .collect(),
+        }
+    }
+
+    pub(crate) fn connect_started(&self) {
+        self.connects_started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn connection_established(&self) {
+        self.connections_established.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn record_failure(&self, failure: ConnectionFailure) {
+        let counter = match &failure.error {
+            ConnectionError::Resolve { .. } | ConnectionError::Connect { .. } => {
+                &self.connect_failures
+            }
+            ConnectionError::ClosedByPeer => &self.closed_by_peer,
+            ConnectionError::Abandoned { .. } => &self.abandoned,
+            ConnectionError::Truncated { .. } => &self.truncated_frames,
+            ConnectionError::Frame(_) => &self.refused_frames,
+            ConnectionError::Read { .. } | ConnectionError::Write { .. } => &self.io_errors,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let mut recent = self.recent_failures.lock().expect("stats lock");
+        if recent.len() == RECENT_FAILURES {
+            recent.pop_front();
+        }
+        recent.push_back(failure);
+    }
+
+    pub(crate) fn publish_shard(&self, shard: usize, report: &ShardReport) {
+        if let Some(slot) = self.shards.get(shard) {
+            let mut slot = slot.lock().expect("stats lock");
+            if *slot != *report {
+                *slot = report.clone();
+            }
+        }
+    }
+
+    /// Counts a task alive until the guard drops (with the future that owns it).
+    pub(crate) fn task_guard(self: &Arc<Self>) -> LiveGuard {
+        LiveGuard::new(self.clone(), |c| &c.connection_tasks)
+    }
+
+    /// Counts a socket open until the guard drops (with the socket it sits beside).
+    pub(crate) fn socket_guard(self: &Arc<Self>) -> LiveGuard {
+        LiveGuard::new(self.clone(), |c| &c.sockets_open)
+    }
+}
+
+/// Increments a gauge on creation and decrements it on drop.
+pub(crate) struct LiveGuard {
+    counters: Arc<RuntimeCounters>,
+    gauge: fn(&RuntimeCounters) -> &AtomicU64,
+}
+
+impl LiveGuard {
+    fn new(counters: Arc<RuntimeCounters>, gauge: fn(&RuntimeCounters) -> &AtomicU64) -> Self {
+        gauge(&counters).fetch_add(1, Ordering::Relaxed);
+        LiveGuard { counters, gauge }
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        (self.gauge)(&self.counters).fetch_sub(1, Ordering::Relaxed);
+    }
+}

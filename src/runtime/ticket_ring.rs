@@ -1,0 +1,288 @@
+//! The cross-shard ticket ring: one bounded ring of control tickets that every shard consumes
+//! in one total order, without a lock.
+//!
+//! Any shard (or application thread) may publish; every shard reads every ticket, in publish
+//! order, and applies it to its own replica of the producer-wide state (the epoch in force).
+//! Because all replicas apply the same tickets in the same order with the same deterministic
+//! rule, they agree without sharing mutable state: two shards that both request a bump from the
+//! epoch they observed publish two tickets, the first one bumps every replica and the second
+//! names an epoch no replica is on any more, so every replica ignores it. Exactly one bump.
+//!
+//! Invariants: a slot is rewritten only after every consumer has read it (publish fails with
+//! `Full` instead of overwriting); a consumer sees a ticket only after its payload is written
+//! (release/acquire on the slot's sequence number).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A control ticket. Packed into two words so a slot needs no lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ticket {
+    /// InitProducerId returned this identity.
+    Install { producer_id: i64, epoch: i16 },
+    /// A shard observed this identity and needs the epoch bumped past it (KIP-360).
+    Bump { producer_id: i64, epoch: i16 },
+}
+
+impl Ticket {
+    fn pack(self) -> (u64, u64) {
+        let (kind, producer_id, epoch) = match self {
+            Ticket::Install { producer_id, epoch } => (1u64, producer_id, epoch),
+            Ticket::Bump { producer_id, epoch } => (2u64, producer_id, epoch),
+        };
+        (kind << 16 | (epoch as u16 as u64), producer_id as u64)
+    }
+
+    fn unpack(a: u64, b: u64) -> Ticket {
+        let epoch = (a & 0xffff) as u16 as i16;
+        let producer_id = b as i64;
+        match a >> 16 {
+            1 => Ticket::Install { producer_id, epoch },
+            _ => Ticket::Bump { producer_id, epoch },
+        }
+    }
+}
+
+struct Slot {
+    /// `index + 1` once the ticket published at `index` is readable; 0 when never written.
+    sequence: AtomicU64,
+    a: AtomicU64,
+    b: AtomicU64,
+}
+
+/// The ring is full: some consumer has not read the ticket a publish would overwrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the ticket ring is full")]
+pub struct Full;
+
+pub struct TicketRing {
+    slots: Box<[Slot]>,
+    /// Next index to claim.
+    head: AtomicU64,
+    /// Next index each consumer will read.
+    cursors: Box<[AtomicU64]>,
+}
+
+impl TicketRing {
+    /// A ring of `capacity` tickets (rounded up to a power of two) read by `consumers` shards.
+    pub fn new(capacity: usize, consumers: usize) -> Self {
+        let capacity = capacity.max(2).next_power_of_two();
+        TicketRing {
+            slots: (0..capacity)
+                .map(|_| Slot {
+                    sequence: AtomicU64::new(0),
+                    a: AtomicU64::new(0),
+                    b: AtomicU64::new(0),
+                })
+                .collect(),
+            head: AtomicU64::new(0),
+            cursors: (0..consumers).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn slowest_cursor(&self) -> u64 {
+        self.cursors
+            .iter()
+            .map(|c| c.load(Ordering::Acquire))
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Publishes a ticket; it is ordered after every ticket published before it.
+    pub fn publish(&self, ticket: Ticket) -> Result<u64, Full> {
+        let capacity = self.slots.len() as u64;
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            if head >= self.slowest_cursor().saturating_add(capacity) {
+                return Err(Full);
+            }
+            match self.head.compare_exchange_weak(
+                head,
+                head + 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => head = actual,
+            }
+        }
+        // This index is ours alone, and every consumer has read the slot's previous ticket.
+        let slot = &self.slots[(head % capacity) as usize];
+        let (a, b) = ticket.pack();
+        slot.a.store(a, Ordering::Relaxed);
+        slot.b.store(b, Ordering::Relaxed);
+        slot.sequence.store(head + 1, Ordering::Release);
+        Ok(head)
+    }
+
+    /// The next ticket for `consumer`, if one is readable. Tickets are returned in publish
+    /// order; a ticket whose publisher has claimed its index but not finished writing holds back
+    /// the ones after it, so the order is total.
+    pub fn next(&self, consumer: usize) -> Option<Ticket> {
+        let cursor = &self.cursors[consumer];
+        let index = cursor.load(Ordering::Relaxed);
+        let slot = &self.slots[(index % self.slots.len() as u64) as usize];
+        if slot.sequence.load(Ordering::Acquire) != index + 1 {
+            return None;
+        }
+        let ticket = Ticket::unpack(
+            slot.a.load(Ordering::Relaxed),
+            slot.b.load(Ordering::Relaxed),
+        );
+        cursor.store(index + 1, Ordering::Release);
+        Some(ticket)
+    }
+
+    pub fn consumers(&self) -> usize {
+        self.cursors.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{EpochCoordinator, ProducerIdAndEpoch};
+    use std::sync::Arc;
+
+    fn apply(replica: &mut EpochCoordinator, ticket: Ticket) {
+        match ticket {
+            Ticket::Install { producer_id, epoch } => {
+                replica.install(ProducerIdAndEpoch::new(producer_id, epoch));
+            }
+            Ticket::Bump { producer_id, epoch } => {
+                replica.request_bump(ProducerIdAndEpoch::new(producer_id, epoch));
+            }
+        }
+    }
+
+    #[test]
+    fn tickets_pack_and_unpack() {
+        for t in [
+            Ticket::Install {
+                producer_id: 7,
+                epoch: 0,
+            },
+            Ticket::Bump {
+                producer_id: i64::MAX,
+                epoch: i16::MAX,
+            },
+            Ticket::Bump {
+                producer_id: -1,
+                epoch: -1,
+            },
+        ] {
+            let (a, b) = t.pack();
+            assert_eq!(Ticket::unpack(a, b), t);
+        }
+    }
+
+    #[test]
+    fn every_consumer_reads_every_ticket_in_one_order() {
+        let ring = TicketRing::new(8, 2);
+        for e in 0..5 {
+            ring.publish(Ticket::Bump {
+                producer_id: 1,
+                epoch: e,
+            })
+            .unwrap();
+        }
+        for consumer in 0..2 {
+            let seen: Vec<_> = std::iter::from_fn(|| ring.next(consumer)).collect();
+            assert_eq!(seen.len(), 5);
+            assert_eq!(
+                seen[4],
+                Ticket::Bump {
+                    producer_id: 1,
+                    epoch: 4
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn publish_refuses_to_overwrite_an_unread_ticket() {
+        let ring = TicketRing::new(4, 2);
+        for e in 0..4 {
+            ring.publish(Ticket::Bump {
+                producer_id: 1,
+                epoch: e,
+            })
+            .unwrap();
+        }
+        assert_eq!(
+            ring.publish(Ticket::Bump {
+                producer_id: 1,
+                epoch: 9
+            }),
+            Err(Full)
+        );
+        while ring.next(0).is_some() {}
+        assert_eq!(
+            ring.publish(Ticket::Bump {
+                producer_id: 1,
+                epoch: 9
+            }),
+            Err(Full)
+        );
+        assert!(ring.next(1).is_some());
+        assert!(ring
+            .publish(Ticket::Bump {
+                producer_id: 1,
+                epoch: 9
+            })
+            .is_ok());
+    }
+
+    #[test]
+    fn concurrent_bumps_from_the_same_epoch_bump_every_replica_exactly_once() {
+        let ring = Arc::new(TicketRing::new(1024, 2));
+        ring.publish(Ticket::Install {
+            producer_id: 42,
+            epoch: 0,
+        })
+        .unwrap();
+        // Both shards observed (42, 0) and ask for a bump at the same time, many rounds.
+        let publishers: Vec<_> = (0..2)
+            .map(|_| {
+                let ring = ring.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        while ring
+                            .publish(Ticket::Bump {
+                                producer_id: 42,
+                                epoch: 0,
+                            })
+                            .is_err()
+                        {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..2)
+            .map(|consumer| {
+                let ring = ring.clone();
+                std::thread::spawn(move || {
+                    let mut replica = EpochCoordinator::default();
+                    let mut read = 0;
+                    while read < 201 {
+                        match ring.next(consumer) {
+                            Some(t) => {
+                                apply(&mut replica, t);
+                                read += 1;
+                            }
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                    replica.current()
+                })
+            })
+            .collect();
+        for p in publishers {
+            p.join().unwrap();
+        }
+        for c in consumers {
+            assert_eq!(c.join().unwrap(), ProducerIdAndEpoch::new(42, 1));
+        }
+    }
+}

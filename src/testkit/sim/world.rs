@@ -1,0 +1,1896 @@
+//! The simulated world: producer engines (one per shard), the reference broker behind its
+//! in-memory face, the network between them, and a virtual clock, all in one thread.
+//!
+//! Nothing here reads a clock or sleeps: time is the `at` of the event being handled, and the
+//! next event is whichever is due first (ties in the order they were scheduled). So a run is a
+//! pure function of its setup and seed.
+//!
+//! The network: every engine connection is a pair of FIFO pipes to one broker. Requests reach
+//! the broker in write order and are served on arrival; answers come back in request order
+//! (Kafka's per-connection guarantee), each after its own latency, so answers on different
+//! connections interleave freely. Faults ([`Fault`]) act on one request at its arrival at the
+//! broker.
+
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::rc::Rc;
+use std::sync::atomic::AtomicBool;
+use std::sync::MutexGuard;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey as WireApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader,
+};
+use kafka_protocol::protocol::Decodable;
+
+use crate::engine::{
+    Action, Delivery, Engine, EngineConfig, EpochCoordinator, Micros, NodeId, ProducerIdAndEpoch,
+    RecordMetadata, TopicPartition,
+};
+use crate::error::ProduceError;
+use crate::protocol::error_code::code;
+use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
+use crate::testkit::batch::BatchHeader;
+use crate::testkit::broker::{BrokerRules, Cluster};
+use crate::testkit::server::connection::{answer_request, finish_frame, parse_request, Early};
+use crate::testkit::server::handlers::Reply;
+use crate::testkit::server::Shared;
+
+use super::checker::{Checker, RecordId, Verdict};
+use super::rng::Rng;
+
+/// Wall-clock milliseconds of virtual time zero, for record timestamps and the broker's clock.
+pub const EPOCH_MS: i64 = 1_700_000_000_000;
+
+/// Filler for record values after their id.
+static PAD: [u8; 256] = {
+    let mut pad = [0u8; 256];
+    let mut i = 0;
+    while i < 256 {
+        pad[i] = (i as u8).wrapping_mul(31);
+        i += 1;
+    }
+    pad
+};
+
+pub const MS: Micros = 1_000;
+pub const SECOND: Micros = 1_000_000;
+
+/// What happens to one request when it reaches the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Served normally.
+    None,
+    /// Lost before the broker saw it. Kafka runs over TCP, so a lost request means a dead
+    /// path: the connection stalls (answers already sent still arrive, nothing after them does,
+    /// either way) until the client gives up on it.
+    DropRequest,
+    /// The connection is reset before the broker reads the request.
+    ResetBeforeProcessing,
+    /// Answered with this error code without processing (every partition of a Produce).
+    Inject(i16),
+    /// Processed (appended), then answered with this error code, as a broker does for
+    /// REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    AppendThenAnswer(i16),
+    /// Processed, and the answer is lost: the connection is reset (`close`) or stalls.
+    DropResponse { close: bool },
+    /// Processed; the connection breaks in the middle of the answer: the engine is handed
+    /// the first part of it as a frame (what a broken peer would send), then the connection
+    /// is gone.
+    ResetMidFrame,
+    /// Processed; the answer (and every later one on the connection) waits this much longer.
+    Delay(Micros),
+    /// Processed; the answer (and every later one on the connection) is held until
+    /// [`Sim::release_held`].
+    Hold,
+}
+
+/// Which requests a scripted fault applies to.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMatch {
+    pub broker: Option<i32>,
+    pub api: Option<WireApiKey>,
+    /// Produce only: the request carries a batch for this partition...
+    pub partition: Option<TopicPartition>,
+    /// ...with this base sequence.
+    pub base_sequence: Option<i32>,
+    /// Matching requests to let through before the fault applies.
+    pub skip: usize,
+}
+
+impl RequestMatch {
+    pub fn produce() -> Self {
+        RequestMatch {
+            api: Some(WireApiKey::Produce),
+            ..Default::default()
+        }
+    }
+
+    pub fn api(api: WireApiKey) -> Self {
+        RequestMatch {
+            api: Some(api),
+            ..Default::default()
+        }
+    }
+
+    pub fn to_broker(mut self, broker: i32) -> Self {
+        self.broker = Some(broker);
+        self
+    }
+
+    pub fn partition(mut self, tp: &TopicPartition) -> Self {
+        self.partition = Some(tp.clone());
+        self
+    }
+
+    pub fn base_sequence(mut self, sequence: i32) -> Self {
+        self.base_sequence = Some(sequence);
+        self
+    }
+
+    pub fn skip(mut self, n: usize) -> Self {
+        self.skip = n;
+        self
+    }
+}
+
+type ClusterHook = Box<dyn FnOnce(&mut Cluster)>;
+
+/// A scripted fault: the next `times` requests matching `matcher` get `fault`; `before` runs on
+/// the cluster just before the first of them is served (e.g. to move a leader).
+pub struct FaultRule {
+    pub matcher: RequestMatch,
+    pub fault: Fault,
+    pub times: usize,
+    pub before: Option<ClusterHook>,
+    /// Extra delay of the answer, on top of the fault (e.g. an injected error that arrives
+    /// late).
+    pub delay: Micros,
+}
+
+impl FaultRule {
+    pub fn new(matcher: RequestMatch, fault: Fault) -> Self {
+        FaultRule {
+            matcher,
+            fault,
+            times: 1,
+            before: None,
+            delay: 0,
+        }
+    }
+
+    pub fn delayed(mut self, delay: Micros) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    pub fn times(mut self, n: usize) -> Self {
+        self.times = n;
+        self
+    }
+
+    pub fn before(mut self, hook: impl FnOnce(&mut Cluster) + 'static) -> Self {
+        self.before = Some(Box::new(hook));
+        self
+    }
+}
+
+/// One batch of a traced Produce request, as written on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracedBatch {
+    pub tp: TopicPartition,
+    pub producer: ProducerIdAndEpoch,
+    pub base_sequence: i32,
+    pub record_count: i32,
+    /// Id of the batch's first record.
+    pub first_record: RecordId,
+}
+
+/// One Produce request's life, recorded when tracing is on.
+#[derive(Debug, Clone)]
+pub struct ProduceTrace {
+    pub engine: usize,
+    pub broker: i32,
+    pub connection: u64,
+    pub version: i16,
+    pub written_at: Micros,
+    pub served_at: Option<Micros>,
+    pub fault: Option<Fault>,
+    /// When the engine read the answer.
+    pub answered_at: Option<Micros>,
+    pub batches: Vec<TracedBatch>,
+    /// Per batch, in request order: (error code, base offset) as the engine read them.
+    pub answers: Vec<(i16, i64)>,
+}
+
+/// One record's delivery handle inside the simulator.
+pub struct SimDelivery {
+    id: RecordId,
+    sink: Rc<RefCell<Vec<Completion>>>,
+}
+
+type Completion = (RecordId, Result<RecordMetadata, ProduceError>);
+
+impl Delivery for SimDelivery {
+    fn complete(self, result: Result<RecordMetadata, ProduceError>) {
+        self.sink.borrow_mut().push((self.id, result));
+    }
+}
+
+/// How the world is built.
+#[derive(Debug, Clone)]
+pub struct SimSetup {
+    pub seed: u64,
+    pub brokers: Vec<i32>,
+    /// Topics with the leader of each partition.
+    pub topics: Vec<(String, Vec<i32>)>,
+    pub rules: BrokerRules,
+    /// The engine configuration of every shard (`bootstrap_servers` and `owns_identity` are
+    /// filled in; shard 0 owns the identity).
+    pub engine: EngineConfig,
+    pub shards: usize,
+    /// One-way network latency, uniform in this range.
+    pub latency: (Micros, Micros),
+    /// How long other shards take to adopt a new identity.
+    pub identity_delay: (Micros, Micros),
+    /// A send must resolve within `delivery_timeout + resolve_slack` of its append.
+    pub resolve_slack: Micros,
+    /// Record every Produce request and answer ([`Sim::produce_trace`]).
+    pub trace: bool,
+    /// `buffer.memory`: the application does not append while this many payload bytes are
+    /// unresolved (it blocks, as `send` does).
+    pub buffer_memory: usize,
+}
+
+/// The engine configuration the simulator runs with by default: Java defaults scaled to
+/// virtual time.
+pub fn default_engine_config() -> EngineConfig {
+    EngineConfig {
+        client_id: "kacrab-sim".to_string(),
+        bootstrap_servers: Vec::new(),
+        acks: -1,
+        idempotent: true,
+        transactional_id: None,
+        transaction_timeout_ms: 60_000,
+        linger: 5 * MS,
+        batch_size: 16_384,
+        max_in_flight: 5,
+        delivery_timeout: 30 * SECOND,
+        request_timeout: 5 * SECOND,
+        retries: i32::MAX,
+        retry_backoff: 100 * MS,
+        retry_backoff_max: SECOND,
+        reconnect_backoff: 50 * MS,
+        reconnect_backoff_max: SECOND,
+        connection_setup_timeout: 10 * SECOND,
+        max_request_size: 1_048_576,
+        metadata_max_age: 300 * SECOND,
+        owns_identity: true,
+    }
+}
+
+impl SimSetup {
+    /// Three brokers, one topic `t` with `partitions` partitions led round-robin, one shard,
+    /// fixed 1 ms latency, tracing on: the base of the scripted scenarios.
+    pub fn scripted(partitions: usize) -> Self {
+        SimSetup {
+            seed: 0,
+            brokers: vec![1, 2, 3],
+            topics: vec![(
+                "t".to_string(),
+                (0..partitions).map(|i| (i % 3) as i32 + 1).collect(),
+            )],
+            rules: BrokerRules::default(),
+            engine: default_engine_config(),
+            shards: 1,
+            latency: (MS, MS),
+            identity_delay: (0, 0),
+            resolve_slack: 0,
+            trace: true,
+            buffer_memory: 32 << 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Connecting,
+    Open,
+    /// A dead path: answers already sent still arrive; nothing written after the stall does.
+    Stalled,
+    ClosedByClient,
+    ClosedByBroker,
+}
+
+struct PendingAnswer {
+    /// `None` while held.
+    ready_at: Option<Micros>,
+    body: Bytes,
+    trace: Option<usize>,
+    /// Close the connection once this (torn) answer is read.
+    then_close: bool,
+}
+
+struct SimConn {
+    engine: usize,
+    node: NodeId,
+    generation: u64,
+    broker: i32,
+    state: ConnState,
+    last_arrival: Micros,
+    answers: VecDeque<PendingAnswer>,
+    /// Requests written and not yet arrived.
+    in_transit: usize,
+}
+
+impl SimConn {
+    fn is_closed(&self) -> bool {
+        matches!(
+            self.state,
+            ConnState::ClosedByClient | ConnState::ClosedByBroker
+        )
+    }
+}
+
+type Script = Box<dyn FnOnce(&mut Sim)>;
+
+enum Event {
+    Wake(usize),
+    Connected(u64),
+    ConnectFailed(u64),
+    Request {
+        conn: u64,
+        frame: Bytes,
+        trace: Option<usize>,
+    },
+    Deliver(u64),
+    /// The engine learns the connection is gone.
+    Closed {
+        conn: u64,
+        shard: usize,
+        node: NodeId,
+        generation: u64,
+    },
+    Identity(usize),
+    Script(Script),
+}
+
+struct Entry {
+    at: Micros,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // BinaryHeap is a max-heap: the earliest (at, seq) must compare greatest.
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+struct Shard {
+    engine: Engine<SimDelivery>,
+    wake_at: Option<Micros>,
+    /// Unresolved payload bytes (encoded upper bound) and records of this shard.
+    outstanding_upper: usize,
+    outstanding_records: usize,
+    last_identity: ProducerIdAndEpoch,
+}
+
+/// Random faults the world applies by itself (see `random.rs`); scripted runs leave it off.
+#[derive(Debug, Clone)]
+pub struct Chaos {
+    /// Probability that a request arriving at a broker gets a fault.
+    pub request_fault: f64,
+    /// Relative weights of the faults, in the order of [`Chaos::pick`].
+    pub weights: [u32; 9],
+    /// Retriable error codes to inject.
+    pub retriable: Vec<i16>,
+    /// Non-retriable error codes to inject (each fails its batches definitely).
+    pub fatal_to_batch: Vec<i16>,
+    /// Codes to answer after appending.
+    pub after_append: Vec<i16>,
+    /// Extra answer delay, uniform up to this.
+    pub max_delay: Micros,
+    /// Probability that a request still in transit when the client closed is served anyway.
+    pub late_serve: f64,
+    /// Probability that a connection attempt fails (or hangs, half of those).
+    pub connect_fail: f64,
+}
+
+impl Chaos {
+    fn pick(&self, rng: &mut Rng, api: i16) -> Fault {
+        if !rng.chance(self.request_fault) {
+            return Fault::None;
+        }
+        let total: u32 = self.weights.iter().sum();
+        if total == 0 {
+            return Fault::None;
+        }
+        let mut roll = rng.below(u64::from(total)) as u32;
+        let mut kind = 0;
+        for (i, w) in self.weights.iter().enumerate() {
+            if roll < *w {
+                kind = i;
+                break;
+            }
+            roll -= w;
+        }
+        let produce = api == WireApiKey::Produce as i16;
+        match kind {
+            0 => Fault::DropRequest,
+            1 => Fault::ResetBeforeProcessing,
+            2 => Fault::DropResponse {
+                close: rng.chance(0.7),
+            },
+            3 => Fault::ResetMidFrame,
+            4 => Fault::Delay(rng.range(0, self.max_delay)),
+            5 if produce && !self.retriable.is_empty() => Fault::Inject(*rng.pick(&self.retriable)),
+            6 if produce && !self.fatal_to_batch.is_empty() => {
+                Fault::Inject(*rng.pick(&self.fatal_to_batch))
+            }
+            7 if produce && !self.after_append.is_empty() => {
+                Fault::AppendThenAnswer(*rng.pick(&self.after_append))
+            }
+            8 if !produce => Fault::Inject(code::COORDINATOR_NOT_AVAILABLE),
+            _ => Fault::Delay(rng.range(0, self.max_delay)),
+        }
+    }
+}
+
+/// The simulated world. See the module docs.
+pub struct Sim {
+    now: Micros,
+    rng: Rng,
+    setup: SimSetup,
+    shared: Shared,
+    addresses: HashMap<String, i32>,
+    shards: Vec<Shard>,
+    coordinator: EpochCoordinator,
+    partitions: Vec<TopicPartition>,
+    partition_index: HashMap<TopicPartition, usize>,
+    shard_of: Vec<usize>,
+    conns: HashMap<u64, SimConn>,
+    next_conn: u64,
+    current_conn: HashMap<(usize, NodeId), u64>,
+    events: BinaryHeap<Entry>,
+    next_seq: u64,
+    checker: Checker,
+    completions: Rc<RefCell<Vec<Completion>>>,
+    results: Vec<Option<Result<RecordMetadata, ProduceError>>>,
+    record_sizes: Vec<(u32, u32)>,
+    outstanding_bytes: usize,
+    rules: Vec<FaultRule>,
+    chaos: Option<Chaos>,
+    trace: Option<Vec<ProduceTrace>>,
+    /// Read Produce answers at the broker side (for DUPLICATE_SEQUENCE_NUMBER accounting).
+    watch_answers: bool,
+    max_epoch: HashMap<i64, i16>,
+    closed_flag: AtomicBool,
+    events_handled: u64,
+    broker_down_until: HashMap<i32, Micros>,
+    flush_tokens: Vec<(usize, u64)>,
+    log_bytes_seen: usize,
+}
+
+fn broker_address(id: i32) -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, id as u8), 9092))
+}
+
+impl Sim {
+    pub fn new(setup: SimSetup) -> Sim {
+        let mut cluster = Cluster::new(&setup.brokers, setup.rules.clone());
+        let mut partitions = Vec::new();
+        for (name, leaders) in &setup.topics {
+            assert!(cluster.create_topic(name, leaders), "topic {name} twice");
+            for p in 0..leaders.len() {
+                partitions.push(TopicPartition::new(name.as_str(), p as i32));
+            }
+        }
+        let addrs: Vec<(i32, SocketAddr)> = setup
+            .brokers
+            .iter()
+            .map(|&id| (id, broker_address(id)))
+            .collect();
+        let addresses = addrs.iter().map(|(id, a)| (a.to_string(), *id)).collect();
+        let shared = Shared::in_memory(cluster, &addrs);
+        let shard_count = setup.shards.max(1);
+        let shards = (0..shard_count)
+            .map(|i| {
+                let mut config = setup.engine.clone();
+                config.bootstrap_servers = addrs.iter().map(|(_, a)| a.to_string()).collect();
+                config.owns_identity = i == 0;
+                config.client_id = format!("{}-{i}", config.client_id);
+                Shard {
+                    engine: Engine::new(config),
+                    wake_at: None,
+                    outstanding_upper: 0,
+                    outstanding_records: 0,
+                    last_identity: ProducerIdAndEpoch::NONE,
+                }
+            })
+            .collect();
+        let shard_of = (0..partitions.len()).map(|i| i % shard_count).collect();
+        let partition_index = partitions
+            .iter()
+            .enumerate()
+            .map(|(i, tp)| (tp.clone(), i))
+            .collect();
+        let resolve_within = setup.engine.delivery_timeout + setup.resolve_slack;
+        let watch_answers = setup.trace
+            || setup.rules.kafka_version == crate::testkit::broker::KafkaBehaviour::Legacy;
+        Sim {
+            now: 0,
+            rng: Rng::new(setup.seed ^ 0x005e_ed0f_5eed),
+            trace: setup.trace.then(Vec::new),
+            watch_answers,
+            checker: Checker::new(partitions.clone(), resolve_within),
+            shared,
+            addresses,
+            shards,
+            coordinator: EpochCoordinator::default(),
+            partitions,
+            partition_index,
+            shard_of,
+            conns: HashMap::new(),
+            next_conn: 1,
+            current_conn: HashMap::new(),
+            events: BinaryHeap::new(),
+            next_seq: 0,
+            completions: Rc::new(RefCell::new(Vec::new())),
+            results: Vec::new(),
+            record_sizes: Vec::new(),
+            outstanding_bytes: 0,
+            rules: Vec::new(),
+            chaos: None,
+            max_epoch: HashMap::new(),
+            closed_flag: AtomicBool::new(false),
+            events_handled: 0,
+            broker_down_until: HashMap::new(),
+            flush_tokens: Vec::new(),
+            log_bytes_seen: 0,
+            setup,
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Accessors
+    // ----------------------------------------------------------------------------------------
+
+    pub fn now(&self) -> Micros {
+        self.now
+    }
+
+    pub fn setup(&self) -> &SimSetup {
+        &self.setup
+    }
+
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    pub fn partitions(&self) -> &[TopicPartition] {
+        &self.partitions
+    }
+
+    pub fn engine(&self, shard: usize) -> &Engine<SimDelivery> {
+        &self.shards[shard].engine
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The engine that owns `tp`.
+    pub fn engine_for(&self, tp: &TopicPartition) -> &Engine<SimDelivery> {
+        &self.shards[self.shard_of[self.partition_index[tp]]].engine
+    }
+
+    pub fn shard_of(&self, tp: &TopicPartition) -> usize {
+        self.shard_of[self.partition_index[tp]]
+    }
+
+    pub fn identity(&self) -> ProducerIdAndEpoch {
+        self.coordinator.current()
+    }
+
+    pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        self.shared.cluster()
+    }
+
+    pub fn checker(&self) -> &Checker {
+        &self.checker
+    }
+
+    pub fn result(&self, id: RecordId) -> Option<&Result<RecordMetadata, ProduceError>> {
+        self.results.get(id as usize).and_then(Option::as_ref)
+    }
+
+    pub fn verdict(&self, id: RecordId) -> Verdict {
+        self.checker.verdict(id)
+    }
+
+    pub fn produce_trace(&self) -> &[ProduceTrace] {
+        self.trace.as_deref().unwrap_or(&[])
+    }
+
+    pub fn events_handled(&self) -> u64 {
+        self.events_handled
+    }
+
+    pub fn outstanding_bytes(&self) -> usize {
+        self.outstanding_bytes
+    }
+
+    pub fn has_room_for(&self, bytes: usize) -> bool {
+        self.outstanding_bytes + bytes <= self.setup.buffer_memory
+    }
+
+    /// Records sent so far.
+    pub fn sent(&self) -> usize {
+        self.results.len()
+    }
+
+    pub fn all_resolved(&self) -> bool {
+        self.shards.iter().all(|s| s.outstanding_records == 0)
+    }
+
+    /// Every engine has nothing queued or in flight.
+    pub fn all_idle(&self) -> bool {
+        self.shards.iter().all(|s| s.engine.is_idle())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Control
+    // ----------------------------------------------------------------------------------------
+
+    /// Lets every engine ask for the metadata of every topic and start connecting (otherwise
+    /// an engine starts at its first append).
+    pub fn start(&mut self) {
+        let topics: Vec<String> = self.setup.topics.iter().map(|(t, _)| t.clone()).collect();
+        for shard in 0..self.shards.len() {
+            for topic in &topics {
+                self.shards[shard].engine.request_topic(topic);
+            }
+            self.drive(shard);
+        }
+    }
+
+    /// Makes `tp`'s next batch start at `sequence` ([`Engine::start_sequence_at`]).
+    pub fn start_sequence_at(&mut self, tp: &TopicPartition, sequence: i32) {
+        let shard = self.shard_of(tp);
+        self.shards[shard].engine.start_sequence_at(tp, sequence);
+    }
+
+    /// Requests the broker face served, by API (every attempt counts).
+    pub fn requests_served(&self, api: WireApiKey) -> u64 {
+        self.shared.stats().requests(api)
+    }
+
+    /// Installs an identity before the engines ask for one (scripted scenarios).
+    pub fn install_identity(&mut self, identity: ProducerIdAndEpoch) {
+        assert!(
+            self.coordinator.install(identity),
+            "an identity is in force"
+        );
+        self.note_identity();
+        for shard in 0..self.shards.len() {
+            self.adopt_identity(shard);
+        }
+    }
+
+    pub fn set_chaos(&mut self, chaos: Option<Chaos>) {
+        self.chaos = chaos;
+    }
+
+    pub fn chaos(&self) -> Option<&Chaos> {
+        self.chaos.as_ref()
+    }
+
+    /// Adds a scripted fault. Matching on partition or sequence reads the requests, which
+    /// needs [`SimSetup::trace`].
+    pub fn add_fault(&mut self, rule: FaultRule) {
+        assert!(
+            self.trace.is_some()
+                || (rule.matcher.partition.is_none() && rule.matcher.base_sequence.is_none()),
+            "matching on partition or sequence needs SimSetup::trace"
+        );
+        self.rules.push(rule);
+    }
+
+    /// Scripted faults not yet used up.
+    pub fn pending_faults(&self) -> usize {
+        self.rules.iter().map(|r| r.times).sum()
+    }
+
+    /// Decode every Produce answer at the broker side (needed to allow offset -1 after a
+    /// DUPLICATE_SEQUENCE_NUMBER answer).
+    pub fn watch_produce_answers(&mut self, on: bool) {
+        self.watch_answers = on;
+    }
+
+    pub fn clear_faults(&mut self) {
+        self.rules.clear();
+    }
+
+    /// Runs `f` at virtual time `at` (or now, if that has passed).
+    pub fn at(&mut self, at: Micros, f: impl FnOnce(&mut Sim) + 'static) {
+        let at = at.max(self.now);
+        self.schedule(at, Event::Script(Box::new(f)));
+    }
+
+    /// Releases every held answer: each is delivered after one latency, in order.
+    pub fn release_held(&mut self) {
+        let mut wake = Vec::new();
+        for (&id, conn) in self.conns.iter_mut() {
+            let mut released = false;
+            for answer in conn.answers.iter_mut() {
+                if answer.ready_at.is_none() {
+                    answer.ready_at = Some(self.now + self.setup.latency.1);
+                    released = true;
+                }
+            }
+            if released {
+                wake.push((id, self.now + self.setup.latency.1));
+            }
+        }
+        wake.sort_unstable();
+        for (id, at) in wake {
+            self.schedule(at, Event::Deliver(id));
+        }
+    }
+
+    /// Takes a broker down: its connections are reset, connection attempts fail, until
+    /// [`broker_up`](Self::broker_up).
+    pub fn broker_down(&mut self, broker: i32) {
+        self.shared.cluster().set_broker_up(broker, false);
+        let ids: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.broker == broker && !c.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        let mut ids = ids;
+        ids.sort_unstable();
+        for id in ids {
+            self.close_by_broker(id);
+        }
+    }
+
+    pub fn broker_up(&mut self, broker: i32) {
+        self.broker_down_until.remove(&broker);
+        self.shared.cluster().set_broker_up(broker, true);
+    }
+
+    pub fn is_broker_up(&self, broker: i32) -> bool {
+        self.shared.cluster().is_broker_up(broker)
+    }
+
+    pub(crate) fn set_broker_down_until(&mut self, broker: i32, until: Micros) {
+        self.broker_down_until.insert(broker, until);
+    }
+
+    pub(crate) fn brokers_down(&self) -> Vec<i32> {
+        let mut down: Vec<i32> = self.broker_down_until.keys().copied().collect();
+        down.sort_unstable();
+        down
+    }
+
+    /// Moves a partition's leadership (the engine learns by NOT_LEADER_OR_FOLLOWER).
+    pub fn set_leader(&mut self, tp: &TopicPartition, broker: i32) {
+        self.shared
+            .cluster()
+            .set_leader(&tp.topic, tp.partition, broker);
+    }
+
+    pub fn leader(&self, tp: &TopicPartition) -> i32 {
+        self.shared
+            .cluster()
+            .leader(&tp.topic, tp.partition)
+            .expect("known partition")
+            .0
+    }
+
+    /// Retention (or DeleteRecords) up to the log end: the log is read first, so the checker
+    /// has seen every batch that goes.
+    pub fn truncate_partition(&mut self, tp: &TopicPartition) {
+        self.observe_logs();
+        let mut cluster = self.shared.cluster();
+        let end = cluster
+            .high_watermark(&tp.topic, tp.partition)
+            .expect("known partition");
+        cluster.truncate_log_start(&tp.topic, tp.partition, end);
+        self.log_bytes_seen = cluster.log_bytes();
+    }
+
+    /// Forgets the producer's state on one partition (an unclean broker-side loss).
+    pub fn remove_producer_state(&mut self, tp: &TopicPartition) -> bool {
+        let producer_id = self.coordinator.current().producer_id;
+        self.shared
+            .cluster()
+            .remove_producer_state(&tp.topic, tp.partition, producer_id)
+    }
+
+    /// Whether the partition's owner has nothing stamped and unfinished, nothing on the wire,
+    /// and no earlier attempt of its batches is still travelling to a broker: dropping
+    /// broker-side producer state then cannot turn an old attempt into a duplicate.
+    pub fn partition_quiet(&self, tp: &TopicPartition) -> bool {
+        let engine = &self.shards[self.shard_of(tp)].engine;
+        if let Some(slot) = engine.partition(tp) {
+            if slot.entry.has_inflight_batches() || slot.on_wire > 0 {
+                return false;
+            }
+        }
+        !self.events.iter().any(|e| match &e.event {
+            Event::Request { conn, frame, .. } => {
+                let live = self.conns.get(conn).is_some_and(|c| {
+                    matches!(c.state, ConnState::Open | ConnState::ClosedByClient)
+                });
+                live && produce_request_carries(frame, tp)
+            }
+            _ => false,
+        })
+    }
+
+    /// Starts a flush on the engine owning `tp`; see [`flush_done`](Self::flush_done).
+    pub fn begin_flush(&mut self, shard: usize) -> usize {
+        let token = self.shards[shard].engine.begin_flush();
+        self.flush_tokens.push((shard, token));
+        self.drive(shard);
+        self.flush_tokens.len() - 1
+    }
+
+    pub fn flush_done(&mut self, flush: usize) -> bool {
+        let (shard, token) = self.flush_tokens[flush];
+        self.shards[shard].engine.flush_done(token)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Sending
+    // ----------------------------------------------------------------------------------------
+
+    /// Appends one record to `tp` now. Its value starts with its id; `pad` more bytes follow.
+    pub fn send(&mut self, tp: &TopicPartition, key: Option<&[u8]>, pad: usize) -> RecordId {
+        let id = self.append_one(tp, key, pad, &[]);
+        let shard = self.shard_of(tp);
+        self.drive(shard);
+        id
+    }
+
+    /// Appends `count` records to `tp` at once (they share a batch while it has room), then
+    /// lets the engine run.
+    pub fn send_many(&mut self, tp: &TopicPartition, count: usize, pad: usize) -> Vec<RecordId> {
+        let ids = (0..count)
+            .map(|_| self.append_one(tp, None, pad, &[]))
+            .collect();
+        let shard = self.shard_of(tp);
+        self.drive(shard);
+        ids
+    }
+
+    /// Appends one record with headers, without running the engine.
+    pub fn append_with_headers(
+        &mut self,
+        tp: &TopicPartition,
+        key: Option<&[u8]>,
+        pad: usize,
+        headers: &[Header<'_>],
+    ) -> RecordId {
+        self.append_one(tp, key, pad, headers)
+    }
+
+    /// Lets the engine owning `tp` run (after appends without it).
+    pub fn kick(&mut self, tp: &TopicPartition) {
+        let shard = self.shard_of(tp);
+        self.drive(shard);
+    }
+
+    fn append_one(
+        &mut self,
+        tp: &TopicPartition,
+        key: Option<&[u8]>,
+        pad: usize,
+        headers: &[Header<'_>],
+    ) -> RecordId {
+        let partition = self.partition_index[tp];
+        let shard = self.shard_of[partition];
+        let id = self.results.len() as RecordId;
+        let mut value = Vec::with_capacity(8 + pad);
+        value.extend_from_slice(&u64::from(id).to_le_bytes());
+        let mut left = pad;
+        while left > 0 {
+            let n = left.min(PAD.len());
+            value.extend_from_slice(&PAD[..n]);
+            left -= n;
+        }
+        let payload = value.len() + key.map_or(0, <[u8]>::len);
+        let upper = crate::engine::batch::record_size_upper_bound(key, Some(&value), headers);
+        self.results.push(None);
+        self.record_sizes.push((payload as u32, upper as u32));
+        self.outstanding_bytes += payload;
+        let s = &mut self.shards[shard];
+        s.outstanding_upper += upper;
+        s.outstanding_records += 1;
+        self.checker.on_send(id, partition, self.now);
+        let delivery = SimDelivery {
+            id,
+            sink: Rc::clone(&self.completions),
+        };
+        let timestamp = EPOCH_MS + (self.now / MS) as i64;
+        self.shards[shard].engine.append(
+            self.now,
+            tp,
+            timestamp,
+            key,
+            Some(&value),
+            headers,
+            delivery,
+        );
+        id
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The loop
+    // ----------------------------------------------------------------------------------------
+
+    fn schedule(&mut self, at: Micros, event: Event) {
+        debug_assert!(at >= self.now);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.events.push(Entry { at, seq, event });
+    }
+
+    fn latency(&mut self) -> Micros {
+        let (lo, hi) = self.setup.latency;
+        self.rng.range(lo, hi)
+    }
+
+    /// Time of the next event, if any.
+    pub fn next_event_at(&self) -> Option<Micros> {
+        self.events.peek().map(|e| e.at)
+    }
+
+    /// Handles the next event; false if there is none.
+    pub fn step(&mut self) -> bool {
+        let Some(entry) = self.events.pop() else {
+            return false;
+        };
+        debug_assert!(entry.at >= self.now);
+        self.now = entry.at;
+        self.events_handled += 1;
+        self.handle(entry.event);
+        true
+    }
+
+    /// Handles every event due up to `until`, then sets the clock to `until`.
+    pub fn run_until(&mut self, until: Micros) {
+        while self.next_event_at().is_some_and(|t| t <= until) {
+            self.step();
+        }
+        self.now = self.now.max(until);
+    }
+
+    pub fn run_for(&mut self, duration: Micros) {
+        self.run_until(self.now + duration);
+    }
+
+    /// Runs until `done` holds (checked after every event) or `limit` passes; true if it held.
+    pub fn run_while_not(&mut self, limit: Micros, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            match self.next_event_at() {
+                Some(t) if t <= limit => {
+                    self.step();
+                }
+                _ => {
+                    self.now = self.now.max(limit);
+                    return done(self);
+                }
+            }
+        }
+    }
+
+    /// Runs until every send resolved and every engine is idle, at most until `limit`.
+    pub fn run_until_settled(&mut self, limit: Micros) -> bool {
+        self.run_while_not(limit, |sim| sim.all_resolved() && sim.all_idle())
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Wake(shard) => {
+                if self.shards[shard].wake_at == Some(self.now) {
+                    self.shards[shard].wake_at = None;
+                    self.drive(shard);
+                }
+            }
+            Event::Connected(id) => self.on_connected(id),
+            Event::ConnectFailed(id) => {
+                let Some(conn) = self.conns.get_mut(&id) else {
+                    return;
+                };
+                if conn.state == ConnState::Connecting {
+                    conn.state = ConnState::ClosedByBroker;
+                    let (shard, node, generation) = (conn.engine, conn.node, conn.generation);
+                    self.shards[shard]
+                        .engine
+                        .on_disconnected(self.now, node, generation);
+                    self.drive(shard);
+                }
+            }
+            Event::Request { conn, frame, trace } => self.on_request(conn, frame, trace),
+            Event::Deliver(id) => self.deliver(id),
+            Event::Closed {
+                conn,
+                shard,
+                node,
+                generation,
+            } => {
+                self.shards[shard]
+                    .engine
+                    .on_disconnected(self.now, node, generation);
+                self.drive(shard);
+                self.forget_if_done(conn);
+            }
+            Event::Identity(shard) => {
+                self.adopt_identity(shard);
+                self.drive(shard);
+            }
+            Event::Script(f) => f(self),
+        }
+    }
+
+    /// Polls the shard's engine until it has nothing more to do now, carries out its actions,
+    /// then checks everything the engine could have changed.
+    pub fn drive(&mut self, shard: usize) {
+        let mut rounds = 0;
+        loop {
+            self.shards[shard].engine.poll(self.now);
+            if !self.shards[shard].engine.has_actions() {
+                break;
+            }
+            rounds += 1;
+            assert!(
+                rounds < 1000,
+                "shard {shard}: the engine keeps emitting actions at {} us",
+                self.now
+            );
+            let actions: Vec<Action> = self.shards[shard].engine.take_actions().collect();
+            for action in actions {
+                self.execute(shard, action);
+            }
+        }
+        self.after_engine_event(shard);
+        let next = self.shards[shard].engine.next_wakeup(self.now);
+        if let Some(t) = next {
+            let s = &mut self.shards[shard];
+            if s.wake_at.is_none_or(|w| t < w) {
+                s.wake_at = Some(t);
+                self.schedule(t, Event::Wake(shard));
+            }
+        }
+    }
+
+    fn execute(&mut self, shard: usize, action: Action) {
+        match action {
+            Action::Connect {
+                node,
+                generation,
+                address,
+            } => self.connect(shard, node, generation, &address),
+            Action::Write {
+                node,
+                generation,
+                frame,
+            } => self.write(shard, node, generation, frame),
+            Action::Disconnect { node, generation } => {
+                if let Some(&id) = self.current_conn.get(&(shard, node)) {
+                    let conn = self.conns.get_mut(&id).expect("known");
+                    if conn.generation == generation && !conn.is_closed() {
+                        conn.state = ConnState::ClosedByClient;
+                        conn.answers.clear();
+                        self.forget_if_done(id);
+                    }
+                }
+            }
+            Action::TopicMetadata { .. } => {}
+            Action::ProducerIdAssigned(identity) => {
+                if self.coordinator.install(identity) {
+                    self.note_identity();
+                    self.propagate_identity(shard);
+                }
+            }
+            Action::RequestEpochBump { observed } => {
+                if self.coordinator.request_bump(observed).is_some() {
+                    self.note_identity();
+                    self.propagate_identity(shard);
+                }
+            }
+        }
+    }
+
+    fn note_identity(&mut self) {
+        let current = self.coordinator.current();
+        if current.is_valid() {
+            let max = self.max_epoch.entry(current.producer_id).or_insert(-1);
+            assert!(
+                current.epoch > *max,
+                "producer {} epoch went from {} to {}",
+                current.producer_id,
+                max,
+                current.epoch
+            );
+            *max = current.epoch;
+        }
+    }
+
+    fn propagate_identity(&mut self, origin: usize) {
+        self.adopt_identity(origin);
+        for shard in 0..self.shards.len() {
+            if shard != origin {
+                let (lo, hi) = self.setup.identity_delay;
+                let delay = self.rng.range(lo, hi);
+                self.schedule(self.now + delay, Event::Identity(shard));
+            }
+        }
+    }
+
+    fn adopt_identity(&mut self, shard: usize) {
+        let current = self.coordinator.current();
+        let s = &mut self.shards[shard];
+        if s.engine.identity() != current {
+            let last = s.last_identity;
+            if last.is_valid() && current.producer_id == last.producer_id {
+                assert!(
+                    current.epoch > last.epoch,
+                    "shard {shard}: epoch of producer {} went from {} to {}",
+                    last.producer_id,
+                    last.epoch,
+                    current.epoch
+                );
+            }
+            s.engine.on_identity(current);
+            if current.is_valid() {
+                s.last_identity = current;
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Network
+    // ----------------------------------------------------------------------------------------
+
+    fn connect(&mut self, shard: usize, node: NodeId, generation: u64, address: &str) {
+        let broker = *self
+            .addresses
+            .get(address)
+            .unwrap_or_else(|| panic!("engine connects to unknown address {address}"));
+        let id = self.next_conn;
+        self.next_conn += 1;
+        if let Some(old) = self.current_conn.insert((shard, node), id) {
+            if let Some(conn) = self.conns.get_mut(&old) {
+                if !conn.is_closed() {
+                    // The engine opened a new socket for this node: the old one is gone.
+                    conn.state = ConnState::ClosedByClient;
+                    conn.answers.clear();
+                }
+            }
+            self.forget_if_done(old);
+        }
+        self.conns.insert(
+            id,
+            SimConn {
+                engine: shard,
+                node,
+                generation,
+                broker,
+                state: ConnState::Connecting,
+                last_arrival: self.now,
+                answers: VecDeque::new(),
+                in_transit: 0,
+            },
+        );
+        let latency = self.latency();
+        let up = self.shared.cluster().is_broker_up(broker);
+        let fail = self.chaos.as_ref().map_or(0.0, |c| c.connect_fail).max(0.0);
+        if up && !self.rng.chance(fail) {
+            self.schedule(self.now + 2 * latency, Event::Connected(id));
+        } else if up && self.rng.chance(0.5) {
+            // The attempt hangs; the engine's connection setup timeout ends it.
+        } else {
+            self.schedule(self.now + latency, Event::ConnectFailed(id));
+        }
+    }
+
+    fn on_connected(&mut self, id: u64) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        if conn.state != ConnState::Connecting {
+            return;
+        }
+        let (shard, node, generation, broker) =
+            (conn.engine, conn.node, conn.generation, conn.broker);
+        if self.shared.cluster().is_broker_up(broker) {
+            self.conns.get_mut(&id).expect("known").state = ConnState::Open;
+            self.shards[shard]
+                .engine
+                .on_connected(self.now, node, generation);
+        } else {
+            self.conns.get_mut(&id).expect("known").state = ConnState::ClosedByBroker;
+            self.shards[shard]
+                .engine
+                .on_disconnected(self.now, node, generation);
+        }
+        self.drive(shard);
+    }
+
+    fn write(&mut self, shard: usize, node: NodeId, generation: u64, frame: Bytes) {
+        let id = self.current_conn.get(&(shard, node)).copied().filter(|id| {
+            self.conns
+                .get(id)
+                .is_some_and(|c| c.generation == generation)
+        });
+        let Some(id) = id else {
+            panic!(
+                "shard {shard} wrote to node {node} generation {generation}, which it never opened"
+            );
+        };
+        let state = self.conns[&id].state;
+        match state {
+            ConnState::Open => {}
+            ConnState::Stalled => return,
+            ConnState::Connecting => panic!("shard {shard} wrote before the connection was up"),
+            ConnState::ClosedByClient | ConnState::ClosedByBroker => {
+                // The socket is gone: the write fails and the driver reports it at once.
+                self.shards[shard]
+                    .engine
+                    .on_disconnected(self.now, node, generation);
+                return;
+            }
+        }
+        let trace = self.trace_request(shard, id, &frame);
+        let latency = self.latency();
+        let conn = self.conns.get_mut(&id).expect("known");
+        let arrival = (self.now + latency).max(conn.last_arrival);
+        conn.last_arrival = arrival;
+        conn.in_transit += 1;
+        self.schedule(
+            arrival,
+            Event::Request {
+                conn: id,
+                frame,
+                trace,
+            },
+        );
+    }
+
+    fn close_by_broker(&mut self, id: u64) {
+        let latency = self.latency();
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        match conn.state {
+            ConnState::ClosedByClient | ConnState::ClosedByBroker => {}
+            ConnState::Connecting => {
+                // The attempt fails; `ConnectFailed` tells the engine.
+                self.schedule(self.now + latency, Event::ConnectFailed(id));
+            }
+            ConnState::Open | ConnState::Stalled => {
+                conn.state = ConnState::ClosedByBroker;
+                conn.answers.clear();
+                let (shard, node, generation) = (conn.engine, conn.node, conn.generation);
+                self.schedule(
+                    self.now + latency,
+                    Event::Closed {
+                        conn: id,
+                        shard,
+                        node,
+                        generation,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drops a closed connection that is no longer its node's current one and has nothing
+    /// left travelling.
+    fn forget_if_done(&mut self, id: u64) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let current = self.current_conn.get(&(conn.engine, conn.node)) == Some(&id);
+        if conn.is_closed() && conn.in_transit == 0 && !current {
+            self.conns.remove(&id);
+        }
+    }
+
+    fn on_request(&mut self, id: u64, frame: Bytes, trace: Option<usize>) {
+        let (state, broker) = {
+            let conn = self
+                .conns
+                .get_mut(&id)
+                .expect("a connection with a request in transit");
+            conn.in_transit -= 1;
+            (conn.state, conn.broker)
+        };
+        if state != ConnState::Open {
+            self.forget_if_done(id);
+        }
+        let late_serve = self.chaos.as_ref().map_or(0.0, |c| c.late_serve);
+        match state {
+            ConnState::Open => {}
+            // Read by the broker before it saw the close: served, the answer goes nowhere.
+            ConnState::ClosedByClient if self.rng.chance(late_serve) => {
+                if self.shared.cluster().is_broker_up(broker) {
+                    self.serve(broker, frame.slice(4..), None, trace);
+                    self.observe_logs();
+                }
+                return;
+            }
+            _ => return,
+        }
+        if !self.shared.cluster().is_broker_up(broker) {
+            return;
+        }
+        let body = frame.slice(4..);
+        let api = i16::from_be_bytes([body[0], body[1]]);
+        let (fault, extra) = self.pick_fault(broker, api, trace);
+        if let Some(t) = trace {
+            let tr = &mut self.trace.as_mut().expect("tracing")[t];
+            tr.served_at = Some(self.now);
+            tr.fault = Some(fault);
+        }
+        match fault {
+            Fault::DropRequest => {
+                self.conns.get_mut(&id).expect("known").state = ConnState::Stalled;
+                return;
+            }
+            Fault::ResetBeforeProcessing => {
+                self.close_by_broker(id);
+                return;
+            }
+            _ => {}
+        }
+        let answer = match fault {
+            Fault::Inject(code) => self.serve(broker, body, Some(code), trace),
+            Fault::AppendThenAnswer(error) => {
+                let first = self.serve(broker, body.clone(), None, None);
+                self.observe_logs();
+                // A broker says DUPLICATE_SEQUENCE_NUMBER only about a batch it holds: if the
+                // batch was not appended (or was refused), its real answer goes back.
+                let version = i16::from_be_bytes([body[2], body[3]]);
+                match first {
+                    Some(answer)
+                        if error == code::DUPLICATE_SEQUENCE_NUMBER
+                            && !produce_answer_all_ok(&answer, version) =>
+                    {
+                        if let Some(t) = trace {
+                            self.trace.as_mut().expect("tracing")[t].fault = Some(Fault::None);
+                        }
+                        Some(answer)
+                    }
+                    _ => self.serve(broker, body, Some(error), trace),
+                }
+            }
+            _ => self.serve(broker, body, None, trace),
+        };
+        self.observe_logs();
+        let Some(answer) = answer else {
+            // The broker closes the connection (undecodable or unsupported request).
+            self.close_by_broker(id);
+            return;
+        };
+        let latency = self.latency() + extra;
+        let (ready_at, body, then_close) = match fault {
+            Fault::DropResponse { close: true } => {
+                self.close_by_broker(id);
+                return;
+            }
+            Fault::DropResponse { close: false } => {
+                self.conns.get_mut(&id).expect("known").state = ConnState::Stalled;
+                return;
+            }
+            Fault::ResetMidFrame => {
+                let cut = self.rng.below(answer.len() as u64) as usize;
+                (Some(self.now + latency), answer.slice(..cut), true)
+            }
+            Fault::Delay(extra) => (Some(self.now + latency + extra), answer, false),
+            Fault::Hold => (None, answer, false),
+            _ => (Some(self.now + latency), answer, false),
+        };
+        let conn = self.conns.get_mut(&id).expect("known");
+        let was_empty = conn.answers.is_empty();
+        conn.answers.push_back(PendingAnswer {
+            ready_at,
+            body,
+            trace,
+            then_close,
+        });
+        if was_empty {
+            if let Some(at) = ready_at {
+                self.schedule(at, Event::Deliver(id));
+            }
+        }
+    }
+
+    /// Serves one request body through the TCP face's parse/dispatch/encode path. Returns the
+    /// answer body (no length prefix), or `None` when the broker closes the connection.
+    fn serve(
+        &mut self,
+        broker: i32,
+        body: Bytes,
+        injected: Option<i16>,
+        trace: Option<usize>,
+    ) -> Option<Bytes> {
+        let now_ms = EPOCH_MS + (self.now / MS) as i64;
+        let parsed = match parse_request(&self.shared, broker, body) {
+            Ok(parsed) => parsed,
+            Err(Early::Respond(mut out)) => {
+                finish_frame(&mut out);
+                return Some(out.freeze().slice(4..));
+            }
+            Err(Early::Close) => return None,
+        };
+        let api = parsed.api;
+        let version = parsed.version;
+        let (reply, mut out) = answer_request(
+            &self.shared,
+            broker,
+            &self.closed_flag,
+            parsed,
+            injected,
+            now_ms,
+        );
+        match reply {
+            Reply::Close => None,
+            Reply::NoResponse => None,
+            Reply::Respond => {
+                finish_frame(&mut out);
+                let answer = out.freeze().slice(4..);
+                if api == WireApiKey::Produce && (self.watch_answers || trace.is_some()) {
+                    self.watch_produce_answer(&answer, version, trace);
+                }
+                Some(answer)
+            }
+        }
+    }
+
+    fn watch_produce_answer(&mut self, answer: &Bytes, version: i16, trace: Option<usize>) {
+        let mut buf = answer.clone();
+        ResponseHeader::decode(
+            &mut buf,
+            WireApiKey::Produce.response_header_version(version),
+        )
+        .expect("our own answer decodes");
+        let response = ProduceResponse::decode(&mut buf, version).expect("our own answer decodes");
+        for topic in &response.responses {
+            for p in &topic.partition_responses {
+                if p.error_code == code::DUPLICATE_SEQUENCE_NUMBER {
+                    let tp = TopicPartition::new(topic.name.0.as_str(), p.index);
+                    if let Some(&i) = self.partition_index.get(&tp) {
+                        self.checker.on_duplicate_sequence_answer(i);
+                    }
+                }
+            }
+        }
+        let _ = trace;
+    }
+
+    fn deliver(&mut self, id: u64) {
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        // A stalled connection still delivers the answers sent before the path died.
+        if !matches!(conn.state, ConnState::Open | ConnState::Stalled) {
+            conn.answers.clear();
+            return;
+        }
+        let Some(front) = conn.answers.front() else {
+            return;
+        };
+        match front.ready_at {
+            Some(t) if t <= self.now => {}
+            Some(t) => {
+                self.schedule(t, Event::Deliver(id));
+                return;
+            }
+            None => return,
+        }
+        let answer = conn.answers.pop_front().expect("front checked");
+        let next_at = conn.answers.front().and_then(|a| a.ready_at);
+        let (shard, node, generation) = (conn.engine, conn.node, conn.generation);
+        if let Some(t) = answer.trace {
+            self.record_answer(t, &answer.body);
+        }
+        self.shards[shard]
+            .engine
+            .on_frame(self.now, node, generation, answer.body);
+        if answer.then_close {
+            self.close_by_broker(id);
+        } else if let Some(t) = next_at {
+            self.schedule(t.max(self.now), Event::Deliver(id));
+        }
+        self.drive(shard);
+    }
+
+    fn pick_fault(&mut self, broker: i32, api: i16, trace: Option<usize>) -> (Fault, Micros) {
+        if !self.rules.is_empty() {
+            let batches: &[TracedBatch] = match (trace, self.trace.as_ref()) {
+                (Some(t), Some(all)) => &all[t].batches,
+                _ => &[],
+            };
+            let found = self.rules.iter_mut().position(|rule| {
+                let m = &rule.matcher;
+                let hit = m.broker.is_none_or(|b| b == broker)
+                    && m.api.is_none_or(|a| a as i16 == api)
+                    && m.partition.as_ref().is_none_or(|tp| {
+                        batches.iter().any(|b| {
+                            &b.tp == tp && m.base_sequence.is_none_or(|s| s == b.base_sequence)
+                        })
+                    });
+                if hit && m.skip > 0 {
+                    rule.matcher.skip -= 1;
+                    return false;
+                }
+                hit
+            });
+            if let Some(i) = found {
+                let rule = &mut self.rules[i];
+                let fault = rule.fault;
+                let delay = rule.delay;
+                let hook = rule.before.take();
+                rule.times -= 1;
+                if rule.times == 0 {
+                    self.rules.remove(i);
+                }
+                if let Some(hook) = hook {
+                    hook(&mut self.shared.cluster());
+                }
+                return (fault, delay);
+            }
+        }
+        match &self.chaos {
+            Some(chaos) => {
+                let chaos = chaos.clone();
+                (chaos.pick(&mut self.rng, api), 0)
+            }
+            None => (Fault::None, 0),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Tracing
+    // ----------------------------------------------------------------------------------------
+
+    fn trace_request(&mut self, shard: usize, conn: u64, frame: &Bytes) -> Option<usize> {
+        let trace = self.trace.as_mut()?;
+        let mut body = frame.slice(4..);
+        let api = i16::from_be_bytes([body[0], body[1]]);
+        if api != WireApiKey::Produce as i16 {
+            return None;
+        }
+        let version = i16::from_be_bytes([body[2], body[3]]);
+        RequestHeader::decode(
+            &mut body,
+            WireApiKey::Produce.request_header_version(version),
+        )
+        .expect("the engine's request header decodes");
+        let request =
+            ProduceRequest::decode(&mut body, version).expect("the engine's request decodes");
+        let mut batches = Vec::new();
+        for topic in &request.topic_data {
+            for p in &topic.partition_data {
+                let records = p.records.as_ref().expect("a batch");
+                let header = BatchHeader::parse(records).expect("the engine's batch parses");
+                let mut first = None;
+                super::checker::for_each_record_value(records, |_, value| {
+                    if first.is_none() {
+                        first = value.and_then(super::checker::record_id_of);
+                    }
+                });
+                batches.push(TracedBatch {
+                    tp: TopicPartition::new(topic.name.0.as_str(), p.index),
+                    producer: ProducerIdAndEpoch::new(header.producer_id, header.producer_epoch),
+                    base_sequence: header.base_sequence,
+                    record_count: header.record_count,
+                    first_record: first.expect("a record"),
+                });
+            }
+        }
+        let broker = self.conns[&conn].broker;
+        trace.push(ProduceTrace {
+            engine: shard,
+            broker,
+            connection: conn,
+            version,
+            written_at: self.now,
+            served_at: None,
+            fault: None,
+            answered_at: None,
+            batches,
+            answers: Vec::new(),
+        });
+        Some(trace.len() - 1)
+    }
+
+    fn record_answer(&mut self, t: usize, body: &Bytes) {
+        let now = self.now;
+        let trace = &mut self.trace.as_mut().expect("tracing")[t];
+        trace.answered_at = Some(now);
+        let mut buf = body.clone();
+        if ResponseHeader::decode(
+            &mut buf,
+            WireApiKey::Produce.response_header_version(trace.version),
+        )
+        .is_err()
+        {
+            return;
+        }
+        let Ok(response) = ProduceResponse::decode(&mut buf, trace.version) else {
+            return;
+        };
+        let mut answers = Vec::new();
+        for batch in &trace.batches {
+            let answer = response
+                .responses
+                .iter()
+                .filter(|t| t.name.0.as_str() == &*batch.tp.topic)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|p| p.index == batch.tp.partition)
+                .map_or((code::NETWORK_EXCEPTION, -1), |p| {
+                    (p.error_code, p.base_offset)
+                });
+            answers.push(answer);
+        }
+        trace.answers = answers;
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Checks
+    // ----------------------------------------------------------------------------------------
+
+    fn observe_logs(&mut self) {
+        let cluster = self.shared.cluster();
+        // Every append adds bytes and nothing else removes any (retention is only applied by
+        // `truncate_partition`, which reads the log first), so an unchanged total means no
+        // new batch.
+        let total = cluster.log_bytes();
+        if total == self.log_bytes_seen {
+            return;
+        }
+        self.log_bytes_seen = total;
+        for (i, tp) in self.partitions.iter().enumerate() {
+            let end = cluster
+                .high_watermark(&tp.topic, tp.partition)
+                .expect("known partition");
+            self.checker
+                .observe_log(i, cluster.partition_log(&tp.topic, tp.partition), end);
+        }
+    }
+
+    /// Completions, invariants and bounds after the shard's engine ran.
+    fn after_engine_event(&mut self, shard: usize) {
+        let completions: Vec<Completion> = std::mem::take(&mut *self.completions.borrow_mut());
+        for (id, result) in completions {
+            self.checker.on_result(id, &result, self.now);
+            let (payload, upper) = self.record_sizes[id as usize];
+            self.outstanding_bytes -= payload as usize;
+            let partition = self.checker.partition_of(id);
+            let owner = self.shard_of[partition];
+            let s = &mut self.shards[owner];
+            s.outstanding_upper -= upper as usize;
+            s.outstanding_records -= 1;
+            self.results[id as usize] = Some(result);
+        }
+        self.checker.check_deadlines(self.now);
+        let s = &self.shards[shard];
+        s.engine.assert_invariants();
+        // Memory: queued batches hold only unresolved records, so their bytes are bounded by
+        // those records' encoded size plus one batch header each.
+        let mut queued_bytes = 0usize;
+        let mut queued_batches = 0usize;
+        for (i, tp) in self.partitions.iter().enumerate() {
+            if self.shard_of[i] != shard {
+                continue;
+            }
+            if let Some(slot) = s.engine.partition(tp) {
+                for batch in &slot.deque {
+                    queued_bytes += batch.size_in_bytes();
+                    queued_batches += 1;
+                    assert!(
+                        batch.record_count > 0 && !batch.records.is_empty(),
+                        "{tp}: an empty batch is queued"
+                    );
+                }
+            }
+        }
+        assert!(
+            queued_batches <= s.outstanding_records,
+            "shard {shard}: {queued_batches} batches queued for {} unresolved records",
+            s.outstanding_records
+        );
+        assert!(
+            queued_bytes <= s.outstanding_upper + RECORD_BATCH_OVERHEAD * queued_batches,
+            "shard {shard}: {queued_bytes} bytes queued for {} bytes of unresolved records",
+            s.outstanding_upper
+        );
+        for conn in self.conns.values() {
+            if conn.engine == shard && conn.state == ConnState::Open {
+                assert!(
+                    conn.in_transit + conn.answers.len() <= s.engine.config().max_in_flight + 3,
+                    "shard {shard}: {} requests outstanding on one connection",
+                    conn.in_transit + conn.answers.len()
+                );
+            }
+        }
+    }
+
+    /// A readable picture of the engines' partition state and the last traced requests, for
+    /// failure reports.
+    pub fn debug_dump(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "at {} us, identity {:?}",
+            self.now,
+            self.coordinator.current()
+        );
+        for (i, shard) in self.shards.iter().enumerate() {
+            let e = &shard.engine;
+            let _ = writeln!(
+                out,
+                "shard {i}: identity {:?} fatal {:?} {:?} nodes {:?} topics {:?}",
+                e.identity(),
+                e.fatal_error(),
+                e.stats(),
+                e.metadata().nodes.keys().collect::<Vec<_>>(),
+                e.metadata().topics
+            );
+        }
+        for (id, c) in &self.conns {
+            let _ = writeln!(
+                out,
+                "conn {id}: shard {} node {} gen {} broker {} {:?} in_transit {} answers {}",
+                c.engine,
+                c.node,
+                c.generation,
+                c.broker,
+                c.state,
+                c.in_transit,
+                c.answers.len()
+            );
+        }
+        for (i, tp) in self.partitions.iter().enumerate() {
+            let shard = self.shard_of[i];
+            let engine = &self.shards[shard].engine;
+            let _ = writeln!(out, "{tp} (shard {shard}, leader {})", self.leader(tp));
+            if let Some(slot) = engine.partition(tp) {
+                let _ = writeln!(
+                    out,
+                    "  entry {:?}\n  leader {:?} unresolved {:?} rewrite {} on_wire {}",
+                    slot.entry,
+                    slot.leader,
+                    slot.unresolved_sequence,
+                    slot.rewrite_pending,
+                    slot.on_wire
+                );
+                for b in &slot.deque {
+                    let _ = writeln!(
+                        out,
+                        "  queued {:?} n={} attempts={} unknown={} expired={} created={}",
+                        b.stamp,
+                        b.record_count,
+                        b.attempts,
+                        b.outcome_unknown,
+                        b.expired,
+                        b.created
+                    );
+                }
+            }
+        }
+        if let Some(trace) = &self.trace {
+            let keep = std::env::var("KACRAB_SIM_DEBUG_TRACE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(60);
+            for t in trace.iter().rev().take(keep).rev() {
+                let _ = writeln!(
+                    out,
+                    "req shard {} conn {} -> b{} w{} s{:?} a{:?} {:?} {:?} -> {:?}",
+                    t.engine,
+                    t.connection,
+                    t.broker,
+                    t.written_at,
+                    t.served_at,
+                    t.answered_at,
+                    t.fault,
+                    t.batches
+                        .iter()
+                        .map(|b| format!(
+                            "{}:{}/{}@{}+{}",
+                            b.tp,
+                            b.producer.producer_id,
+                            b.producer.epoch,
+                            b.base_sequence,
+                            b.record_count
+                        ))
+                        .collect::<Vec<_>>(),
+                    t.answers
+                );
+            }
+        }
+        out
+    }
+
+    /// Final checks of a run: nothing pending anywhere.
+    pub fn check_end(&mut self) {
+        self.observe_logs();
+        self.checker.check_all_resolved();
+        for (i, s) in self.shards.iter().enumerate() {
+            assert!(
+                s.engine.is_idle(),
+                "shard {i}: batches left after every send resolved"
+            );
+            s.engine.assert_invariants();
+        }
+    }
+}
+
+/// Whether a Produce request frame (length prefix included) carries a batch for `tp`.
+fn produce_request_carries(frame: &Bytes, tp: &TopicPartition) -> bool {
+    let mut body = frame.slice(4..);
+    let api = i16::from_be_bytes([body[0], body[1]]);
+    if api != WireApiKey::Produce as i16 {
+        return false;
+    }
+    let version = i16::from_be_bytes([body[2], body[3]]);
+    if RequestHeader::decode(
+        &mut body,
+        WireApiKey::Produce.request_header_version(version),
+    )
+    .is_err()
+    {
+        return true;
+    }
+    let Ok(request) = ProduceRequest::decode(&mut body, version) else {
+        return true;
+    };
+    request.topic_data.iter().any(|t| {
+        t.name.0.as_str() == &*tp.topic && t.partition_data.iter().any(|p| p.index == tp.partition)
+    })
+}
+
+/// Whether every partition of a Produce answer body (no length prefix) is NONE.
+fn produce_answer_all_ok(answer: &Bytes, version: i16) -> bool {
+    let mut buf = answer.clone();
+    if ResponseHeader::decode(
+        &mut buf,
+        WireApiKey::Produce.response_header_version(version),
+    )
+    .is_err()
+    {
+        return false;
+    }
+    ProduceResponse::decode(&mut buf, version).is_ok_and(|r| {
+        r.responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .all(|p| p.error_code == code::NONE)
+    })
+}

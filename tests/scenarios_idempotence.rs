@@ -1,0 +1,983 @@
+//! The idempotent producer's scenarios (java-producer-state-machine.md §9 items 1-8 and 11-15,
+//! and the design's failover cases), each scripted on the deterministic simulator: the engine,
+//! the reference broker behind its in-memory face, a 1 ms network and a virtual clock. The
+//! simulator's checker runs after every event in every test (no duplicate, no reorder, acks at
+//! their offsets, definite failures never in the log), on top of each test's own assertions.
+//!
+//! Unless a test says otherwise: three brokers, topic `t` with p0 led by broker 1, linger 0,
+//! `batch.size` that holds exactly ten of the test's records, max.in.flight 5.
+
+use kacrab::engine::{EngineConfig, ProducerIdAndEpoch, TopicPartition};
+use kacrab::error::ProduceError;
+use kacrab::protocol::error_code::code;
+use kacrab::protocol::record_batch::RecordBatchBuilder;
+use kacrab::testkit::batch::TestBatch;
+use kacrab::testkit::broker::{BrokerRules, Cluster};
+use kacrab::testkit::sim::{
+    Fault, FaultRule, ProduceTrace, RecordId, RequestMatch, Sim, SimSetup, Verdict, MS, SECOND,
+};
+use kafka_protocol::messages::ApiKey;
+
+/// Value bytes after each record's 8-byte id.
+const PAD: usize = 24;
+const RECORDS_PER_BATCH: usize = 10;
+/// The producer id the reference broker hands out first in these tests.
+const PID: i64 = 7;
+
+fn tp(partition: i32) -> TopicPartition {
+    TopicPartition::new("t", partition)
+}
+
+/// `batch.size` that takes exactly `n` of the tests' records.
+fn batch_size_for(n: usize) -> usize {
+    let value = vec![0u8; 8 + PAD];
+    let mut builder = RecordBatchBuilder::new(1024, 0);
+    for _ in 0..n {
+        builder.append(0, None, Some(&value), &[]);
+    }
+    builder.size_in_bytes()
+}
+
+fn setup_with(leaders: &[i32], tune: impl FnOnce(&mut EngineConfig)) -> SimSetup {
+    let mut setup = SimSetup::scripted(leaders.len());
+    setup.topics = vec![("t".to_string(), leaders.to_vec())];
+    setup.rules = BrokerRules {
+        first_producer_id: PID,
+        ..BrokerRules::default()
+    };
+    setup.engine.linger = 0;
+    setup.engine.batch_size = batch_size_for(RECORDS_PER_BATCH);
+    tune(&mut setup.engine);
+    setup
+}
+
+/// Starts the engines and runs until the producer id and every leader are known.
+fn started(setup: SimSetup) -> Sim {
+    let mut sim = Sim::new(setup);
+    sim.start();
+    let partitions = sim.partitions().to_vec();
+    assert!(
+        sim.run_while_not(SECOND, |sim| {
+            sim.engine(0).identity().is_valid()
+                && partitions.iter().all(|tp| {
+                    sim.engine_for(tp)
+                        .metadata()
+                        .leader(&tp.topic, tp.partition)
+                        .is_some_and(|l| l.leader.is_some())
+                })
+        }),
+        "the producer did not start"
+    );
+    sim
+}
+
+/// Sends one batch of ten records to `tp` and returns their ids.
+fn batch(sim: &mut Sim, tp: &TopicPartition) -> Vec<RecordId> {
+    sim.send_many(tp, RECORDS_PER_BATCH, PAD)
+}
+
+fn settle(sim: &mut Sim, within: u64) {
+    let limit = sim.now() + within;
+    assert!(sim.run_until_settled(limit), "not settled in {within} us");
+    sim.check_end();
+}
+
+/// Offsets the records were acknowledged at (panics on anything but success).
+fn acked_offsets(sim: &Sim, ids: &[RecordId]) -> Vec<i64> {
+    ids.iter()
+        .map(|&id| match sim.result(id) {
+            Some(Ok(meta)) => meta.offset,
+            other => panic!("record {id}: expected success, got {other:?}"),
+        })
+        .collect()
+}
+
+fn offsets(range: std::ops::Range<i64>) -> Vec<i64> {
+    range.collect()
+}
+
+/// Produce requests carrying `tp`, in write order: (broker, epoch, base sequence, answer).
+fn attempts(sim: &Sim, tp: &TopicPartition) -> Vec<(i32, i16, i32, Option<i16>)> {
+    sim.produce_trace()
+        .iter()
+        .flat_map(|t| {
+            t.batches
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| &b.tp == tp)
+                .map(|(i, b)| {
+                    (
+                        t.broker,
+                        b.producer.epoch,
+                        b.base_sequence,
+                        t.answers.get(i).map(|a| a.0),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The traced request that carried `tp` at `base` under `epoch`, the `nth` time (0-based).
+fn request_for<'a>(
+    sim: &'a Sim,
+    tp: &TopicPartition,
+    epoch: i16,
+    base: i32,
+    nth: usize,
+) -> &'a ProduceTrace {
+    sim.produce_trace()
+        .iter()
+        .filter(|t| {
+            t.batches
+                .iter()
+                .any(|b| &b.tp == tp && b.producer.epoch == epoch && b.base_sequence == base)
+        })
+        .nth(nth)
+        .unwrap_or_else(|| panic!("no attempt {nth} of {tp} epoch {epoch} base {base}"))
+}
+
+/// (producer id, epoch, base sequence, record count) of every batch in `tp`'s log.
+fn log_batches(sim: &Sim, tp: &TopicPartition) -> Vec<(i64, i16, i32, i32)> {
+    sim.cluster()
+        .partition_log(&tp.topic, tp.partition)
+        .iter()
+        .map(|b| {
+            (
+                b.producer_id,
+                b.producer_epoch,
+                b.base_sequence,
+                b.record_count,
+            )
+        })
+        .collect()
+}
+
+fn bumps(sim: &Sim) -> u64 {
+    (0..sim.shard_count())
+        .map(|s| sim.engine(s).stats().epoch_bumps_requested)
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 1
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn batches_appended_before_the_producer_id_is_known_are_stamped_at_drain_from_sequence_0() {
+    let mut sim = Sim::new(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Hold,
+    ));
+    sim.start();
+    sim.run_for(100 * MS);
+    assert!(!sim.engine(0).identity().is_valid());
+    let ids: Vec<RecordId> = (0..3).flat_map(|_| batch(&mut sim, &tp(0))).collect();
+    sim.run_for(100 * MS);
+    assert!(
+        sim.produce_trace().is_empty(),
+        "nothing may be sent before the producer id is known"
+    );
+
+    sim.release_held();
+    settle(&mut sim, SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 0));
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, 0, Some(0)), (1, 0, 10, Some(0)), (1, 0, 20, Some(0))]
+    );
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().entry.next_sequence,
+        30
+    );
+    assert_eq!(acked_offsets(&sim, &ids), offsets(0..30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 2
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn sequences_wrap_from_i32_max_to_0_and_the_broker_accepts_both_sides_of_the_wrap() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.start_sequence_at(&tp(0), i32::MAX - 1);
+    let first = sim.send_many(&tp(0), 3, PAD);
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().entry.next_sequence,
+        1,
+        "MAX-1 + 3 records wraps to 1"
+    );
+    let second = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, i32::MAX - 1, Some(0)), (1, 0, 1, Some(0))]
+    );
+    assert_eq!(acked_offsets(&sim, &first), offsets(0..3));
+    assert_eq!(acked_offsets(&sim, &second), offsets(3..13));
+    assert_eq!(bumps(&sim), 0);
+
+    // A negative base sequence is not a wrap: the broker refuses it (`LogValidator`).
+    let mut cluster = Cluster::new(&[1], BrokerRules::default());
+    cluster.create_topic("t", &[1]);
+    let negative = TestBatch::idempotent(PID, 0, -5, 1).encode();
+    let result = cluster.produce(1, "t", 0, &negative, -1, None, 0);
+    assert_eq!(result.error_code, code::INVALID_RECORD);
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 3 and the design's five-in-flight failover
+// ---------------------------------------------------------------------------------------------
+
+/// Five batches in flight to broker 1; the leader moves to broker 2 just before the third
+/// arrives, so 3, 4 and 5 get NOT_LEADER_OR_FOLLOWER (with broker 2 as the current leader).
+fn five_in_flight_and_the_third_hits_a_moved_leader() -> (Sim, Vec<Vec<RecordId>>) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(
+        FaultRule::new(RequestMatch::produce().to_broker(1).skip(2), Fault::None)
+            .before(|cluster| cluster.set_leader("t", 0, 2)),
+    );
+    let batches: Vec<Vec<RecordId>> = (0..5).map(|_| batch(&mut sim, &tp(0))).collect();
+    assert!(sim.run_while_not(SECOND, |sim| sim.produce_trace().len() == 5));
+    let trace = sim.produce_trace();
+    let last_written = trace.iter().map(|t| t.written_at).max().unwrap();
+    assert!(
+        trace
+            .iter()
+            .all(|t| t.answered_at.is_none_or(|a| a > last_written)),
+        "five requests in flight at once"
+    );
+    (sim, batches)
+}
+
+#[test]
+fn third_of_five_in_flight_gets_not_leader_and_batches_3_4_5_retry_in_order_one_at_a_time_without_backoff_or_bump(
+) {
+    let (mut sim, batches) = five_in_flight_and_the_third_hits_a_moved_leader();
+    // New batches appended while 3, 4, 5 wait go after them.
+    sim.run_for(2 * MS);
+    let later = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+
+    let tp0 = tp(0);
+    assert_eq!(
+        attempts(&sim, &tp0),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 20, Some(code::NOT_LEADER_OR_FOLLOWER)),
+            (1, 0, 30, Some(code::NOT_LEADER_OR_FOLLOWER)),
+            (1, 0, 40, Some(code::NOT_LEADER_OR_FOLLOWER)),
+            (2, 0, 20, Some(code::NONE)),
+            (2, 0, 30, Some(code::NONE)),
+            (2, 0, 40, Some(code::NONE)),
+            (2, 0, 50, Some(code::NONE)),
+        ]
+    );
+    // Only the lowest outstanding batch is in flight while retrying.
+    for (previous, next) in [(20, 30), (30, 40)] {
+        let done = request_for(&sim, &tp0, 0, previous, 1).answered_at.unwrap();
+        let sent = request_for(&sim, &tp0, 0, next, 1).written_at;
+        assert!(
+            sent >= done,
+            "base {next} went out at {sent} before base {previous} was answered at {done}"
+        );
+    }
+    // The new batch drains once the retries have left the queue.
+    let last_retry = request_for(&sim, &tp0, 0, 40, 1).written_at;
+    let new_batch = request_for(&sim, &tp0, 0, 50, 0).written_at;
+    assert!(new_batch >= last_retry);
+    // The new leader's higher epoch skips the retry backoff (KIP-951).
+    let refused = request_for(&sim, &tp0, 0, 20, 0).answered_at.unwrap();
+    let retried = request_for(&sim, &tp0, 0, 20, 1).written_at;
+    assert!(
+        retried - refused < sim.engine(0).config().retry_backoff,
+        "the retry waited {} us",
+        retried - refused
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 0));
+    for (i, ids) in batches.iter().chain([&later]).enumerate() {
+        let start = 10 * i as i64;
+        assert_eq!(acked_offsets(&sim, ids), offsets(start..start + 10));
+    }
+}
+
+#[test]
+fn five_in_flight_third_not_leader_retries_3_4_5_in_order_after_a_metadata_refresh_and_the_log_is_gap_free(
+) {
+    let (mut sim, batches) = five_in_flight_and_the_third_hits_a_moved_leader();
+    let metadata_before = sim.requests_served(ApiKey::Metadata);
+    settle(&mut sim, 5 * SECOND);
+    assert!(
+        sim.requests_served(ApiKey::Metadata) > metadata_before,
+        "NOT_LEADER_OR_FOLLOWER refreshes metadata"
+    );
+    let retried: Vec<i32> = attempts(&sim, &tp(0))
+        .into_iter()
+        .filter(|a| a.0 == 2)
+        .map(|a| a.2)
+        .collect();
+    assert_eq!(retried, vec![20, 30, 40], "re-sent to broker 2 in order");
+    let log = log_batches(&sim, &tp(0));
+    assert_eq!(
+        log,
+        (0..5).map(|i| (PID, 0, 10 * i, 10)).collect::<Vec<_>>(),
+        "one batch per sequence range, no gap, no duplicate"
+    );
+    let all: Vec<RecordId> = batches.concat();
+    assert_eq!(acked_offsets(&sim, &all), offsets(0..50));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 4
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn request_timed_out_after_append_while_the_next_batch_acks_is_retried_as_a_duplicate_and_last_acked_stays_19(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    let first = batch(&mut sim, &tp(0));
+    let second = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(sim.cluster().duplicates_answered(), 1);
+    assert_eq!(
+        acked_offsets(&sim, &first),
+        offsets(0..10),
+        "the original offsets"
+    );
+    assert_eq!(acked_offsets(&sim, &second), offsets(10..20));
+    let entry = &sim.engine(0).partition(&tp(0)).unwrap().entry;
+    assert_eq!(
+        entry.last_acked_sequence, 19,
+        "a late duplicate never lowers it"
+    );
+    assert_eq!(bumps(&sim), 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 5
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn out_of_order_sequence_on_a_batch_that_is_not_next_is_retried_at_the_same_epoch_without_a_bump() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // Batch 10-19 is refused without an append; 20-29 then has a gap before it.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 20, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 0));
+    let all = [a, b, c].concat();
+    assert_eq!(acked_offsets(&sim, &all), offsets(0..30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 6
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn out_of_order_sequence_on_the_next_batch_bumps_locally_renumbers_p0_from_0_and_holds_p1_until_its_old_epoch_batch_completes(
+) {
+    // p0 and p1 both on broker 1.
+    let mut sim = started(setup_with(&[1, 1], |_| {}));
+    let init_requests = sim.requests_served(ApiKey::InitProducerId);
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(1)),
+        Fault::Hold,
+    ));
+    let b = batch(&mut sim, &tp(0)); // p0 10-19: the broker says out of order
+    let x = batch(&mut sim, &tp(1)); // p1 0-9 under epoch 0: its answer is held
+    sim.run_for(50 * MS);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1), "bumped");
+    assert_eq!(
+        sim.requests_served(ApiKey::InitProducerId),
+        init_requests,
+        "an idempotent bump is local"
+    );
+    let y = batch(&mut sim, &tp(1)); // p1: must wait for x
+    sim.run_for(500 * MS);
+    assert_eq!(
+        attempts(&sim, &tp(1)),
+        vec![(1, 0, 0, None)],
+        "p1's new batch waits while its epoch-0 batch is in flight"
+    );
+
+    sim.release_held();
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ],
+        "p0's batch is re-sent as (epoch 1, base 0)"
+    );
+    assert_eq!(
+        attempts(&sim, &tp(1)),
+        vec![(1, 0, 0, Some(code::NONE)), (1, 1, 0, Some(code::NONE))],
+        "p1 starts at 0 under the new epoch once its old batch completed"
+    );
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 0, 10), (PID, 1, 0, 10)]
+    );
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+    assert_eq!(acked_offsets(&sim, &[x, y].concat()), offsets(0..20));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 7
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_bump_at_epoch_32767_drops_the_producer_id_and_nothing_drains_until_a_fresh_init_producer_id_returns(
+) {
+    let mut sim = Sim::new(setup_with(&[1], |_| {}));
+    let exhausted = ProducerIdAndEpoch::new(500, i16::MAX);
+    sim.install_identity(exhausted);
+    sim.start();
+    sim.run_for(100 * MS);
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // A non-retriable error bumps the epoch for p0; at 32767 that means a new producer id.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Hold,
+    ));
+    let init_requests = sim.requests_served(ApiKey::InitProducerId);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_for(50 * MS);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::NONE);
+    assert_eq!(sim.engine(0).identity(), ProducerIdAndEpoch::NONE);
+    assert_eq!(
+        sim.requests_served(ApiKey::InitProducerId),
+        init_requests + 1
+    );
+    let c = batch(&mut sim, &tp(0));
+    let requests = sim.produce_trace().len();
+    sim.run_for(SECOND);
+    assert_eq!(
+        sim.produce_trace().len(),
+        requests,
+        "nothing drains without a producer id"
+    );
+
+    sim.release_held();
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 0));
+    let last = sim.produce_trace().last().unwrap();
+    assert_eq!(
+        (last.batches[0].producer, last.batches[0].base_sequence),
+        (ProducerIdAndEpoch::new(PID, 0), 0)
+    );
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    for id in b {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::Rejected {
+                code: code::INVALID_RECORD,
+                ..
+            }))
+        ));
+    }
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 8
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn unknown_producer_id_with_log_start_offset_minus_1_is_retried_with_the_same_stamp_and_no_bump() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // An injected error carries log_start_offset -1: the broker did not know yet.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Inject(code::UNKNOWN_PRODUCER_ID),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 0, 10, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 11
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn duplicate_sequence_number_succeeds_with_offset_minus_1_raises_last_acked_sequence_and_keeps_last_acked_offset(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // The batch is in the log, and the broker answers as a pre-2.0 broker did for a retry
+    // older than its retained batches.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::AppendThenAnswer(code::DUPLICATE_SEQUENCE_NUMBER),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &b), vec![-1; 10]);
+    for &id in &b {
+        assert_eq!(
+            sim.checker().log_offset(id),
+            Some(10 + i64::from(id - b[0]))
+        );
+    }
+    let entry = &sim.engine(0).partition(&tp(0)).unwrap().entry;
+    assert_eq!(entry.last_acked_sequence, 19);
+    assert_eq!(entry.last_acked_offset, 9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 item 12
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences_and_flush_waits_for_them(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let mut earlier = Vec::new();
+    for _ in 0..10 {
+        earlier.extend(batch(&mut sim, &tp(0)));
+        settle(&mut sim, SECOND);
+    }
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(100),
+        Fault::Inject(code::MESSAGE_TOO_LARGE),
+    ));
+    // The first child (also at base 100) is held so the state can be looked at.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(100),
+        Fault::Hold,
+    ));
+    let big = batch(&mut sim, &tp(0));
+    let flush = sim.begin_flush(0);
+    sim.run_for(50 * MS);
+
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    let children: Vec<(i32, i32)> = slot
+        .entry
+        .inflight_batches_by_sequence
+        .iter()
+        .map(|s| {
+            assert_eq!(s.producer, ProducerIdAndEpoch::new(PID, 0));
+            (s.base_sequence, s.record_count)
+        })
+        .collect();
+    assert!(children.len() >= 2, "split into {children:?}");
+    let mut next = 100;
+    for &(base, count) in &children {
+        assert_eq!(base, next, "consecutive bases from 100");
+        next += count;
+    }
+    assert_eq!(next, 110);
+    assert_eq!(
+        slot.entry.next_sequence, 110,
+        "a split takes no new sequences"
+    );
+    let queued = slot.deque.front().expect("children wait in the deque");
+    assert_eq!(queued.base_sequence(), Some(children[1].0));
+    assert_eq!(queued.attempts, 0, "a split is not an attempt");
+    assert!(!sim.flush_done(flush), "flush waits for the children");
+
+    sim.release_held();
+    settle(&mut sim, 5 * SECOND);
+    assert!(sim.flush_done(flush));
+    assert_eq!(acked_offsets(&sim, &earlier), offsets(0..100));
+    assert_eq!(acked_offsets(&sim, &big), offsets(100..110));
+    assert_eq!(bumps(&sim), 0);
+}
+
+#[test]
+fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_epoch_for_p0() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Inject(code::MESSAGE_TOO_LARGE),
+    ));
+    let single = sim.send(&tp(0), None, PAD);
+    settle(&mut sim, SECOND);
+    assert!(matches!(
+        sim.result(single),
+        Some(Err(ProduceError::Rejected {
+            code: code::MESSAGE_TOO_LARGE,
+            ..
+        }))
+    ));
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((1, 1, 0, Some(code::NONE))),
+        "p0 restarts at 0 under the new epoch"
+    );
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+}
+
+// ---------------------------------------------------------------------------------------------
+// §9 items 13-15
+// ---------------------------------------------------------------------------------------------
+
+/// Timeouts stretched so one batch's retry and another's answer can be placed around the
+/// delivery timeout: delivery 30 s, request 60 s.
+fn stretched(backoff: u64) -> impl FnOnce(&mut EngineConfig) {
+    move |c| {
+        c.delivery_timeout = 30 * SECOND;
+        c.request_timeout = 60 * SECOND;
+        c.retry_backoff = backoff;
+        c.retry_backoff_max = backoff;
+    }
+}
+
+#[test]
+fn a_retried_batch_expires_then_the_later_batch_acks_and_the_unresolved_mark_clears_without_a_bump()
+{
+    let mut sim = started(setup_with(&[1], stretched(40 * SECOND)));
+    let t0 = sim.now();
+    // A (0-9) is appended but answered REQUEST_TIMED_OUT at 2 s, then waits 40 s to retry.
+    // B (10-19), sent at 1 s behind it, is appended and answered at 30.5 s.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+        )
+        .delayed(2 * SECOND),
+    );
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Delay(29 * SECOND + 500 * MS),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + SECOND);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    // A expired while waiting to retry; its first attempt may have landed (it did).
+    for &id in &a {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::OutcomeUnknown { .. }))
+        ));
+    }
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    assert_eq!(slot.unresolved_sequence, Some(10), "p0 is unresolved at 10");
+    assert_eq!(attempts(&sim, &tp(0)).len(), 2, "new batches are held");
+
+    settle(&mut sim, 10 * SECOND);
+    assert_eq!(bumps(&sim), 0, "20 - 19 == 1: every sequence was acked");
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 20, Some(code::NONE)),
+        ],
+        "C goes out at the same epoch after B's ack"
+    );
+    for &id in &a {
+        assert_eq!(sim.verdict(id), Verdict::Unknown);
+        assert!(sim.checker().log_offset(id).is_some());
+    }
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+    assert_eq!(acked_offsets(&sim, &c), offsets(20..30));
+}
+
+#[test]
+fn when_every_batch_expires_the_partition_bumps_once_nothing_is_in_flight_and_restarts_at_0() {
+    let mut sim = started(setup_with(&[1], stretched(40 * SECOND)));
+    let t0 = sim.now();
+    // A (0-9) is refused without an append and waits 40 s to retry; B (10-19) is lost on
+    // the way, and the connection stays silent until the 60 s request timeout.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::DropRequest,
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND - MS);
+    assert_eq!(bumps(&sim), 0, "nothing expired yet");
+    sim.run_until(t0 + 30 * SECOND + 20 * MS);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::TimedOut { .. }))),
+            "A never landed: a definite timeout"
+        );
+    }
+    for &id in &b {
+        assert_eq!(sim.verdict(id), Verdict::Unknown, "B expired on the wire");
+    }
+    assert_eq!(bumps(&sim), 1, "nothing is in flight: 20 - (-1) != 1");
+    sim.run_until(t0 + 45 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((1, 1, 0, Some(code::NONE))),
+        "the broker sees the new epoch from sequence 0"
+    );
+    assert_eq!(acked_offsets(&sim, &c), offsets(0..10));
+}
+
+#[test]
+fn out_of_order_sequence_right_after_an_unresolved_gap_bumps_at_once_and_retries_that_batch_from_0()
+{
+    let mut sim = started(setup_with(&[1], stretched(10 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    // A (10-19) is refused without an append, and the answer takes 26 s; B (20-29), sent at
+    // 25 s behind it, is out of order. A expires at 30 s while waiting to retry: p0 is
+    // unresolved at 20, and B's retry at 36 s is out of order again.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+        )
+        .delayed(26 * SECOND),
+    );
+    let a = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(20)
+    );
+    assert_eq!(bumps(&sim), 0);
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 20, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    for &id in &a {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::TimedOut { .. }))
+        ));
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The design's failover cases
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_lost_answer_to_an_appended_batch_is_retried_under_its_stamp_deduplicated_and_acked_at_the_original_offset(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::DropResponse { close: true },
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let tried = attempts(&sim, &tp(0));
+    assert_eq!(tried[0], (1, 0, 0, None), "the answer was lost");
+    assert!(tried[1..].contains(&(1, 0, 0, Some(code::NONE))));
+    assert_eq!(
+        sim.cluster().duplicates_answered(),
+        1,
+        "the retry was a duplicate"
+    );
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 0, 10), (PID, 0, 10, 10)]
+    );
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+    assert_eq!(bumps(&sim), 0);
+}
+
+#[test]
+fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_flight_and_the_broker_sees_the_new_epoch_from_0(
+) {
+    let mut sim = started(setup_with(&[1], stretched(40 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    // A (10-19) is refused; its answer comes at 15 s and it waits 40 s to retry, so it
+    // expires in the queue at 30 s. B (20-29), sent at 10 s, is still on the wire then: its
+    // answer would only come at 45 s, and it expires at 40 s.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+        )
+        .delayed(15 * SECOND),
+    );
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Delay(35 * SECOND),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 10 * SECOND);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    for &id in &a {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::TimedOut { .. }))
+        ));
+    }
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(20)
+    );
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 40 * SECOND - MS);
+    assert_eq!(bumps(&sim), 0, "B is still in flight");
+    assert_eq!(attempts(&sim, &tp(0)).len(), 3, "C is held");
+    sim.run_until(t0 + 40 * SECOND + 10 * MS);
+    assert_eq!(bumps(&sim), 1, "B expired: nothing is in flight");
+    for &id in &b {
+        assert_eq!(sim.verdict(id), Verdict::Unknown);
+    }
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((1, 1, 0, Some(code::NONE))),
+        "C goes out as (epoch 1, base 0)"
+    );
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
+#[test]
+fn a_bump_while_another_partition_has_a_batch_of_unknown_outcome_retries_that_batch_under_its_old_stamp_and_holds_its_new_batches(
+) {
+    // p0 and p1 on broker 1; p1's first batch lands but its answer is lost with the
+    // connection, while p0 triggers a bump.
+    let mut sim = started(setup_with(&[1, 2], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    let x0 = batch(&mut sim, &tp(1));
+    settle(&mut sim, SECOND);
+    // p1's next batch (10-19) is appended, its answer is held, then the connection drops.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(1)),
+        Fault::Hold,
+    ));
+    let x = batch(&mut sim, &tp(1));
+    sim.run_for(10 * MS);
+    // p0's next batch is refused for good: the producer bumps its epoch for p0.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Inject(code::TOPIC_AUTHORIZATION_FAILED),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    sim.run_for(50 * MS);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let y = batch(&mut sim, &tp(1));
+    sim.run_for(50 * MS);
+    // Now the held answer is lost with its connection: x's outcome is unknown.
+    sim.broker_down(2);
+    sim.run_for(200 * MS);
+    sim.broker_up(2);
+    settle(&mut sim, 10 * SECOND);
+
+    let p1 = attempts(&sim, &tp(1));
+    assert_eq!(p1[0], (2, 0, 0, Some(code::NONE)));
+    assert_eq!(p1[1], (2, 0, 10, None), "x's first answer was lost");
+    assert!(
+        p1[2..].contains(&(2, 0, 10, Some(code::NONE))),
+        "x is retried under its old stamp and answered as a duplicate: {p1:?}"
+    );
+    let x_done = p1
+        .iter()
+        .position(|&a| a == (2, 0, 10, Some(code::NONE)))
+        .unwrap();
+    assert!(
+        p1[..x_done].iter().all(|a| a.1 == 0),
+        "p1's new batch waits for x: {p1:?}"
+    );
+    assert_eq!(p1.last().copied(), Some((2, 1, 0, Some(code::NONE))));
+    assert_eq!(
+        log_batches(&sim, &tp(1)),
+        vec![(PID, 0, 0, 10), (PID, 0, 10, 10), (PID, 1, 0, 10)],
+        "no duplicate anywhere"
+    );
+    assert_eq!(acked_offsets(&sim, &[x0, x, y].concat()), offsets(0..30));
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    for &id in &b {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::Rejected {
+                code: code::TOPIC_AUTHORIZATION_FAILED,
+                ..
+            }))
+        ));
+    }
+}
