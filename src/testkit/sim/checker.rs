@@ -154,8 +154,12 @@ impl Checker {
         let first_new = log.partition_point(|b| b.base_offset < read_to);
         for batch in &log[first_new..] {
             self.read_batch(partition, batch);
+            self.partitions[partition].read_to = batch.last_offset + 1;
         }
-        self.partitions[partition].read_to = log_end;
+        assert_eq!(
+            self.partitions[partition].read_to, log_end,
+            "partition {partition}: the log end does not follow its last batch"
+        );
     }
 
     fn read_batch(&mut self, partition: usize, batch: &StoredBatch) {
@@ -385,4 +389,165 @@ fn read_varint(buf: &mut &[u8]) -> i64 {
         assert!(shift < 70, "varint too long");
     }
     ((raw >> 1) as i64) ^ -((raw & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::testkit::batch::TestBatch;
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    /// A stored batch at `base_offset` holding the records `ids` (sequence = offset).
+    fn stored(base_offset: i64, epoch: i16, ids: &[RecordId]) -> StoredBatch {
+        let mut batch = TestBatch::idempotent(1, epoch, base_offset as i32, 0);
+        batch.records = ids
+            .iter()
+            .map(|&id| (None, Some(u64::from(id).to_le_bytes().to_vec())))
+            .collect();
+        let count = ids.len() as i32;
+        StoredBatch {
+            base_offset,
+            last_offset: base_offset + i64::from(count) - 1,
+            producer_id: 1,
+            producer_epoch: epoch,
+            base_sequence: base_offset as i32,
+            last_sequence: base_offset as i32 + count - 1,
+            record_count: count,
+            max_timestamp: 0,
+            transactional: false,
+            control: false,
+            bytes: Bytes::from(batch.encode()),
+        }
+    }
+
+    fn checker_with_sends(n: RecordId) -> Checker {
+        let mut checker = Checker::new(vec![tp(0), tp(1)], 1_000);
+        for id in 0..n {
+            checker.on_send(id, 0, 0);
+        }
+        checker
+    }
+
+    fn ack(offset: i64) -> Result<RecordMetadata, ProduceError> {
+        Ok(RecordMetadata {
+            topic: Arc::from("t"),
+            partition: 0,
+            offset,
+            timestamp: 0,
+        })
+    }
+
+    fn timed_out() -> Result<RecordMetadata, ProduceError> {
+        Err(ProduceError::TimedOut {
+            topic: Arc::from("t"),
+            partition: 0,
+            timeout: std::time::Duration::from_secs(1),
+        })
+    }
+
+    fn unknown() -> Result<RecordMetadata, ProduceError> {
+        Err(ProduceError::OutcomeUnknown {
+            topic: Arc::from("t"),
+            partition: 0,
+            reason: "test".to_string(),
+        })
+    }
+
+    #[test]
+    fn a_clean_log_and_matching_acks_pass() {
+        let mut c = checker_with_sends(3);
+        let log = vec![stored(0, 0, &[0, 1]), stored(2, 0, &[2])];
+        c.observe_log(0, &log, 3);
+        for id in 0..3 {
+            c.on_result(id, &ack(i64::from(id)), 10);
+        }
+        c.check_deadlines(10);
+        c.check_all_resolved();
+        assert_eq!(c.stats().log_records, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "DUPLICATE")]
+    fn a_record_twice_in_the_log_is_a_duplicate() {
+        let mut c = checker_with_sends(2);
+        let log = vec![stored(0, 0, &[0, 1]), stored(2, 1, &[1])];
+        c.observe_log(0, &log, 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "REORDER")]
+    fn a_record_after_a_later_one_is_a_reorder() {
+        let mut c = checker_with_sends(2);
+        let log = vec![stored(0, 0, &[1]), stored(1, 1, &[0])];
+        c.observe_log(0, &log, 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "failed definitely")]
+    fn a_definitely_failed_record_may_never_reach_the_log() {
+        let mut c = checker_with_sends(1);
+        c.on_result(0, &timed_out(), 5);
+        c.observe_log(0, &[stored(0, 0, &[0])], 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "acknowledged at offset 3 but it is at offset 0")]
+    fn an_ack_must_name_the_record_offset() {
+        let mut c = checker_with_sends(1);
+        c.observe_log(0, &[stored(0, 0, &[0])], 1);
+        c.on_result(0, &ack(3), 5);
+    }
+
+    #[test]
+    #[should_panic(expected = "without a DUPLICATE_SEQUENCE_NUMBER answer")]
+    fn offset_minus_1_needs_a_duplicate_sequence_answer() {
+        let mut c = checker_with_sends(1);
+        c.observe_log(0, &[stored(0, 0, &[0])], 1);
+        c.on_result(0, &ack(-1), 5);
+    }
+
+    #[test]
+    fn offset_minus_1_after_a_duplicate_sequence_answer_passes() {
+        let mut c = checker_with_sends(1);
+        c.observe_log(0, &[stored(0, 0, &[0])], 1);
+        c.on_duplicate_sequence_answer(0);
+        c.on_result(0, &ack(-1), 5);
+    }
+
+    #[test]
+    #[should_panic(expected = "not in the log")]
+    fn an_ack_for_a_record_not_in_the_log_fails() {
+        let mut c = checker_with_sends(1);
+        c.on_result(0, &ack(0), 5);
+    }
+
+    #[test]
+    fn an_unknown_outcome_may_land_later_once_and_in_order() {
+        let mut c = checker_with_sends(2);
+        c.on_result(0, &unknown(), 5);
+        c.observe_log(0, &[stored(0, 0, &[0]), stored(1, 0, &[1])], 2);
+        c.on_result(1, &ack(1), 6);
+        assert_eq!(c.stats().unknown_in_log, 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "still unresolved")]
+    fn a_send_past_its_deadline_fails_the_run() {
+        let mut c = checker_with_sends(1);
+        c.check_deadlines(1_001);
+    }
+
+    #[test]
+    #[should_panic(expected = "went from epoch 1 to 0")]
+    fn epochs_never_go_down_in_the_log() {
+        let mut c = checker_with_sends(2);
+        c.observe_log(0, &[stored(0, 1, &[0]), stored(1, 0, &[1])], 2);
+    }
 }
