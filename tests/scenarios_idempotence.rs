@@ -1121,3 +1121,28 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
         vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
     );
 }
+
+#[test]
+fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_restarts_at_0() {
+    let mut setup = setup_with(&[1], |_| {});
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // A pre-2.5 broker forgets the producer (retention, or an unclean reload).
+    assert!(sim.partition_quiet(&tp(0)));
+    assert!(sim.remove_producer_state(&tp(0)));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 1, 0, Some(code::NONE)),
+        ],
+        "the producer bumps its epoch and the batch restarts at sequence 0"
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+}
