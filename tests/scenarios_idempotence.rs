@@ -919,8 +919,8 @@ fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_fl
 #[test]
 fn a_bump_while_another_partition_has_a_batch_of_unknown_outcome_retries_that_batch_under_its_old_stamp_and_holds_its_new_batches(
 ) {
-    // p0 and p1 on broker 1; p1's first batch lands but its answer is lost with the
-    // connection, while p0 triggers a bump.
+    // p0 on broker 1, p1 on broker 2. p1's second batch lands but its answer is lost with
+    // the connection, while p0 triggers a bump.
     let mut sim = started(setup_with(&[1, 2], |_| {}));
     let a = batch(&mut sim, &tp(0));
     let x0 = batch(&mut sim, &tp(1));
