@@ -919,8 +919,8 @@ fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_fl
 #[test]
 fn a_bump_while_another_partition_has_a_batch_of_unknown_outcome_retries_that_batch_under_its_old_stamp_and_holds_its_new_batches(
 ) {
-    // p0 and p1 on broker 1; p1's first batch lands but its answer is lost with the
-    // connection, while p0 triggers a bump.
+    // p0 on broker 1, p1 on broker 2. p1's second batch lands but its answer is lost with
+    // the connection, while p0 triggers a bump.
     let mut sim = started(setup_with(&[1, 2], |_| {}));
     let a = batch(&mut sim, &tp(0));
     let x0 = batch(&mut sim, &tp(1));
@@ -1120,4 +1120,29 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
         log_batches(&sim, &tp(0)),
         vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
     );
+}
+
+#[test]
+fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_restarts_at_0() {
+    let mut setup = setup_with(&[1], |_| {});
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    // A pre-2.5 broker forgets the producer (retention, or an unclean reload).
+    assert!(sim.partition_quiet(&tp(0)));
+    assert!(sim.remove_producer_state(&tp(0)));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 1, 0, Some(code::NONE)),
+        ],
+        "the producer bumps its epoch and the batch restarts at sequence 0"
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
 }
