@@ -853,7 +853,15 @@ impl<D: Delivery> Engine<D> {
     ) -> Result<(), WireError> {
         self.metadata_in_flight = false;
         let response =
-            wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)?;
+            match wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)
+            {
+                Ok(response) => response,
+                Err(e) => {
+                    // The refresh this request stood for is still owed.
+                    self.metadata_refresh_needed = true;
+                    return Err(e);
+                }
+            };
         self.last_metadata_refresh = Some(now);
         self.metadata_retry_at = now + self.config.retry_backoff;
         let changed = self.metadata.update(&response);
