@@ -6,12 +6,12 @@
 //! well-behaved answer must succeed. Nothing may panic, and nothing may allocate what a length
 //! prefix claims: a counting allocator records the largest single allocation of the process.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::System;
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -27,37 +27,42 @@ use kafka_protocol::messages::{
     MetadataResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use tracking_allocator::{AllocationGroupId, AllocationRegistry, AllocationTracker, Allocator};
 
-/// Records the largest single allocation the process makes.
-struct CountingAllocator;
+/// Records the largest single allocation the process makes, fed by `tracking-allocator`'s
+/// hooks (a `realloc` reaches it as the new allocation).
+struct LargestAllocation;
 
 static LARGEST_ALLOCATION: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: every call is forwarded unchanged to the system allocator; the counter only
-// observes sizes.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST_ALLOCATION.fetch_max(layout.size(), Ordering::Relaxed);
-        System.alloc(layout)
+impl AllocationTracker for LargestAllocation {
+    fn allocated(&self, _addr: usize, object_size: usize, _wrapped: usize, _: AllocationGroupId) {
+        LARGEST_ALLOCATION.fetch_max(object_size, Ordering::Relaxed);
     }
 
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LARGEST_ALLOCATION.fetch_max(layout.size(), Ordering::Relaxed);
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST_ALLOCATION.fetch_max(new_size, Ordering::Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
+    fn deallocated(
+        &self,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: AllocationGroupId,
+        _: AllocationGroupId,
+    ) {
     }
 }
 
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static GLOBAL: Allocator<System> = Allocator::system();
+
+/// Installs the tracker once per process; every test calls it before it drives traffic.
+fn track_allocations() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        AllocationRegistry::set_global_tracker(LargestAllocation)
+            .expect("no other tracker is installed");
+        AllocationRegistry::enable_tracking();
+    });
+}
 
 const TOPIC: &str = "hostile";
 
@@ -351,6 +356,7 @@ fn answer(
 /// Sends one record through a producer bootstrapped from `broker` and expects it
 /// acknowledged; returns the runtime's view afterwards.
 fn send_through(broker: &FakeBroker, extra: &[(&str, &str)]) -> RuntimeStats {
+    track_allocations();
     let mut builder = Producer::builder()
         .set("bootstrap.servers", broker.bootstrap())
         .set("kacrab.shards", "1")
@@ -521,4 +527,86 @@ fn an_answer_claiming_billions_of_elements_is_refused_without_allocating_them() 
             >= 1
     );
     assert!(LARGEST_ALLOCATION.load(Ordering::Relaxed) < 1 << 30);
+}
+
+/// A listener that never completes another TCP handshake: its accept queue (backlog 0) is
+/// full with connections nobody accepts, so the kernel drops further SYNs and a connect hangs
+/// until the client gives up.
+struct Blackhole {
+    port: u16,
+    _listener: socket2::Socket,
+    _filling: Vec<TcpStream>,
+}
+
+impl Blackhole {
+    fn start() -> Blackhole {
+        use socket2::{Domain, Socket, Type};
+        let listener = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+        let any_port = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        listener.bind(&any_port.into()).expect("bind");
+        listener.listen(0).expect("listen");
+        let addr = listener
+            .local_addr()
+            .expect("local address")
+            .as_socket()
+            .expect("an inet address");
+        let mut filling = Vec::new();
+        while let Ok(stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(300)) {
+            filling.push(stream);
+            assert!(filling.len() < 64, "the accept queue never filled");
+        }
+        Blackhole {
+            port: addr.port(),
+            _listener: listener,
+            _filling: filling,
+        }
+    }
+}
+
+// The only bootstrap server never completes the TCP handshake. Each attempt ends at
+// socket.connection.setup.timeout.ms (a glommio timer, in the connect or in the engine) with
+// a typed error, the next one follows the reconnect backoff, and the send fails with a
+// metadata timeout after max.block.ms instead of hanging.
+#[test]
+fn a_connect_that_never_completes_times_out_and_is_retried() {
+    let blackhole = Blackhole::start();
+    let producer = Producer::builder()
+        .set("bootstrap.servers", format!("127.0.0.1:{}", blackhole.port))
+        .set("kacrab.shards", "1")
+        .set("socket.connection.setup.timeout.ms", "200")
+        .set("reconnect.backoff.ms", "20")
+        .set("reconnect.backoff.max.ms", "50")
+        .set("max.block.ms", "2000")
+        .build()
+        .expect("producer");
+    let err = producer
+        .send(ProducerRecord::new(TOPIC, Bytes::from_static(b"never")))
+        .wait()
+        .expect_err("no broker ever answers");
+    assert!(
+        matches!(err, kacrab::ProduceError::MetadataTimeout { .. }),
+        "{err}"
+    );
+    let stats = producer.runtime_stats();
+    let timed_out = stats
+        .recent_failures
+        .iter()
+        .filter(|f| {
+            matches!(
+                &f.error,
+                ConnectionError::Connect {
+                    kind: std::io::ErrorKind::TimedOut,
+                    ..
+                } | ConnectionError::Abandoned { established: false }
+            )
+        })
+        .count();
+    assert!(
+        timed_out >= 2,
+        "connect attempts timed out and were retried: {stats:?}"
+    );
+    assert_eq!(stats.connections_established, 0);
+    producer.close(Duration::from_secs(5));
+    let closed = producer.runtime_stats();
+    assert_eq!((closed.sockets_open, closed.connection_tasks), (0, 0));
 }
