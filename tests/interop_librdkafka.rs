@@ -188,3 +188,185 @@ fn a_broker_without_init_producer_id_gives_a_typed_error_naming_the_api() {
     assert!(text.contains("InitProducerId"), "{text}");
     producer.close(Duration::from_secs(2));
 }
+
+/// Records sent with an 8-byte id payload, and their outcomes once waited for.
+struct Sent {
+    partitions: Vec<i32>,
+    futures: Vec<Option<kacrab::DeliveryFuture>>,
+    outcomes: Vec<Option<Result<kacrab::RecordMetadata, kacrab::ProduceError>>>,
+}
+
+impl Sent {
+    fn new() -> Self {
+        Sent {
+            partitions: Vec::new(),
+            futures: Vec::new(),
+            outcomes: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, producer: &Producer, topic: &str, partition: i32) {
+        let id = self.partitions.len() as u64;
+        let future = producer.send(
+            ProducerRecord::new(topic, Bytes::from(id.to_be_bytes().to_vec()))
+                .with_partition(partition),
+        );
+        self.partitions.push(partition);
+        self.futures.push(Some(future));
+        self.outcomes.push(None);
+    }
+
+    /// Waits for every record whose partition `select` picks; panics after `timeout`.
+    fn wait(&mut self, timeout: Duration, select: impl Fn(i32) -> bool) {
+        let deadline = std::time::Instant::now() + timeout;
+        for id in 0..self.partitions.len() {
+            if !select(self.partitions[id]) {
+                continue;
+            }
+            if let Some(future) = self.futures[id].take() {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let outcome = future
+                    .wait_timeout(left)
+                    .unwrap_or_else(|| panic!("record {id} unresolved"));
+                self.outcomes[id] = Some(outcome);
+            }
+        }
+    }
+
+    /// Whether record `id` has an outcome already (collecting it if so).
+    fn resolved(&mut self, id: usize) -> bool {
+        if self.outcomes[id].is_none() {
+            if let Some(outcome) = self.futures[id].as_ref().and_then(|f| f.try_result()) {
+                self.outcomes[id] = Some(outcome);
+                self.futures[id] = None;
+            }
+        }
+        self.outcomes[id].is_some()
+    }
+
+    /// Every record acknowledged, and in the log exactly once at its acknowledged offset,
+    /// in send order per partition.
+    fn verify(&self, bootstrap: &str, topic: &str, partitions: i32) {
+        let log = read_back(
+            bootstrap,
+            topic,
+            partitions,
+            Isolation::ReadUncommitted,
+            Duration::from_secs(60),
+        );
+        let mut at: HashMap<u64, (i32, i64)> = HashMap::new();
+        for partition in &log {
+            let mut last = None;
+            for record in partition {
+                let id =
+                    u64::from_be_bytes(record.payload.as_deref().unwrap()[..8].try_into().unwrap());
+                assert!(
+                    at.insert(id, (record.partition, record.offset)).is_none(),
+                    "record {id} duplicated"
+                );
+                assert!(
+                    last.is_none_or(|l| l < id),
+                    "p{}: {id} out of order",
+                    record.partition
+                );
+                last = Some(id);
+            }
+        }
+        assert_eq!(at.len(), self.partitions.len(), "every record in the log");
+        for (id, outcome) in self.outcomes.iter().enumerate() {
+            let meta = outcome
+                .as_ref()
+                .expect("waited for")
+                .as_ref()
+                .unwrap_or_else(|e| panic!("record {id} failed: {e}"));
+            assert_eq!(
+                at[&(id as u64)],
+                (meta.partition, meta.offset),
+                "record {id}"
+            );
+        }
+    }
+}
+
+// Leaders move and the mock answers produce requests with retriable errors (applied before
+// the append, so nothing unanswered is ever appended: the mock does not de-duplicate a
+// non-transactional producer's retries) while records flow to every partition. Every record
+// ends up once in the log at its acknowledged offset, in order.
+//
+// One request in flight per connection: the mock checks no sequence for a non-transactional
+// producer, so with pipelining it would append a batch sent behind one it refused, where a
+// Kafka broker answers OUT_OF_ORDER_SEQUENCE_NUMBER (tests/failover.rs covers pipelining
+// against the reference broker, which does check).
+#[test]
+fn leader_moves_and_errors_before_the_append_leave_every_record_once_in_order() {
+    use rdkafka::types::RDKafkaRespErr as E;
+    let mock = mock_with_topic(6);
+    let bootstrap = mock.bootstrap_servers();
+    let producer = Producer::builder()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "5")
+        .set("kacrab.shards", "2")
+        .set("max.in.flight.requests.per.connection", "1")
+        .build()
+        .expect("producer");
+    let mut sent = Sent::new();
+    let errors = [
+        E::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+        E::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+        E::RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+        E::RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+    ];
+    for step in 0..24 {
+        for _ in 0..50 {
+            for p in 0..6 {
+                sent.send(&producer, TOPIC, p);
+            }
+        }
+        if step % 2 == 0 {
+            let partition = (step / 2) % 6;
+            mock.partition_leader(TOPIC, partition, Some(1 + (partition + step / 2 + 1) % 3))
+                .expect("move leader");
+        } else {
+            mock.request_errors(RDKafkaApiKey::Produce, &errors[..1 + step as usize % 4]);
+        }
+    }
+    sent.wait(Duration::from_secs(60), |_| true);
+    sent.verify(&bootstrap, TOPIC, 6);
+    producer.close(Duration::from_secs(10));
+}
+
+// A broker goes down while nothing is in flight and records keep coming for every partition:
+// those of the live brokers complete while the dead broker's wait (no failure, no timeout);
+// when it comes back they complete too, each once, in order.
+#[test]
+fn a_broker_down_holds_only_its_own_partitions() {
+    let mock = mock_with_topic(6);
+    let bootstrap = mock.bootstrap_servers();
+    let producer = producer(&bootstrap);
+    let mut sent = Sent::new();
+    for p in 0..6 {
+        sent.send(&producer, TOPIC, p);
+    }
+    sent.wait(Duration::from_secs(30), |_| true);
+    mock.broker_down(2).expect("broker down");
+    let first = sent.partitions.len();
+    for _ in 0..200 {
+        for p in 0..6 {
+            sent.send(&producer, TOPIC, p);
+        }
+    }
+    let on_2 = |p: i32| 1 + p % 3 == 2;
+    sent.wait(Duration::from_secs(60), |p| !on_2(p));
+    for id in first..sent.partitions.len() {
+        if on_2(sent.partitions[id]) {
+            assert!(
+                !sent.resolved(id),
+                "record {id} for the dead broker resolved"
+            );
+        }
+    }
+    mock.broker_up(2).expect("broker up");
+    sent.wait(Duration::from_secs(60), |_| true);
+    sent.verify(&bootstrap, TOPIC, 6);
+    producer.close(Duration::from_secs(10));
+}

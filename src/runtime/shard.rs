@@ -153,6 +153,21 @@ impl Connections {
     }
 }
 
+/// The longest a shard sleeps before looking at its work again, even with nothing due.
+///
+/// glommio 0.9.0 can park an executor while one of its tasks is runnable: `run_task_queues`
+/// takes a preemption already pending when it starts (the 100 ms preempt timer expired while
+/// the thread was descheduled, as happens on an oversubscribed host) for "nothing to run", and
+/// the executor then sleeps until its next I/O completion or timer (fixed in the community
+/// fork, glommio/glommio PR #53, not released). A shard without a near timer of its own would
+/// sit on queued records until a request timeout. Capping every sleep turns such a stall into
+/// a delay of at most this long; an idle shard wakes this often and finds nothing to do.
+///
+/// The other glommio timer trap, the first sleep of a process taking some 10 ms longer
+/// (membarrier registration), only delays; deadlines are recomputed from the clock on every
+/// wake, so a late timer never skips one.
+const MAX_PARK: Duration = Duration::from_millis(50);
+
 /// Commands handled per loop before the engine gets to send (keeps latency bounded under a
 /// flood of appends).
 const COMMANDS_PER_TURN: usize = 8192;
@@ -306,14 +321,17 @@ pub(crate) async fn run_shard(
             continue;
         }
 
-        // 3. Sleep until a command, a connection event or the engine's next deadline.
+        // 3. Sleep until a command, a connection event or the engine's next deadline, and
+        // never longer than MAX_PARK.
         let t = now();
-        let wake_at = engine.next_wakeup(t);
+        let sleep_for = match engine.next_wakeup(t) {
+            Some(at) if at > t => Some(Duration::from_micros(at - t).min(MAX_PARK)),
+            Some(_) => None,
+            None => Some(MAX_PARK),
+        };
         let timer = async move {
-            match wake_at {
-                Some(at) if at > t => glommio::timer::sleep(Duration::from_micros(at - t)).await,
-                Some(_) => {}
-                None => future::pending::<()>().await,
+            if let Some(duration) = sleep_for {
+                glommio::timer::sleep(duration).await;
             }
             Wake::Timer
         };

@@ -1,0 +1,1224 @@
+//! kacrab over TCP against the reference cluster (3 brokers, 12 partitions, 2 shards) under
+//! faults. Every test reads the topic back with librdkafka's consumer and checks it record by
+//! record: every acknowledged record is in the log exactly once, at the offset it was
+//! acknowledged with; nothing is duplicated; each partition holds its records in send order;
+//! a record that failed definitely is absent; no send is left unresolved.
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kacrab::runtime::RuntimeStats;
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::ReferenceCluster;
+use kacrab::{DeliveryFuture, ProduceError, Producer, ProducerRecord, RecordMetadata};
+use kafka_protocol::messages::ApiKey;
+
+use common::{read_back, Isolation};
+
+const PARTITIONS: i32 = 12;
+const BROKERS: i32 = 3;
+const PAYLOAD_BYTES: usize = 32;
+
+fn leader_of(partition: i32) -> i32 {
+    1 + partition % BROKERS
+}
+
+fn start_cluster(topic: &str) -> ReferenceCluster {
+    let cluster = ReferenceCluster::start(BROKERS as usize, BrokerRules::default());
+    let leaders: Vec<i32> = (0..PARTITIONS).map(leader_of).collect();
+    cluster.create_topic(topic, &leaders);
+    cluster
+}
+
+fn producer(cluster: &ReferenceCluster, extra: &[(&str, &str)]) -> Producer {
+    let mut builder = Producer::builder()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("kacrab.shards", "2")
+        .set("linger.ms", "5")
+        .set("batch.size", "2048")
+        .set("reconnect.backoff.max.ms", "200");
+    for (key, value) in extra {
+        builder = builder.set(key, *value);
+    }
+    builder.build().expect("producer")
+}
+
+/// Waits until `condition` holds, re-checking every few milliseconds; false if `timeout`
+/// passed first.
+fn eventually(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    // A condition variable nothing signals: a bounded wait between checks.
+    let (lock, cvar) = (std::sync::Mutex::new(()), std::sync::Condvar::new());
+    let mut guard = lock.lock().unwrap();
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        guard = cvar
+            .wait_timeout(guard, Duration::from_millis(2))
+            .unwrap()
+            .0;
+    }
+}
+
+/// Waits until `condition` holds; panics after `timeout`.
+fn wait_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool) {
+    assert!(
+        eventually(timeout, condition),
+        "timed out waiting for {what}"
+    );
+}
+
+type Outcome = Result<RecordMetadata, ProduceError>;
+
+/// Every record sent, by id (its index), with its partition and outcome once known.
+struct Ledger {
+    topic: String,
+    partitions: Vec<i32>,
+    futures: Vec<Option<DeliveryFuture>>,
+    outcomes: Vec<Option<Outcome>>,
+    /// Ids not known to be resolved, oldest first (pruned by `sweep`).
+    unresolved: Vec<usize>,
+    /// The producer sent through, for the runtime's view when a wait times out.
+    producer: Option<Producer>,
+}
+
+impl Ledger {
+    fn new(topic: &str) -> Self {
+        Ledger {
+            topic: topic.to_string(),
+            partitions: Vec::new(),
+            futures: Vec::new(),
+            outcomes: Vec::new(),
+            unresolved: Vec::new(),
+            producer: None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// Sends record `id = len()` to `partition`: its payload is the id, then filler.
+    fn send(&mut self, producer: &Producer, partition: i32) -> usize {
+        let id = self.len();
+        let mut payload = (id as u64).to_be_bytes().to_vec();
+        payload.resize(PAYLOAD_BYTES, b'.');
+        let future = producer.send(
+            ProducerRecord::new(self.topic.as_str(), Bytes::from(payload))
+                .with_partition(partition),
+        );
+        self.partitions.push(partition);
+        self.futures.push(Some(future));
+        self.outcomes.push(None);
+        self.unresolved.push(id);
+        if self.producer.is_none() {
+            self.producer = Some(producer.clone());
+        }
+        id
+    }
+
+    /// Collects every outcome known now; returns how many records are still unresolved.
+    fn sweep(&mut self) -> usize {
+        let mut unresolved = std::mem::take(&mut self.unresolved);
+        unresolved.retain(|&id| !self.poll(id));
+        self.unresolved = unresolved;
+        self.unresolved.len()
+    }
+
+    /// Sends one record to each partition, `rounds` times.
+    fn send_rounds(&mut self, producer: &Producer, rounds: usize) {
+        for _ in 0..rounds {
+            for partition in 0..PARTITIONS {
+                self.send(producer, partition);
+            }
+        }
+    }
+
+    /// Collects the outcome of `id` if it is known now.
+    fn poll(&mut self, id: usize) -> bool {
+        if self.outcomes[id].is_none() {
+            if let Some(outcome) = self.futures[id].as_ref().and_then(|f| f.try_result()) {
+                self.outcomes[id] = Some(outcome);
+                self.futures[id] = None;
+            }
+        }
+        self.outcomes[id].is_some()
+    }
+
+    fn is_resolved(&mut self, id: usize) -> bool {
+        self.poll(id)
+    }
+
+    /// Waits until every record selected by `select` has an outcome.
+    fn wait_for(&mut self, what: &str, timeout: Duration, select: impl Fn(usize, i32) -> bool) {
+        let deadline = Instant::now() + timeout;
+        for id in self.unresolved.clone() {
+            if !select(id, self.partitions[id]) || self.poll(id) {
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let outcome = self.futures[id]
+                .as_ref()
+                .expect("unresolved has a future")
+                .wait_timeout(left);
+            match outcome {
+                Some(outcome) => {
+                    self.outcomes[id] = Some(outcome);
+                    self.futures[id] = None;
+                }
+                None => panic!(
+                    "timed out waiting for {what}: record {id} (partition {}) unresolved; {:?}",
+                    self.partitions[id],
+                    self.producer.as_ref().map(Producer::runtime_stats)
+                ),
+            }
+        }
+        self.sweep();
+    }
+
+    fn wait_all(&mut self, timeout: Duration) {
+        self.wait_for("every record", timeout, |_, _| true);
+    }
+
+    fn outcome(&self, id: usize) -> Option<&Outcome> {
+        self.outcomes[id].as_ref()
+    }
+}
+
+/// What a verified run amounted to.
+#[derive(Debug, Default)]
+struct Verdict {
+    read: usize,
+    acked: usize,
+    failed_definitely: usize,
+    outcome_unknown: usize,
+    outcome_unknown_in_log: usize,
+}
+
+/// Reads the topic back with librdkafka's consumer and checks it against the ledger, record
+/// by record. Panics on the first violation.
+fn verify(cluster: &ReferenceCluster, ledger: &Ledger) -> Verdict {
+    let log = read_back(
+        &cluster.bootstrap_servers(),
+        &ledger.topic,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(120),
+    );
+    let mut found: HashMap<usize, (i32, i64)> = HashMap::new();
+    let mut verdict = Verdict::default();
+    for (partition, records) in log.iter().enumerate() {
+        let mut last: Option<usize> = None;
+        for record in records {
+            let payload = record.payload.as_deref().expect("payload");
+            let id = u64::from_be_bytes(payload[..8].try_into().unwrap()) as usize;
+            assert!(
+                id < ledger.len(),
+                "p{partition}: record {id} was never sent"
+            );
+            assert_eq!(
+                ledger.partitions[id], partition as i32,
+                "record {id} in the wrong partition"
+            );
+            if let Some(previous) = found.insert(id, (partition as i32, record.offset)) {
+                panic!(
+                    "record {id} duplicated: offsets {} and {}",
+                    previous.1, record.offset
+                );
+            }
+            if let Some(last) = last {
+                assert!(
+                    id > last,
+                    "p{partition}: record {id} after {last}: not in send order"
+                );
+            }
+            last = Some(id);
+            verdict.read += 1;
+        }
+    }
+    for id in 0..ledger.len() {
+        match ledger.outcome(id) {
+            None => panic!("record {id} never resolved"),
+            Some(Ok(meta)) => {
+                let at = found.get(&id).unwrap_or_else(|| {
+                    panic!(
+                        "record {id} acknowledged at offset {} but lost",
+                        meta.offset
+                    )
+                });
+                assert_eq!(
+                    *at,
+                    (meta.partition, meta.offset),
+                    "record {id}: acknowledged (partition, offset) differs from the log"
+                );
+                verdict.acked += 1;
+            }
+            Some(Err(err)) if err.is_outcome_unknown() => {
+                verdict.outcome_unknown += 1;
+                verdict.outcome_unknown_in_log += usize::from(found.contains_key(&id));
+            }
+            Some(Err(err)) => {
+                assert!(
+                    !found.contains_key(&id),
+                    "record {id} failed definitely ({err}) but is in the log"
+                );
+                verdict.failed_definitely += 1;
+            }
+        }
+    }
+    verdict
+}
+
+/// The (producer id, epoch) pairs the broker holds batches of, every partition.
+fn log_epochs(cluster: &ReferenceCluster, topic: &str) -> BTreeSet<(i64, i16)> {
+    cluster.with_cluster(|c| {
+        (0..PARTITIONS)
+            .flat_map(|p| {
+                c.partition_log(topic, p)
+                    .iter()
+                    .map(|b| (b.producer_id, b.producer_epoch))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    })
+}
+
+/// The broker's own view: within each partition, the batches of one (producer id, epoch)
+/// have contiguous sequences from where that epoch started, and offsets are contiguous.
+fn assert_broker_logs_contiguous(cluster: &ReferenceCluster, topic: &str) {
+    cluster.with_cluster(|c| {
+        for partition in 0..PARTITIONS {
+            let log = c.partition_log(topic, partition);
+            for pair in log.windows(2) {
+                assert_eq!(
+                    pair[0].last_offset + 1,
+                    pair[1].base_offset,
+                    "p{partition}: offsets"
+                );
+                if (pair[0].producer_id, pair[0].producer_epoch)
+                    == (pair[1].producer_id, pair[1].producer_epoch)
+                {
+                    assert_eq!(
+                        pair[0].last_sequence + 1,
+                        pair[1].base_sequence,
+                        "p{partition}: sequences within epoch {}",
+                        pair[0].producer_epoch
+                    );
+                } else {
+                    assert_eq!(
+                        pair[1].base_sequence, 0,
+                        "p{partition}: a new epoch starts at sequence 0"
+                    );
+                }
+            }
+        }
+    });
+}
+
+/// Sockets and tasks back to steady: each shard holds at most one connection per broker,
+/// every socket the client holds is one the broker counts open, and two tasks (reader and
+/// writer) run per socket.
+fn assert_steady(cluster: &ReferenceCluster, producer: &Producer) -> RuntimeStats {
+    let mut stats = producer.runtime_stats();
+    wait_until(
+        "connections back to steady",
+        Duration::from_secs(30),
+        || {
+            stats = producer.runtime_stats();
+            let one_per_node = stats.shards.iter().all(|s| {
+                let nodes: BTreeSet<i32> = s.connections.iter().map(|c| c.node).collect();
+                nodes.len() == s.connections.len() && s.connections.iter().all(|c| c.established)
+            });
+            one_per_node
+                && stats.sockets_open == cluster.stats().connections_open()
+                && stats.connection_tasks == 2 * stats.sockets_open
+        },
+    );
+    stats
+}
+
+/// After close: the client holds no socket and no task, and the broker sees every
+/// connection closed.
+fn assert_closed_cleanly(cluster: &ReferenceCluster, producer: &Producer) {
+    producer.close(Duration::from_secs(10));
+    let stats = producer.runtime_stats();
+    assert_eq!(stats.sockets_open, 0, "sockets left open after close");
+    assert_eq!(stats.connection_tasks, 0, "tasks left alive after close");
+    assert_eq!(producer.buffered_bytes(), 0);
+    wait_until(
+        "the broker to see every connection closed",
+        Duration::from_secs(10),
+        || cluster.stats().connections_open() == 0,
+    );
+}
+
+fn warm_up(ledger: &mut Ledger, producer: &Producer) {
+    ledger.send_rounds(producer, 5);
+    ledger.wait_all(Duration::from_secs(30));
+    for id in 0..ledger.len() {
+        assert!(
+            matches!(ledger.outcome(id), Some(Ok(_))),
+            "warm-up record {id}: {:?}",
+            ledger.outcome(id)
+        );
+    }
+}
+
+// Broker 2 goes down while each shard's connection to it carries five produce requests: the
+// first of them appended with its answer held back, four more queued behind it. The
+// partitions of brokers 1 and 3 must keep completing while broker 2 is down (they all
+// complete while every record bound for broker 2 is still unresolved); when broker 2 comes
+// back every record lands exactly once and in order, the appended request's retry being
+// recognised as a duplicate.
+#[test]
+fn broker_down_with_five_requests_in_flight_loses_and_duplicates_nothing() {
+    let topic = "broker-down";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let before = assert_steady(&cluster, &producer);
+    println!("steady before: {before:?}");
+
+    // Each connection to broker 2 has its first produce request appended and then held.
+    cluster
+        .faults()
+        .delay_response(2, ApiKey::Produce, 2, Duration::from_secs(120));
+    let burst_start = ledger.len();
+    let five_in_flight = |stats: &RuntimeStats| {
+        let to_2: Vec<u64> = stats
+            .connections_to(2)
+            .map(|(_, c)| c.requests_in_flight())
+            .collect();
+        to_2.len() == 2 && to_2.iter().all(|n| *n >= 5)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !five_in_flight(&producer.runtime_stats()) {
+        assert!(
+            Instant::now() < deadline,
+            "five requests never in flight: {:?}",
+            producer.runtime_stats().shards
+        );
+        ledger.send_rounds(&producer, 4);
+        // Let the shards drain before sending more: wait for the next request to go out.
+        let written = |s: &RuntimeStats| {
+            s.connections_to(2)
+                .map(|(_, c)| c.requests_written)
+                .sum::<u64>()
+        };
+        let seen = written(&producer.runtime_stats());
+        eventually(Duration::from_millis(200), || {
+            written(&producer.runtime_stats()) > seen
+        });
+    }
+    let stats = producer.runtime_stats();
+    println!(
+        "in flight to broker 2 when it goes down: {:?}",
+        stats
+            .connections_to(2)
+            .map(|(s, c)| (s, c.requests_in_flight()))
+            .collect::<Vec<_>>()
+    );
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+    cluster.broker_down(2);
+    let connect_failures_at_down = producer.runtime_stats().connect_failures;
+    // More records while broker 2 is down, to every partition.
+    ledger.send_rounds(&producer, 50);
+    let burst_end = ledger.len();
+    let on_2 = |partition: i32| leader_of(partition) == 2;
+
+    ledger.wait_for(
+        "the partitions of live brokers",
+        Duration::from_secs(60),
+        |id, p| id >= burst_start && !on_2(p),
+    );
+    let mut pending_on_2 = 0;
+    for id in burst_start..burst_end {
+        if on_2(ledger.partitions[id]) {
+            assert!(
+                !ledger.is_resolved(id),
+                "record {id} for broker 2 resolved while it was down: {:?}",
+                ledger.outcome(id)
+            );
+            pending_on_2 += 1;
+        } else {
+            assert!(
+                matches!(ledger.outcome(id), Some(Ok(_))),
+                "record {id}: {:?}",
+                ledger.outcome(id)
+            );
+        }
+    }
+    // The dead broker is retried under the reconnect backoff meanwhile, and nothing of it
+    // has resolved: its records wait for it, they do not fail or time out.
+    wait_until(
+        "reconnects to broker 2 to be refused",
+        Duration::from_secs(30),
+        || producer.runtime_stats().connect_failures >= connect_failures_at_down + 2,
+    );
+    for id in burst_start..burst_end {
+        if on_2(ledger.partitions[id]) {
+            assert!(
+                !ledger.is_resolved(id),
+                "record {id} resolved while broker 2 was down"
+            );
+        }
+    }
+    println!("live brokers done with {pending_on_2} records for broker 2 pending");
+
+    cluster.broker_up(2);
+    ledger.wait_all(Duration::from_secs(60));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
+    assert!(
+        cluster.with_cluster(|c| c.duplicates_answered()) >= 2,
+        "the held requests' retries were answered as duplicates"
+    );
+    assert_broker_logs_contiguous(&cluster, topic);
+    let after = assert_steady(&cluster, &producer);
+    println!("steady after: {after:?}");
+    assert_eq!(producer.buffered_bytes(), 0);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+/// The shard that owns `partition`: the one whose engine sends the next batch for it.
+fn shard_of(producer: &Producer, ledger: &mut Ledger, partition: i32) -> usize {
+    let sent =
+        |s: &RuntimeStats| -> Vec<u64> { s.shards.iter().map(|r| r.engine.batches_sent).collect() };
+    let before = sent(&producer.runtime_stats());
+    let id = ledger.send(producer, partition);
+    ledger.wait_for("a probe record", Duration::from_secs(30), |i, _| i == id);
+    assert!(matches!(ledger.outcome(id), Some(Ok(_))));
+    let after = sent(&producer.runtime_stats());
+    let shards: Vec<usize> = (0..after.len()).filter(|&i| after[i] > before[i]).collect();
+    assert_eq!(
+        shards.len(),
+        1,
+        "one shard sent the probe: {before:?} -> {after:?}"
+    );
+    shards[0]
+}
+
+// The response to one produce request on one connection is dropped after the broker appended
+// it, five times during a burst. Each time the connection closes, its requests have unknown
+// outcomes and are retried under their original sequences; the broker recognises the
+// appended ones and nothing is written twice.
+#[test]
+fn responses_dropped_after_append_are_retried_without_duplicates() {
+    let topic = "dropped-responses";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    for round in 0..5 {
+        cluster
+            .faults()
+            .drop_response_after_append(1 + round % BROKERS, ApiKey::Produce, 1);
+        ledger.send_rounds(&producer, 100);
+        assert!(
+            cluster
+                .faults()
+                .wait_until_consumed(Duration::from_secs(30)),
+            "round {round}: the fault was never hit"
+        );
+    }
+    ledger.wait_all(Duration::from_secs(60));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
+    let duplicates = cluster.with_cluster(|c| c.duplicates_answered());
+    assert!(
+        duplicates >= 5,
+        "each dropped answer's batches came back as duplicates ({duplicates})"
+    );
+    let stats = producer.runtime_stats();
+    assert!(stats.closed_by_peer >= 5, "{stats:?}");
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_steady(&cluster, &producer);
+    assert_eq!(producer.buffered_bytes(), 0);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+// Leaders move and brokers answer retriable errors (injected before the append) while records
+// flow to every partition. A moved partition is answered NOT_LEADER_OR_FOLLOWER inside a
+// response whose other partitions succeeded: only it is retried (no neighbour is re-sent,
+// so the broker never sees a duplicate) and nothing fails.
+#[test]
+fn leader_moves_and_retriable_errors_under_load_stay_exact() {
+    use kacrab::testkit::broker::error_codes::*;
+    let topic = "leader-moves";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let errors = [
+        NOT_LEADER_OR_FOLLOWER,
+        NOT_ENOUGH_REPLICAS,
+        REQUEST_TIMED_OUT,
+        LEADER_NOT_AVAILABLE,
+        UNKNOWN_LEADER_EPOCH,
+        FENCED_LEADER_EPOCH,
+        CORRUPT_MESSAGE,
+    ];
+    let mut leaders: Vec<i32> = (0..PARTITIONS).map(leader_of).collect();
+    for step in 0..36usize {
+        ledger.send_rounds(&producer, 20);
+        if step % 2 == 0 {
+            let partition = (step / 2) as i32 % PARTITIONS;
+            let to = 1 + leaders[partition as usize] % BROKERS;
+            cluster.set_leader(topic, partition, to);
+            leaders[partition as usize] = to;
+        } else {
+            let broker = 1 + (step as i32 / 2) % BROKERS;
+            let error = errors[(step / 2) % errors.len()];
+            cluster
+                .faults()
+                .inject_error(broker, ApiKey::Produce, error, 1 + step % 3);
+            ledger.send_rounds(&producer, 20);
+            assert!(
+                cluster
+                    .faults()
+                    .wait_until_consumed(Duration::from_secs(30)),
+                "step {step}: injected {error} never hit"
+            );
+        }
+    }
+    ledger.wait_all(Duration::from_secs(60));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
+    assert_eq!(
+        cluster.with_cluster(|c| c.duplicates_answered()),
+        0,
+        "no batch was sent again after it was appended"
+    );
+    let retries = producer.runtime_stats().engine_totals().retries;
+    assert!(retries > 0, "the faults caused retries");
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_steady(&cluster, &producer);
+    assert_eq!(producer.buffered_bytes(), 0);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+/// Partitions of each shard led by `broker`, found by probing.
+fn partitions_by_shard(
+    producer: &Producer,
+    ledger: &mut Ledger,
+    leader: impl Fn(i32) -> bool,
+) -> [Vec<i32>; 2] {
+    let mut by_shard = [Vec::new(), Vec::new()];
+    for partition in (0..PARTITIONS).filter(|&p| leader(p)) {
+        by_shard[shard_of(producer, ledger, partition)].push(partition);
+    }
+    assert!(
+        !by_shard[0].is_empty() && !by_shard[1].is_empty(),
+        "both shards own such partitions: {by_shard:?}"
+    );
+    by_shard
+}
+
+fn identities(producer: &Producer) -> Vec<Option<(i64, i16)>> {
+    producer
+        .runtime_stats()
+        .shards
+        .iter()
+        .map(|s| s.identity.map(|i| (i.producer_id, i.epoch)))
+        .collect()
+}
+
+// Both shards' batches, stamped under epoch 0, are answered OUT_OF_ORDER_SEQUENCE_NUMBER at
+// about the same time (on broker 1 for a partition of shard 0, on broker 2 for a partition of
+// shard 1): both shards ask for a bump of epoch 0, and the producer moves to exactly one new
+// epoch. To have both batches stamped under epoch 0 before either answer, each sits behind a
+// request whose answer the broker holds for a while; the test checks that both were written
+// while their shard was still on epoch 0. The broker then sees the two partitions restart at
+// sequence 0 under epoch 1, and no other epoch.
+#[test]
+fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
+    use kacrab::testkit::broker::error_codes::OUT_OF_ORDER_SEQUENCE_NUMBER;
+    let topic = "one-bump";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let on_1 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 1);
+    let on_2 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 2);
+    // (shard, broker, partition)
+    let targets = [(0usize, 1i32, on_1[0][0]), (1, 2, on_2[1][0])];
+    let pid = identities(&producer)[0].expect("identity").0;
+    assert_eq!(identities(&producer), vec![Some((pid, 0)); 2]);
+
+    for &(_, broker, _) in &targets {
+        cluster
+            .faults()
+            .delay_response(broker, ApiKey::Produce, 1, Duration::from_secs(3));
+        cluster
+            .faults()
+            .inject_error(broker, ApiKey::Produce, OUT_OF_ORDER_SEQUENCE_NUMBER, 1);
+    }
+    // Per shard: in flight to its broker, and whether the shard is still on epoch 0.
+    let view = |shard: usize, broker: i32| {
+        let stats = producer.runtime_stats();
+        let report = &stats.shards[shard];
+        let in_flight = report
+            .connections
+            .iter()
+            .find(|c| c.node == broker)
+            .map_or(0, |c| c.requests_in_flight());
+        (in_flight, report.identity.map(|i| i.epoch) == Some(0))
+    };
+    let first: Vec<usize> = targets
+        .iter()
+        .map(|&(_, _, p)| ledger.send(&producer, p))
+        .collect();
+    for &(shard, broker, _) in &targets {
+        wait_until("the held request", Duration::from_secs(10), || {
+            view(shard, broker).0 >= 1
+        });
+    }
+    let second: Vec<usize> = targets
+        .iter()
+        .map(|&(_, _, p)| ledger.send(&producer, p))
+        .collect();
+    for &(shard, broker, _) in &targets {
+        wait_until(
+            "the second request written under epoch 0",
+            Duration::from_secs(10),
+            || view(shard, broker) == (2, true),
+        );
+    }
+    ledger.wait_for("the four records", Duration::from_secs(30), |id, _| {
+        first.contains(&id) || second.contains(&id)
+    });
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+    for &id in first.iter().chain(&second) {
+        assert!(
+            matches!(ledger.outcome(id), Some(Ok(_))),
+            "{:?}",
+            ledger.outcome(id)
+        );
+    }
+    let on_new_epoch = eventually(Duration::from_secs(10), || {
+        identities(&producer) == vec![Some((pid, 1)); 2]
+    });
+    assert!(
+        on_new_epoch,
+        "identities {:?}",
+        producer.runtime_stats().shards
+    );
+    cluster.with_cluster(|c| {
+        for &(_, _, p) in &targets {
+            let first = c
+                .partition_log(topic, p)
+                .iter()
+                .find(|b| b.producer_epoch == 1)
+                .expect("a batch under the new epoch");
+            assert_eq!(first.base_sequence, 0, "p{p} restarts at sequence 0");
+        }
+    });
+    let stats = producer.runtime_stats();
+    assert!(
+        stats.shards.iter().all(|s| s.engine.sequence_rewrites >= 1),
+        "both shards rewrote their partition's sequences: {:?}",
+        stats.shards
+    );
+
+    ledger.send_rounds(&producer, 50);
+    ledger.wait_all(Duration::from_secs(60));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len());
+    assert_eq!(
+        log_epochs(&cluster, topic),
+        BTreeSet::from([(pid, 0), (pid, 1)]),
+        "exactly one new epoch"
+    );
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+// The same request for a bump, late: shard 0 bumps the epoch (OUT_OF_ORDER_SEQUENCE_NUMBER on
+// broker 1) while a batch of shard 1 stamped under the old epoch is still waiting to be
+// retried (its partition moved to broker 3, which is down). When broker 3 comes back that
+// batch is answered OUT_OF_ORDER_SEQUENCE_NUMBER too. Shard 1 has long adopted the new epoch,
+// but the batch observed the old one: its request names the old epoch, which was bumped
+// already, so no second bump happens. The broker sees epochs 0 and 1 only.
+#[test]
+fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
+    use kacrab::testkit::broker::error_codes::{
+        NOT_LEADER_OR_FOLLOWER, OUT_OF_ORDER_SEQUENCE_NUMBER,
+    };
+    let topic = "late-bump";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let on_1 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 1);
+    let on_2 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 2);
+    let (pa, pb) = (on_1[0][0], on_2[1][0]);
+    let pid = identities(&producer)[0].expect("identity").0;
+
+    // Shard 1's batch for pb: stamped under epoch 0, refused by broker 2 as no longer the
+    // leader, and held back: the new leader, broker 3, is down.
+    cluster.broker_down(3);
+    cluster
+        .faults()
+        .inject_error(2, ApiKey::Produce, NOT_LEADER_OR_FOLLOWER, 1);
+    cluster.set_leader(topic, pb, 3);
+    let b = ledger.send(&producer, pb);
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+
+    // Shard 0 bumps to epoch 1; shard 1 adopts it.
+    cluster
+        .faults()
+        .inject_error(1, ApiKey::Produce, OUT_OF_ORDER_SEQUENCE_NUMBER, 1);
+    let a = ledger.send(&producer, pa);
+    ledger.wait_for("shard 0's record", Duration::from_secs(30), |id, _| id == a);
+    assert!(
+        matches!(ledger.outcome(a), Some(Ok(_))),
+        "{:?}",
+        ledger.outcome(a)
+    );
+    wait_until("both shards on epoch 1", Duration::from_secs(10), || {
+        identities(&producer) == vec![Some((pid, 1)); 2]
+    });
+    assert!(!ledger.is_resolved(b), "shard 1's batch is still waiting");
+
+    cluster
+        .faults()
+        .inject_error(3, ApiKey::Produce, OUT_OF_ORDER_SEQUENCE_NUMBER, 1);
+    cluster.broker_up(3);
+    ledger.wait_for("shard 1's record", Duration::from_secs(30), |id, _| id == b);
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+    assert!(
+        matches!(ledger.outcome(b), Some(Ok(_))),
+        "{:?}",
+        ledger.outcome(b)
+    );
+
+    ledger.send_rounds(&producer, 20);
+    ledger.wait_all(Duration::from_secs(60));
+    assert_eq!(
+        identities(&producer),
+        vec![Some((pid, 1)); 2],
+        "no second bump"
+    );
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len());
+    assert_eq!(
+        log_epochs(&cluster, topic),
+        BTreeSet::from([(pid, 0), (pid, 1)]),
+        "exactly one new epoch"
+    );
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+// A broker holds its answer longer than request.timeout.ms: the shard's timer closes the
+// connection (the engine's request timeout, run on a glommio timer), every request on it has
+// an unknown outcome, and the retries on a new connection are answered as duplicates of what
+// the broker had appended. Partitions of the other brokers are not held up.
+#[test]
+fn a_request_timeout_closes_the_connection_and_the_retry_is_recognised() {
+    let topic = "request-timeout";
+    let cluster = start_cluster(topic);
+    let producer = producer(
+        &cluster,
+        &[
+            ("request.timeout.ms", "700"),
+            ("delivery.timeout.ms", "30000"),
+        ],
+    );
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let abandoned_before = producer.runtime_stats().abandoned;
+    cluster
+        .faults()
+        .delay_response(3, ApiKey::Produce, 1, Duration::from_secs(3));
+    ledger.send_rounds(&producer, 100);
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+    ledger.wait_all(Duration::from_secs(30));
+    let stats = producer.runtime_stats();
+    assert!(
+        stats.abandoned > abandoned_before,
+        "the engine closed the held connection: {stats:?}"
+    );
+    assert!(stats.recent_failures.iter().any(|f| f.node == 3
+        && f.error == kacrab::runtime::ConnectionError::Abandoned { established: true }));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
+    assert!(cluster.with_cluster(|c| c.duplicates_answered()) >= 1);
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_steady(&cluster, &producer);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+/// xorshift64*: the soak's faults are reproducible from `KACRAB_SOAK_SEED`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn env_u64(key: &str, default: u64) -> u64 {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The fault schedule of the soak: one fault per tick, drawn from every kind the reference
+/// cluster has. At most one broker is down at a time, for a few ticks.
+struct FaultMaker {
+    rng: Rng,
+    topic: String,
+    down: Option<(i32, u64)>,
+    applied: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl FaultMaker {
+    fn apply(&mut self, cluster: &ReferenceCluster, tick: u64) {
+        use kacrab::testkit::broker::error_codes::*;
+        if let Some((broker, until)) = self.down {
+            if tick >= until {
+                cluster.broker_up(broker);
+                self.down = None;
+                self.count("broker up");
+            }
+        }
+        let broker = 1 + self.rng.below(BROKERS as u64) as i32;
+        let faults = cluster.faults();
+        let kind = match self.rng.below(100) {
+            0..=14 => {
+                faults.drop_response_after_append(broker, ApiKey::Produce, 1);
+                "drop answer after append"
+            }
+            15..=24 => {
+                let mid_frame = self.rng.below(2) == 0;
+                faults.reset_connection(broker, ApiKey::Produce, 1, mid_frame);
+                if mid_frame {
+                    "reset mid-frame"
+                } else {
+                    "reset"
+                }
+            }
+            25..=29 => {
+                faults.reset_connection(broker, ApiKey::Metadata, 1, false);
+                "reset on metadata"
+            }
+            30..=44 => {
+                // Some beyond request.timeout.ms (1500 ms): the engine times them out.
+                let delay = Duration::from_millis(20 + self.rng.below(2500));
+                faults.delay_response(broker, ApiKey::Produce, 1, delay);
+                if delay > Duration::from_millis(1500) {
+                    "delay beyond request timeout"
+                } else {
+                    "delay"
+                }
+            }
+            45..=64 => {
+                let errors = [
+                    NOT_LEADER_OR_FOLLOWER,
+                    NOT_ENOUGH_REPLICAS,
+                    REQUEST_TIMED_OUT,
+                    LEADER_NOT_AVAILABLE,
+                    UNKNOWN_LEADER_EPOCH,
+                    CORRUPT_MESSAGE,
+                ];
+                let error = errors[self.rng.below(errors.len() as u64) as usize];
+                faults.inject_error(
+                    broker,
+                    ApiKey::Produce,
+                    error,
+                    1 + self.rng.below(3) as usize,
+                );
+                "retriable error"
+            }
+            65..=67 => {
+                // Not retriable: the batches of that request fail; definitely unless an
+                // earlier attempt's outcome was unknown.
+                faults.inject_error(broker, ApiKey::Produce, INVALID_RECORD, 1);
+                "non-retriable error"
+            }
+            68..=72 => {
+                faults.inject_error(broker, ApiKey::Metadata, LEADER_NOT_AVAILABLE, 1);
+                "metadata error"
+            }
+            73..=89 => {
+                let partition = self.rng.below(PARTITIONS as u64) as i32;
+                let (current, _) = cluster
+                    .with_cluster(|c| c.leader(&self.topic, partition))
+                    .expect("partition");
+                let to = 1 + (current + self.rng.below(2) as i32) % BROKERS;
+                cluster.set_leader(&self.topic, partition, to);
+                "leader move"
+            }
+            _ => {
+                if self.down.is_some() {
+                    return self.apply(cluster, tick);
+                }
+                cluster.broker_down(broker);
+                self.down = Some((broker, tick + 3 + self.rng.below(8)));
+                "broker down"
+            }
+        };
+        self.count(kind);
+    }
+
+    fn count(&mut self, kind: &'static str) {
+        *self.applied.entry(kind).or_default() += 1;
+    }
+
+    fn heal(&mut self, cluster: &ReferenceCluster) {
+        if let Some((broker, _)) = self.down.take() {
+            cluster.broker_up(broker);
+        }
+        cluster.faults().clear();
+    }
+}
+
+// Faults of every kind about every 100 ms while records flow to all 12 partitions from both
+// shards: answers dropped after the append, connections reset (also mid-frame), answers
+// delayed (some past request.timeout.ms), retriable and non-retriable errors injected,
+// Metadata failing, leaders moving, brokers going down and coming back. Afterwards, with the
+// cluster healed: every send resolved; sent = acknowledged + failed (typed errors); every
+// acknowledged record is in the log exactly once at its offset; nothing duplicated or
+// reordered; a definite failure is absent; the connections the broker counts are the ones
+// the producer holds; `buffered_bytes()` is back to 0.
+//
+// Bounded for CI by default (20 s of faults, 150 000 records); longer runs:
+// `KACRAB_SOAK_SECS=600 KACRAB_SOAK_RECORDS=1000000 cargo test --release --features testkit
+// --test failover soak -- --nocapture` (`KACRAB_SOAK_SEED` picks the fault schedule).
+#[test]
+fn soak_faults_of_every_kind_every_100ms() {
+    let secs = env_u64("KACRAB_SOAK_SECS", 20);
+    let records = env_u64("KACRAB_SOAK_RECORDS", 150_000) as usize;
+    let seed = env_u64("KACRAB_SOAK_SEED", 0x5eed_cafe).max(1);
+    let ticks = (secs * 10).max(1);
+    let per_tick = records.div_ceil(ticks as usize);
+    println!("soak: {secs} s, {records} records, seed {seed:#x}");
+
+    let topic = "soak";
+    let cluster = std::sync::Arc::new(start_cluster(topic));
+    let producer = producer(
+        &cluster,
+        &[
+            ("request.timeout.ms", "1500"),
+            ("delivery.timeout.ms", "60000"),
+            ("buffer.memory", "8388608"),
+        ],
+    );
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+
+    let tick = std::sync::Arc::new((std::sync::Mutex::new(0u64), std::sync::Condvar::new()));
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let injector = {
+        let cluster = cluster.clone();
+        let tick = tick.clone();
+        let mut maker = FaultMaker {
+            rng: Rng(seed),
+            topic: topic.to_string(),
+            down: None,
+            applied: Default::default(),
+        };
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            // One fault per ~100 ms until told to stop.
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stop_rx.recv_timeout(Duration::from_millis(100))
+            {
+                maker.apply(&cluster, n);
+                n += 1;
+                *tick.0.lock().unwrap() = n;
+                tick.1.notify_all();
+            }
+            maker.heal(&cluster);
+            maker.applied
+        })
+    };
+
+    let started = Instant::now();
+    let mut rng = Rng(seed.rotate_left(17) | 1);
+    let base = ledger.len();
+    for t in 0..ticks {
+        {
+            // Keep records spread over the fault schedule: this tick's share goes out once
+            // the injector has reached it.
+            let (lock, cvar) = &*tick;
+            let guard = lock.lock().unwrap();
+            let (guard, timeout) = cvar
+                .wait_timeout_while(guard, Duration::from_secs(10), |n| *n < t)
+                .unwrap();
+            assert!(
+                !timeout.timed_out(),
+                "the fault injector stalled at {}",
+                *guard
+            );
+        }
+        let goal = (base + records).min(ledger.len() + per_tick);
+        while ledger.len() < goal {
+            ledger.send(&producer, rng.below(PARTITIONS as u64) as i32);
+        }
+        ledger.sweep();
+        if ledger.len() >= base + records {
+            break;
+        }
+    }
+    let sending = started.elapsed();
+    stop_tx.send(()).unwrap();
+    let applied = injector.join().expect("fault injector");
+    assert!(cluster
+        .faults()
+        .wait_until_consumed(Duration::from_secs(10)));
+    let unresolved_at_heal = ledger.sweep();
+    ledger.wait_all(Duration::from_secs(90));
+    let settled = started.elapsed();
+
+    let mut failures: std::collections::BTreeMap<String, usize> = Default::default();
+    for id in 0..ledger.len() {
+        if let Some(Err(err)) = ledger.outcome(id) {
+            let kind = format!("{err:?}");
+            let kind = kind.split([' ', '{', '(']).next().unwrap_or("").to_string();
+            *failures.entry(kind).or_default() += 1;
+        }
+    }
+    let verdict = verify(&cluster, &ledger);
+    assert_eq!(
+        verdict.acked + verdict.failed_definitely + verdict.outcome_unknown,
+        ledger.len(),
+        "sent = acknowledged + failed"
+    );
+    assert_eq!(producer.buffered_bytes(), 0, "buffer.memory fully returned");
+    let steady = assert_steady(&cluster, &producer);
+    let engine = steady.engine_totals();
+    println!(
+        "soak: {} records sent in {sending:?} ({unresolved_at_heal} unresolved when the faults \
+         stopped, all resolved after {settled:?})",
+        ledger.len()
+    );
+    println!("faults applied: {applied:?}");
+    println!("{verdict:?}; failures by type: {failures:?}");
+    println!(
+        "engine: {} produce requests, {} batches, {} retries, {} epoch bumps requested, {} \
+         sequence rewrites, {} disconnects, {} protocol errors",
+        engine.produce_requests,
+        engine.batches_sent,
+        engine.retries,
+        engine.epoch_bumps_requested,
+        engine.sequence_rewrites,
+        engine.disconnects,
+        engine.protocol_errors
+    );
+    println!(
+        "runtime: {} connects ({} failed), closed by peer {}, abandoned {}, truncated {}, \
+         refused frames {}, io errors {}; now {} sockets, {} tasks; broker: {} duplicates \
+         answered, {} connections open",
+        steady.connects_started,
+        steady.connect_failures,
+        steady.closed_by_peer,
+        steady.abandoned,
+        steady.truncated_frames,
+        steady.refused_frames,
+        steady.io_errors,
+        steady.sockets_open,
+        steady.connection_tasks,
+        cluster.with_cluster(|c| c.duplicates_answered()),
+        cluster.stats().connections_open()
+    );
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+// Four produce requests for one partition on one connection, each answered differently: the
+// first held for a while (so the others queue behind it), the second refused INVALID_RECORD
+// (its batch fails definitely and the epoch is bumped), the third answered
+// OUT_OF_ORDER_SEQUENCE_NUMBER by the broker itself (the gap: it is known not to be in the
+// log), the fourth processed and its connection dropped before the answer (unknown outcome).
+// The fourth cannot be in the log, being behind the third, so the partition is rewritten
+// under the new epoch and both complete: it does not wait for delivery.timeout.ms.
+#[test]
+fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite() {
+    use kacrab::testkit::broker::error_codes::INVALID_RECORD;
+    let topic = "no-wedge";
+    let cluster = start_cluster(topic);
+    let producer = producer(&cluster, &[("delivery.timeout.ms", "120000")]);
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    let partition = 0;
+    assert_eq!(leader_of(partition), 1);
+    let pid = identities(&producer)[0].expect("identity").0;
+    let faults = cluster.faults();
+    faults.delay_response(1, ApiKey::Produce, 1, Duration::from_secs(2));
+    faults.inject_error(1, ApiKey::Produce, INVALID_RECORD, 1);
+    faults.delay_response(1, ApiKey::Produce, 1, Duration::from_millis(1));
+    faults.drop_response_after_append(1, ApiKey::Produce, 1);
+    let written = || -> u64 {
+        producer
+            .runtime_stats()
+            .connections_to(1)
+            .map(|(_, c)| c.requests_written)
+            .sum()
+    };
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let before = written();
+        ids.push(ledger.send(&producer, partition));
+        wait_until("the record's own request", Duration::from_secs(10), || {
+            written() > before
+        });
+    }
+    ledger.wait_for("the four records", Duration::from_secs(60), |id, _| {
+        ids.contains(&id)
+    });
+    assert!(faults.wait_until_consumed(Duration::from_secs(10)));
+    let outcomes: Vec<_> = ids.iter().map(|&id| ledger.outcome(id).cloned()).collect();
+    assert!(matches!(outcomes[0], Some(Ok(_))), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[1], Some(Err(ProduceError::Rejected { code, .. })) if *code == INVALID_RECORD),
+        "{outcomes:?}"
+    );
+    assert!(matches!(outcomes[2], Some(Ok(_))), "{outcomes:?}");
+    assert!(matches!(outcomes[3], Some(Ok(_))), "{outcomes:?}");
+    ledger.send_rounds(&producer, 10);
+    ledger.wait_all(Duration::from_secs(30));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.failed_definitely, 1);
+    assert_eq!(verdict.acked, ledger.len() - 1);
+    assert_eq!(
+        log_epochs(&cluster, topic),
+        BTreeSet::from([(pid, 0), (pid, 1)])
+    );
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_closed_cleanly(&cluster, &producer);
+}
