@@ -735,6 +735,18 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
         "both shards rewrote their partition's sequences: {:?}",
         stats.shards
     );
+    // Both requests went through the ticket ring and both shards read them: the install and
+    // two bump requests of epoch 0, of which only the first bumped.
+    assert_eq!(
+        stats
+            .shards
+            .iter()
+            .map(|s| s.identity_tickets)
+            .collect::<Vec<_>>(),
+        vec![3, 3],
+        "{:?}",
+        stats.shards
+    );
 
     ledger.send_rounds(&producer, 50);
     ledger.wait_all(Duration::from_secs(60));
@@ -820,6 +832,15 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
         vec![Some((pid, 1)); 2],
         "no second bump"
     );
+    // The late request did reach the ring (install, shard 0's bump, shard 1's late one) and
+    // every replica discarded it.
+    let tickets: Vec<u64> = producer
+        .runtime_stats()
+        .shards
+        .iter()
+        .map(|s| s.identity_tickets)
+        .collect();
+    assert_eq!(tickets, vec![3, 3]);
     let verdict = verify(&cluster, &ledger);
     println!("{verdict:?}");
     assert_eq!(verdict.acked, ledger.len());

@@ -136,6 +136,8 @@ pub struct Engine<D> {
     identity: ProducerIdAndEpoch,
     /// A bump was requested from this identity and has not been adopted yet.
     bump_requested_from: Option<ProducerIdAndEpoch>,
+    /// The identity the last bump request named: one request per observed identity.
+    last_bump_request: Option<ProducerIdAndEpoch>,
     init_producer_id_in_flight: bool,
     init_producer_id_retry_at: Micros,
     metadata_in_flight: bool,
@@ -168,6 +170,7 @@ impl<D: Delivery> Engine<D> {
             actions: VecDeque::new(),
             identity: ProducerIdAndEpoch::NONE,
             bump_requested_from: None,
+            last_bump_request: None,
             init_producer_id_in_flight: false,
             init_producer_id_retry_at: 0,
             metadata_in_flight: false,
@@ -552,7 +555,10 @@ impl<D: Delivery> Engine<D> {
     /// engine's current one: when another shard has bumped meanwhile and this engine already
     /// adopted the result, that bump covers this partition too, and naming the newer identity
     /// would make a second bump for the same failure (design.md: concurrent requests for the
-    /// same epoch produce one bump). The partition is then only rewritten.
+    /// same epoch produce one bump). Such a late request is still made, once per observed
+    /// identity, and the ticket ring's rule discards it, so whether two shards' requests
+    /// collide does not depend on which answer arrived first; the partition is then only
+    /// rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
         if !self.config.idempotent {
             return;

@@ -19,16 +19,21 @@ use crate::error::{Error, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
+use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
 
 use delivery::DeliveryHandle;
-use shared::{BufferMemory, Identity, MetadataSnapshot};
+use shared::{BufferMemory, MetadataSnapshot};
 
 /// Commands queued per shard before `send` waits (the byte bound is `buffer.memory`).
 const SHARD_QUEUE_CAPACITY: usize = 1 << 16;
+/// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
+/// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
+/// keeps it and publishes it again).
+const IDENTITY_TICKETS: usize = 256;
 
 /// Builds a [`Producer`] from Java property names and values, or typed setters.
 #[derive(Debug, Clone, Default)]
@@ -135,11 +140,11 @@ impl Producer {
             receivers.push(rx);
         }
         let metadata = Arc::new(MetadataSnapshot::default());
-        let identity = Arc::new(Identity::default());
+        let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
-            identity,
+            tickets,
             peers: senders.clone(),
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::engine::{EpochCoordinator, ProducerIdAndEpoch};
 use crate::error::ProduceError;
 
 /// `buffer.memory`: bytes of records accepted and not yet completed. `send` blocks up to
@@ -157,29 +156,5 @@ impl MetadataSnapshot {
                 .expect("metadata lock");
             generation = g;
         }
-    }
-}
-
-/// The producer-wide identity, decided in one place (see [`EpochCoordinator`]).
-#[derive(Default)]
-pub(crate) struct Identity {
-    coordinator: Mutex<EpochCoordinator>,
-}
-
-impl Identity {
-    pub(crate) fn install(&self, identity: ProducerIdAndEpoch) -> Option<ProducerIdAndEpoch> {
-        let mut c = self.coordinator.lock().expect("identity lock");
-        c.install(identity).then(|| c.current())
-    }
-
-    pub(crate) fn request_bump(&self, observed: ProducerIdAndEpoch) -> Option<ProducerIdAndEpoch> {
-        self.coordinator
-            .lock()
-            .expect("identity lock")
-            .request_bump(observed)
-    }
-
-    pub(crate) fn current(&self) -> ProducerIdAndEpoch {
-        self.coordinator.lock().expect("identity lock").current()
     }
 }

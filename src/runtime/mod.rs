@@ -9,6 +9,7 @@
 //! [`Engine`]: crate::engine::Engine
 
 mod connection;
+mod identity_replica;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;

@@ -12,16 +12,18 @@ use futures_lite::future;
 use glommio::channels::local_channel;
 use glommio::Task;
 
-use crate::engine::{Action, Engine, EngineConfig, NodeId, ProducerIdAndEpoch, TopicPartition};
+use crate::engine::{Action, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
 use crate::producer::delivery::DeliveryHandle;
-use crate::producer::shared::{Identity, MetadataSnapshot, TopicInfo};
+use crate::producer::shared::{MetadataSnapshot, TopicInfo};
 use crate::protocol::record_batch::Header;
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
+use super::identity_replica::IdentityReplica;
 use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
+use super::ticket_ring::{Ticket, TicketRing};
 
 /// A record handed from an application thread to its partition's shard.
 pub(crate) struct OwnedRecord {
@@ -76,7 +78,8 @@ pub(crate) enum ShardCommand {
     Append(Box<OwnedRecord>),
     RequestTopic(Arc<str>),
     Flush(Arc<Latch>),
-    Identity(ProducerIdAndEpoch),
+    /// A peer published to the ticket ring: read it.
+    Tickets,
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -87,7 +90,8 @@ pub(crate) enum ShardCommand {
 /// What every shard shares.
 pub(crate) struct ShardContext {
     pub metadata: Arc<MetadataSnapshot>,
-    pub identity: Arc<Identity>,
+    /// Identity tickets, read by every shard in one order (consumer index = shard index).
+    pub tickets: Arc<TicketRing>,
     pub peers: Vec<flume::Sender<ShardCommand>>,
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
@@ -95,12 +99,42 @@ pub(crate) struct ShardContext {
 }
 
 impl ShardContext {
-    fn broadcast_identity(&self, identity: ProducerIdAndEpoch) {
-        for peer in &self.peers {
-            // A full queue would only delay adoption; the shard also re-reads the
-            // coordinator on every loop, so a failed send loses nothing.
-            let _ = peer.try_send(ShardCommand::Identity(identity));
+    /// Wakes every peer to read the ticket ring.
+    fn nudge_peers(&self, shard: usize) {
+        for (index, peer) in self.peers.iter().enumerate() {
+            if index != shard {
+                // A full queue only delays the read: that shard has commands to handle, and
+                // it reads the ring on every loop.
+                let _ = peer.try_send(ShardCommand::Tickets);
+            }
         }
+    }
+
+    /// Publishes `ticket` for every shard, applies what the ring holds to this shard's
+    /// replica and engine, and wakes the peers.
+    fn publish_ticket(
+        &self,
+        shard: usize,
+        replica: &mut IdentityReplica,
+        engine: &mut Engine<DeliveryHandle>,
+        ticket: Ticket,
+    ) {
+        if replica.publish(&self.tickets, ticket) {
+            self.nudge_peers(shard);
+        }
+        adopt_tickets(&self.tickets, replica, engine);
+    }
+}
+
+/// Applies the ring's unread tickets to `replica` and hands a changed identity to the engine,
+/// which keeps batches already sent under the old epoch until they resolve.
+fn adopt_tickets(
+    ring: &TicketRing,
+    replica: &mut IdentityReplica,
+    engine: &mut Engine<DeliveryHandle>,
+) {
+    if let Some(identity) = replica.catch_up(ring) {
+        engine.on_identity(identity);
     }
 }
 
@@ -187,7 +221,8 @@ pub(crate) async fn run_shard(
     let start = Instant::now();
     let now = move || start.elapsed().as_micros() as u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
-    engine.on_identity(ctx.identity.current());
+    let mut replica = IdentityReplica::new(shard);
+    adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
     let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
     let setup = ConnectionSetup {
         events: Rc::new(events_tx),
@@ -232,7 +267,8 @@ pub(crate) async fn run_shard(
                     }
                     ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
-                    ShardCommand::Identity(identity) => engine.on_identity(identity),
+                    // Read below, with whatever else the ring holds.
+                    ShardCommand::Tickets => {}
                     ShardCommand::Close { deadline, done } => {
                         engine.begin_close();
                         *closing = Some((deadline, done));
@@ -268,10 +304,10 @@ pub(crate) async fn run_shard(
         }
 
         // 2. The sender loop, and its actions, until it is quiet.
-        let current = ctx.identity.current();
-        if current != engine.identity() {
-            engine.on_identity(current);
+        if replica.flush(&ctx.tickets) {
+            ctx.nudge_peers(shard);
         }
+        adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
         for _ in 0..8 {
             engine.poll(now());
             if !engine.has_actions() {
@@ -279,15 +315,36 @@ pub(crate) async fn run_shard(
             }
             let actions: Vec<Action> = engine.take_actions().collect();
             for action in actions {
-                execute(
-                    shard,
-                    &mut engine,
-                    &mut connections,
-                    &ctx,
-                    &setup,
-                    action,
-                    now(),
-                );
+                match action {
+                    // The identity is producer-wide: it changes only through the ring.
+                    Action::ProducerIdAssigned(assigned) => ctx.publish_ticket(
+                        shard,
+                        &mut replica,
+                        &mut engine,
+                        Ticket::Install {
+                            producer_id: assigned.producer_id,
+                            epoch: assigned.epoch,
+                        },
+                    ),
+                    Action::RequestEpochBump { observed } => ctx.publish_ticket(
+                        shard,
+                        &mut replica,
+                        &mut engine,
+                        Ticket::Bump {
+                            producer_id: observed.producer_id,
+                            epoch: observed.epoch,
+                        },
+                    ),
+                    action => execute(
+                        shard,
+                        &mut engine,
+                        &mut connections,
+                        &ctx,
+                        &setup,
+                        action,
+                        now(),
+                    ),
+                }
             }
         }
         if let Some(err) = engine.fatal_error() {
@@ -301,7 +358,14 @@ pub(crate) async fn run_shard(
                 true
             }
         });
-        publish_report(shard, &engine, &mut connections, &ctx, &mut report);
+        publish_report(
+            shard,
+            &engine,
+            &replica,
+            &mut connections,
+            &ctx,
+            &mut report,
+        );
         if let Some((deadline, done)) = &closing {
             if engine.is_idle() || Instant::now() >= *deadline {
                 engine.abort_all(ProduceError::Closed);
@@ -311,7 +375,16 @@ pub(crate) async fn run_shard(
                 // Close every socket and cancel every task before saying we are done.
                 connections.slots.clear();
                 connections.changed = true;
-                publish_report(shard, &engine, &mut connections, &ctx, &mut report);
+                publish_report(
+                    shard,
+                    &engine,
+                    &replica,
+                    &mut connections,
+                    &ctx,
+                    &mut report,
+                );
+                // Publishers must not wait for a reader that is gone.
+                ctx.tickets.detach(shard);
                 done.count_down();
                 return;
             }
@@ -345,16 +418,22 @@ pub(crate) async fn run_shard(
 fn publish_report(
     shard: usize,
     engine: &Engine<DeliveryHandle>,
+    replica: &IdentityReplica,
     connections: &mut Connections,
     ctx: &ShardContext,
     report: &mut ShardReport,
 ) {
     let identity = Some(engine.identity());
-    if !connections.changed && report.engine == *engine.stats() && report.identity == identity {
+    if !connections.changed
+        && report.engine == *engine.stats()
+        && report.identity == identity
+        && report.identity_tickets == replica.applied()
+    {
         return;
     }
     report.engine = engine.stats().clone();
     report.identity = identity;
+    report.identity_tickets = replica.applied();
     report.connections = connections.report();
     connections.changed = false;
     ctx.counters.publish_shard(shard, report);
@@ -482,15 +561,7 @@ fn execute(
                 error_code,
             },
         ),
-        Action::ProducerIdAssigned(identity) => {
-            if let Some(current) = ctx.identity.install(identity) {
-                ctx.broadcast_identity(current);
-            }
-        }
-        Action::RequestEpochBump { observed } => {
-            if let Some(new) = ctx.identity.request_bump(observed) {
-                ctx.broadcast_identity(new);
-            }
-        }
+        // Published to the ticket ring by the driver loop, never executed here.
+        Action::ProducerIdAssigned(_) | Action::RequestEpochBump { .. } => {}
     }
 }

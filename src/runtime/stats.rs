@@ -111,6 +111,9 @@ pub struct ShardReport {
     pub engine: EngineStats,
     /// The identity the shard's engine is on.
     pub identity: Option<ProducerIdAndEpoch>,
+    /// Identity tickets (installs, bump requests) the shard has read from the ticket ring,
+    /// its own included; every live shard reads the same tickets in the same order.
+    pub identity_tickets: u64,
     pub connections: Vec<ConnectionReport>,
 }
 

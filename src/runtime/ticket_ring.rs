@@ -79,6 +79,8 @@ impl TicketRing {
         }
     }
 
+    /// The cursor of the consumer furthest behind; a detached consumer (cursor `u64::MAX`)
+    /// holds nothing back.
     fn slowest_cursor(&self) -> u64 {
         self.cursors
             .iter()
@@ -120,6 +122,9 @@ impl TicketRing {
     pub fn next(&self, consumer: usize) -> Option<Ticket> {
         let cursor = &self.cursors[consumer];
         let index = cursor.load(Ordering::Relaxed);
+        if index == u64::MAX {
+            return None; // detached
+        }
         let slot = &self.slots[(index % self.slots.len() as u64) as usize];
         if slot.sequence.load(Ordering::Acquire) != index + 1 {
             return None;
@@ -130,6 +135,11 @@ impl TicketRing {
         );
         cursor.store(index + 1, Ordering::Release);
         Some(ticket)
+    }
+
+    /// `consumer` reads no more: publishing stops waiting for it.
+    pub fn detach(&self, consumer: usize) {
+        self.cursors[consumer].store(u64::MAX, Ordering::Release);
     }
 
     pub fn consumers(&self) -> usize {
