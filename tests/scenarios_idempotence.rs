@@ -1146,3 +1146,74 @@ fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_res
     assert_eq!(bumps(&sim), 1);
     assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
 }
+
+// W (0-9) is acked. L (10-19) is refused definitely (INVALID_RECORD), which bumps the epoch;
+// H (20-29), written right behind L under epoch 0, is lost before the broker reads it; the
+// connection stalls until H's request timeout (2 s here), so H's outcome is unknown. Retried under its old stamp, H can never append
+// (the broker's last sequence under epoch 0 is 9) and is answered OUT_OF_ORDER_SEQUENCE_NUMBER
+// every time. H fails at the first such answer, as of unknown outcome, instead of holding p0's
+// rewrite until its delivery timeout; the next batch goes out under epoch 1 from sequence 0.
+#[test]
+fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fails_at_once_and_frees_the_rewrite(
+) {
+    let mut sim = started(setup_with(&[1], |c| c.request_timeout = 2 * SECOND));
+    let w = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::DropRequest,
+    ));
+    let l = batch(&mut sim, &tp(0));
+    let h = batch(&mut sim, &tp(0));
+    // Well within the delivery timeout (120 s), which would otherwise end H.
+    let limit = sim.now() + 10 * SECOND;
+    assert!(
+        sim.run_while_not(limit, |sim| h.iter().all(|&id| sim.result(id).is_some())),
+        "H is still unresolved 10 s later"
+    );
+    for &id in &l {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::INVALID_RECORD,
+                    ..
+                }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &h {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let h_attempts: Vec<_> = attempts(&sim, &tp(0))
+        .into_iter()
+        .filter(|a| a.1 == 0 && a.2 == 20)
+        .collect();
+    assert_eq!(
+        h_attempts.last().map(|a| a.3),
+        Some(Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+        "{h_attempts:?}"
+    );
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((1, 1, 0, Some(code::NONE))),
+        "p0 restarts at 0 under the new epoch"
+    );
+    assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
+}

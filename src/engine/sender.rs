@@ -568,11 +568,14 @@ impl<D: Delivery> Engine<D> {
             stamped if stamped.is_valid() => stamped,
             _ => self.identity,
         };
-        if observed != self.identity {
+        if !observed.is_valid() {
             return;
         }
-        if observed.is_valid() && self.bump_requested_from != Some(observed) {
+        if observed == self.identity {
             self.bump_requested_from = Some(observed);
+        }
+        if self.last_bump_request != Some(observed) {
+            self.last_bump_request = Some(observed);
             self.stats.epoch_bumps_requested += 1;
             self.actions
                 .push_back(Action::RequestEpochBump { observed });
@@ -1580,6 +1583,18 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        if stamp.producer != self.identity
+            && batch.outcome_unknown
+            && class == ProduceErrorClass::OutOfOrderSequence
+        {
+            // The producer has moved past this batch's identity, and the broker has not got
+            // this batch's predecessor under it. The batch may not be re-stamped (an earlier
+            // attempt's outcome is unknown), and retried under its old stamp it keeps the
+            // partition's rewrite waiting while every attempt is answered out of order, until
+            // its delivery timeout. It fails now, as of unknown outcome, as Java's
+            // `TM.canRetry` fails a batch whose producer id and epoch are no longer current.
+            return false;
+        }
         let slot = &self.partitions[slot_index];
         if stamp.producer != slot.entry.producer_id_and_epoch {
             // An answer about an identity this partition already left: just retry; the
