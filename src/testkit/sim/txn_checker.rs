@@ -348,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "aborted transaction 0 has 1 records visible")]
+    #[should_panic(expected = "of transaction 0 (Aborted) is visible under read_committed")]
     fn an_aborted_transaction_that_is_visible_fails() {
         let log = vec![data(0, 1, &[0]), marker(1, 1, true)];
         let tp = [TopicPartition::new("t", 0)];
