@@ -66,7 +66,12 @@ struct Seen {
 }
 
 struct Rig {
+    /// The owner (engine 0), with the transaction manager.
     engine: Engine<Record>,
+    /// Participants (engines 1..), as other shards of the same producer.
+    others: Vec<Engine<Record>>,
+    /// The flush round in progress and which engines reported it.
+    flush: Option<(u64, Vec<bool>)>,
     now: u64,
     results: Results,
     next_id: u32,
@@ -76,7 +81,7 @@ struct Rig {
     inject: HashMap<ApiKey, VecDeque<i16>>,
     /// APIs whose answers are held until released.
     held_apis: Vec<ApiKey>,
-    held: Vec<(i32, u64, Seen)>,
+    held: Vec<(usize, i32, u64, Seen)>,
     /// The scripted coordinator's epoch for the transactional id.
     epoch: i16,
     next_offset: Vec<i64>,
@@ -104,6 +109,8 @@ impl Rig {
         engine.request_topic(TOPIC);
         Rig {
             engine,
+            others: Vec::new(),
+            flush: None,
             now: 1,
             results: Rc::default(),
             next_id: 0,
@@ -115,6 +122,40 @@ impl Rig {
             next_offset: vec![0; 3],
             produce_batches: Vec::new(),
             completed: Vec::new(),
+        }
+    }
+
+    /// A rig after a successful `init_transactions`, with `participants` more engines.
+    fn ready_with(linger: Duration, participants: usize) -> Rig {
+        let mut rig = Rig::new(linger);
+        for _ in 0..participants {
+            let mut c = config(linger);
+            c.owns_identity = false;
+            let mut e = Engine::new(c);
+            e.request_topic(TOPIC);
+            rig.others.push(e);
+        }
+        let handle = rig.engine.init_transactions().expect("init");
+        assert_eq!(rig.wait(handle), Ok(()));
+        for e in &rig.others {
+            assert_eq!(
+                e.identity(),
+                rig.engine.identity(),
+                "identity reached every engine"
+            );
+        }
+        rig
+    }
+
+    fn engines(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    fn eng(&mut self, i: usize) -> &mut Engine<Record> {
+        if i == 0 {
+            &mut self.engine
+        } else {
+            &mut self.others[i - 1]
         }
     }
 
@@ -136,6 +177,11 @@ impl Rig {
     }
 
     fn send(&mut self, p: i32) -> u32 {
+        self.send_on(0, p)
+    }
+
+    /// Appends on engine `i` (the application checks with the owner first).
+    fn send_on(&mut self, i: usize, p: i32) -> u32 {
         self.engine.txn_check_send().expect("send allowed");
         let id = self.next_id;
         self.next_id += 1;
@@ -143,8 +189,9 @@ impl Rig {
             id,
             results: Rc::clone(&self.results),
         };
-        self.engine.append(
-            self.now,
+        let now = self.now;
+        self.eng(i).append(
+            now,
             &Rig::tp(p),
             1_700_000_000_000,
             None,
@@ -163,61 +210,109 @@ impl Rig {
         self.log.iter().filter(|s| s.api == api).count()
     }
 
-    /// One engine poll; actions carried out; answers produced for everything written.
+    /// One poll of every engine; actions carried out (transactional ones routed as a driver
+    /// does); answers produced for everything written.
     fn step(&mut self) {
-        self.engine.poll(self.now);
+        let now = self.now;
+        for i in 0..self.engines() {
+            self.eng(i).poll(now);
+        }
         loop {
-            let actions: Vec<Action> = self.engine.take_actions().collect();
-            let txn: Vec<TxnAction> = self.engine.take_txn_actions();
-            if actions.is_empty() && txn.is_empty() {
-                break;
-            }
-            for action in actions {
-                match action {
-                    Action::Connect {
-                        node, generation, ..
-                    } => self.engine.on_connected(self.now, node, generation),
-                    Action::Write {
-                        node,
-                        generation,
-                        frame,
-                    } => self.on_write(node, generation, frame),
-                    Action::Disconnect { .. } => {}
-                    Action::ProducerIdAssigned(_) | Action::RequestEpochBump { .. } => {
-                        panic!("a transactional engine asked for an idempotent identity")
+            let mut any = false;
+            for i in 0..self.engines() {
+                let actions: Vec<Action> = self.eng(i).take_actions().collect();
+                let txn: Vec<TxnAction> = self.eng(i).take_txn_actions();
+                any |= !actions.is_empty() || !txn.is_empty();
+                for action in actions {
+                    match action {
+                        Action::Connect {
+                            node, generation, ..
+                        } => self.eng(i).on_connected(now, node, generation),
+                        Action::Write {
+                            node,
+                            generation,
+                            frame,
+                        } => self.on_write(i, node, generation, frame),
+                        Action::Disconnect { .. } => {}
+                        Action::ProducerIdAssigned(_) | Action::RequestEpochBump { .. } => {
+                            panic!("a transactional engine asked for an idempotent identity")
+                        }
+                        Action::TopicMetadata { .. } => {}
                     }
-                    Action::TopicMetadata { .. } => {}
+                }
+                for action in txn {
+                    self.route(i, action);
                 }
             }
-            for action in txn {
-                self.loop_back(action);
+            if !any {
+                break;
             }
-            self.engine.poll(self.now);
+            for i in 0..self.engines() {
+                self.eng(i).poll(now);
+            }
         }
-        self.engine.assert_invariants();
+        for i in 0..self.engines() {
+            self.eng(i).assert_invariants();
+        }
     }
 
-    fn loop_back(&mut self, action: TxnAction) {
-        let e = &mut self.engine;
+    /// The driver's routing (`engine/transaction.rs`): engine 0 owns the transaction manager.
+    fn route(&mut self, from: usize, action: TxnAction) {
+        let n = self.engines();
         match action {
-            TxnAction::AddPartitions { partitions } => e.txn_add_partitions(&partitions),
-            TxnAction::PartitionsAdded { partitions } => e.txn_partitions_added(&partitions),
+            TxnAction::AddPartitions { partitions } => self.engine.txn_add_partitions(&partitions),
+            TxnAction::PartitionsAdded { partitions } => {
+                for i in 0..n {
+                    self.eng(i).txn_partitions_added(&partitions);
+                }
+            }
             TxnAction::ProduceFailed {
                 error,
                 needs_bump,
                 fatal,
-            } => e.txn_produce_failed(&error, needs_bump, fatal),
-            TxnAction::Abortable { error } => e.txn_abortable(error),
-            TxnAction::Flush { round, abort } => e.txn_flush(round, abort),
-            TxnAction::Flushed { round } => e.txn_all_flushed(round),
-            TxnAction::Ended => e.txn_ended(),
-            TxnAction::IdentityReplaced { to, .. } => e.on_identity(to),
-            TxnAction::Fatal { error } => e.txn_fatal(error),
+            } => self.engine.txn_produce_failed(&error, needs_bump, fatal),
+            TxnAction::Abortable { error } => {
+                for i in 0..n {
+                    self.eng(i).txn_abortable(error.clone());
+                }
+            }
+            TxnAction::Flush { round, abort } => {
+                self.flush = Some((round, vec![false; n]));
+                for i in 0..n {
+                    self.eng(i).txn_flush(round, abort);
+                }
+            }
+            TxnAction::Flushed { round } => {
+                if let Some((r, done)) = &mut self.flush {
+                    if *r == round {
+                        done[from] = true;
+                        if done.iter().all(|d| *d) {
+                            self.flush = None;
+                            self.engine.txn_all_flushed(round);
+                        }
+                    }
+                }
+            }
+            TxnAction::Ended => {
+                for i in 0..n {
+                    self.eng(i).txn_ended();
+                }
+            }
+            TxnAction::IdentityReplaced { to, .. } => {
+                for i in 0..n {
+                    self.eng(i).on_identity(to);
+                }
+            }
+            TxnAction::Fatal { error } => {
+                for i in 0..n {
+                    self.eng(i).txn_fatal(error.clone());
+                }
+            }
             TxnAction::Completed { handle } => self.completed.push(handle),
         }
     }
 
-    fn on_write(&mut self, node: i32, generation: u64, frame: Bytes) {
+    fn on_write(&mut self, from: usize, node: i32, generation: u64, frame: Bytes) {
         let mut buf = frame.slice(4..);
         let api = ApiKey::try_from((&buf[..2]).get_i16()).expect("known api");
         let version = (&buf[2..4]).get_i16();
@@ -232,22 +327,24 @@ impl Rig {
         };
         self.log.push(seen.clone());
         if self.held_apis.contains(&api) {
-            self.held.push((node, generation, seen));
+            self.held.push((from, node, generation, seen));
             return;
         }
         let answer = self.answer(&seen);
-        self.engine.on_frame(self.now, node, generation, answer);
+        let now = self.now;
+        self.eng(from).on_frame(now, node, generation, answer);
     }
 
     fn release(&mut self, api: ApiKey) {
         self.held_apis.retain(|a| *a != api);
         let held = std::mem::take(&mut self.held);
-        for (node, generation, seen) in held {
+        for (from, node, generation, seen) in held {
             if seen.api == api {
                 let answer = self.answer(&seen);
-                self.engine.on_frame(self.now, node, generation, answer);
+                let now = self.now;
+                self.eng(from).on_frame(now, node, generation, answer);
             } else {
-                self.held.push((node, generation, seen));
+                self.held.push((from, node, generation, seen));
             }
         }
         self.step();
@@ -462,9 +559,10 @@ impl Rig {
             if self.now >= end {
                 return false;
             }
-            let next = self
-                .engine
-                .next_wakeup(self.now)
+            let now = self.now;
+            let next = (0..self.engines())
+                .filter_map(|i| self.eng(i).next_wakeup(now))
+                .min()
                 .unwrap_or(self.now + 10 * MS);
             self.now = next.min(end).max(self.now + 1);
         }
@@ -883,4 +981,82 @@ fn transaction_calls_on_a_non_owner_or_in_wrong_states_are_typed_errors() {
         rig.engine.abort_transaction(),
         Err(TransactionError::InvalidState { .. })
     ));
+}
+
+#[test]
+fn a_participant_engines_partitions_are_added_by_the_owner_and_end_txn_waits_for_its_flush() {
+    let mut rig = Rig::ready_with(Duration::from_secs(60), 1);
+    rig.held_apis.push(ApiKey::AddPartitionsToTxn);
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send_on(0, 0);
+    let b = rig.send_on(1, 1);
+    rig.run_until(200 * MS, |_| false);
+    // The participant asked the owner, which sent one AddPartitionsToTxn for both.
+    assert_eq!(rig.count(ApiKey::AddPartitionsToTxn), 1);
+    let add = rig
+        .log
+        .iter()
+        .find(|s| s.api == ApiKey::AddPartitionsToTxn)
+        .unwrap()
+        .clone();
+    let request = AddPartitionsToTxnRequest::decode(&mut add.body.clone(), add.version).unwrap();
+    assert_eq!(request.v3_and_below_topics[0].partitions, vec![0, 1]);
+    assert!(rig.others[0].txn_participant().requested.len() == 1);
+    rig.release(ApiKey::AddPartitionsToTxn);
+    assert_eq!(rig.others[0].txn_participant().added.len(), 1);
+    // Both batches linger; the commit flushes both engines before EndTxn.
+    assert_eq!(rig.count(ApiKey::Produce), 0);
+    let handle = rig.engine.commit_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+    assert!(rig.result(a).unwrap().is_ok());
+    assert!(rig.result(b).unwrap().is_ok());
+    let last_produce = rig
+        .log
+        .iter()
+        .rposition(|s| s.api == ApiKey::Produce)
+        .unwrap();
+    let end = rig
+        .log
+        .iter()
+        .position(|s| s.api == ApiKey::EndTxn)
+        .unwrap();
+    assert!(
+        last_produce < end,
+        "EndTxn after the participant's batch too"
+    );
+    assert!(
+        rig.others[0].txn_participant().added.is_empty(),
+        "Ended reached it"
+    );
+}
+
+#[test]
+fn a_participants_produce_error_makes_the_owner_abortable_and_the_abort_reaches_its_unsent_batches()
+{
+    let mut rig = Rig::ready_with(Duration::ZERO, 1);
+    rig.engine.begin_transaction().unwrap();
+    rig.inject
+        .insert(ApiKey::Produce, VecDeque::from([code::INVALID_RECORD]));
+    let b = rig.send_on(1, 1);
+    rig.run_until(1_000 * MS, |r| r.result(b).is_some());
+    assert_eq!(rejected_code(&rig.result(b)), Some(code::INVALID_RECORD));
+    assert_eq!(rig.state(), TransactionState::AbortableError);
+    assert!(matches!(
+        rig.engine.commit_transaction(),
+        Err(TransactionError::Abortable(_))
+    ));
+    let handle = rig.engine.abort_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+    // The abort bumped the epoch on every engine.
+    assert_eq!(rig.engine.identity().epoch, 1);
+    assert_eq!(rig.others[0].identity().epoch, 1);
+    assert_eq!(rig.state(), TransactionState::Ready);
+    // The participant's partition is clean for the next transaction.
+    rig.engine.begin_transaction().unwrap();
+    let c = rig.send_on(1, 1);
+    let handle = rig.engine.commit_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+    assert!(rig.result(c).unwrap().is_ok());
+    let slot = rig.others[0].partition(&Rig::tp(1)).unwrap();
+    assert_eq!(slot.entry.producer_id_and_epoch.epoch, 1);
 }
