@@ -31,7 +31,21 @@
 //!   that is, had no incomplete batch left after the flush (Java's `RA.hasIncomplete` check);
 //! - every participant learns the end of a transaction (`Ended`) before the owner accepts the
 //!   next `begin_transaction`, because the driver forwards `Ended` before it returns the
-//!   result of the commit or abort to the application.
+//!   result of the commit or abort to the application;
+//! - the driver delivers a participant's `AddPartitions` to the owner before the application's
+//!   next transaction call (commit or abort), as Java's `send` adds the partition before it
+//!   returns: a commit then sends AddPartitionsToTxn for it before EndTxn, and an abort fails
+//!   its batches unsent;
+//! - the new identity of an InitProducerId (`IdentityReplaced`) reaches every engine before
+//!   the next transaction's first batch is drained, so each batch is stamped with the epoch
+//!   its AddPartitionsToTxn named.
+//!
+//! Transactions V1 only (the client sends AddPartitionsToTxn ≤ v3 and EndTxn ≤ v4); no
+//! PREPARED_TRANSACTION (two-phase commit) and no TV2 epoch per transaction. Deviations from
+//! Java, each on purpose: requests of one priority go out FIFO (§6.4 quirk); produce requests
+//! are not paused while a transactional request is in flight (§0 quirk, see `sender/txn.rs`);
+//! an unknown-outcome produce failure always makes the abort bump the epoch, also while
+//! committing.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
