@@ -1060,3 +1060,69 @@ fn a_participants_produce_error_makes_the_owner_abortable_and_the_abort_reaches_
     let slot = rig.others[0].partition(&Rig::tp(1)).unwrap();
     assert_eq!(slot.entry.producer_id_and_epoch.epoch, 1);
 }
+
+#[test]
+fn abort_waits_for_a_batch_in_flight_before_end_txn() {
+    let mut rig = Rig::ready(Duration::ZERO);
+    rig.engine.begin_transaction().unwrap();
+    rig.held_apis.push(ApiKey::Produce);
+    let in_flight = rig.send(0);
+    rig.run_until(200 * MS, |r| r.count(ApiKey::Produce) == 1);
+    let handle = rig.engine.abort_transaction().unwrap();
+    rig.run_until(2_000 * MS, |_| false);
+    assert_eq!(
+        rig.count(ApiKey::EndTxn),
+        0,
+        "EndTxn waits for the batch on the wire"
+    );
+    assert_eq!(rig.engine.txn_result(handle), None);
+    rig.release(ApiKey::Produce);
+    assert_eq!(rig.wait(handle), Ok(()));
+    // The stamped batch finished on its own (acked); the abort marker then hides it.
+    assert!(rig.result(in_flight).unwrap().is_ok());
+    let produce = rig
+        .log
+        .iter()
+        .position(|s| s.api == ApiKey::Produce)
+        .unwrap();
+    let end = rig
+        .log
+        .iter()
+        .position(|s| s.api == ApiKey::EndTxn)
+        .unwrap();
+    assert!(produce < end);
+}
+
+#[test]
+fn transaction_abortable_on_end_txn_abort_is_fatal() {
+    let mut rig = Rig::ready(Duration::ZERO);
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send(0);
+    rig.run_until(200 * MS, |r| r.result(a).is_some());
+    rig.inject.insert(
+        ApiKey::EndTxn,
+        VecDeque::from([code::TRANSACTION_ABORTABLE]),
+    );
+    let handle = rig.engine.abort_transaction().unwrap();
+    assert!(matches!(rig.wait(handle), Err(TransactionError::Fatal(_))));
+    assert_eq!(rig.state(), TransactionState::FatalError);
+}
+
+#[test]
+fn invalid_producer_epoch_from_the_coordinator_is_fenced_not_abortable() {
+    let mut rig = Rig::ready(Duration::ZERO);
+    rig.inject.insert(
+        ApiKey::AddPartitionsToTxn,
+        VecDeque::from([code::INVALID_PRODUCER_EPOCH]),
+    );
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send(0);
+    rig.run_until(1_000 * MS, |r| r.result(a).is_some());
+    assert_eq!(rig.state(), TransactionState::FatalError);
+    assert!(matches!(
+        rig.engine.transaction_manager().unwrap().last_error(),
+        Some(TransactionError::Fenced(_))
+    ));
+    assert!(matches!(rig.result(a), Some(Err(ProduceError::Fatal(_)))));
+    assert_eq!(rig.count(ApiKey::Produce), 0);
+}
