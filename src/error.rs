@@ -71,6 +71,17 @@ pub enum ProduceError {
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,
+    /// The record's transaction was aborted before the record was sent (Java's
+    /// `TransactionAbortedException`): it is not in the log.
+    #[error("the transaction was aborted before the record was sent; it is not in the log")]
+    TransactionAborted,
+    /// The record's transaction hit an error before the record was sent and must be aborted
+    /// (Java fails undrained batches with the transaction manager's `lastError`): it is not in
+    /// the log.
+    #[error(
+        "the transaction must be aborted ({0}); the record was not sent and is not in the log"
+    )]
+    TransactionAbortable(String),
 }
 
 impl ProduceError {
@@ -92,6 +103,56 @@ impl ProduceError {
     /// Whether the record may be in the log despite the error.
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, ProduceError::OutcomeUnknown { .. })
+    }
+}
+
+/// Why a transaction call failed (Java's KIP-1050 taxonomy, `TransactionManager.maybeFailWithError`).
+/// Each variant says what the application may do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransactionError {
+    /// The producer has no `transactional.id`.
+    #[error("the producer is not transactional (no transactional.id)")]
+    NotTransactional,
+    /// The call is not legal in the transaction manager's state (Java's
+    /// `IllegalStateException`); nothing changed.
+    #[error("{operation} is not allowed in state {state}")]
+    InvalidState {
+        operation: &'static str,
+        state: &'static str,
+    },
+    /// An earlier call timed out and its operation is still in progress: only that same call
+    /// may be repeated until its result has been taken (`TM.throwIfPendingState`).
+    #[error("{operation} is not allowed while {pending} is pending; call {pending} again")]
+    PendingOperation {
+        operation: &'static str,
+        pending: &'static str,
+    },
+    /// The transaction cannot commit; abort it and start again (Java's
+    /// `TransactionAbortableException` and the abortable `KafkaException`s).
+    #[error("the transaction must be aborted: {0}")]
+    Abortable(String),
+    /// Another producer with the same `transactional.id` took over (Java's
+    /// `ProducerFencedException`): close this producer.
+    #[error("producer fenced: {0}")]
+    Fenced(String),
+    /// An unrecoverable error: close the producer.
+    #[error("transaction manager is in a fatal error state: {0}")]
+    Fatal(String),
+}
+
+impl TransactionError {
+    /// Whether the producer can go on after an abort (the error is not fatal).
+    pub fn is_abortable(&self) -> bool {
+        matches!(self, TransactionError::Abortable(_))
+    }
+
+    /// Whether the producer must be closed.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            TransactionError::Fenced(_) | TransactionError::Fatal(_)
+        )
     }
 }
 

@@ -22,5 +22,5 @@ pub mod testkit;
 
 pub use config::{Acks, ConfigError, ProducerConfig, ProducerConfigBuilder};
 pub use engine::RecordMetadata;
-pub use error::{Error, ProduceError};
+pub use error::{Error, ProduceError, TransactionError};
 pub use producer::{DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader};

@@ -65,6 +65,18 @@ impl EpochCoordinator {
         true
     }
 
+    /// Installs the identity a transactional InitProducerId returned (the first one, a bump or
+    /// a new producer id), replacing `from` only if `from` is still in force: the transaction
+    /// coordinator, not this coordinator, decides transactional epochs.
+    pub fn replace(&mut self, from: ProducerIdAndEpoch, to: ProducerIdAndEpoch) -> bool {
+        if self.current != from || !to.is_valid() || to == from {
+            return false;
+        }
+        self.current = to;
+        self.generation += 1;
+        true
+    }
+
     /// A bump requested by a shard that observed `observed`. Returns the new identity when this
     /// request caused the bump.
     pub fn request_bump(&mut self, observed: ProducerIdAndEpoch) -> Option<ProducerIdAndEpoch> {

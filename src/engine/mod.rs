@@ -11,6 +11,8 @@ pub mod identity;
 pub mod metadata;
 pub mod partition;
 pub mod sender;
+pub mod transaction;
+pub mod txn_requests;
 
 use std::sync::Arc;
 
@@ -19,6 +21,9 @@ use bytes::Bytes;
 pub use identity::{EpochCoordinator, ProducerIdAndEpoch};
 pub use partition::TopicPartition;
 pub use sender::{Engine, EngineConfig};
+pub use transaction::{
+    GroupMetadata, OffsetAndMetadata, TransactionManager, TransactionState, TxnAction, TxnHandle,
+};
 
 use crate::error::ProduceError;
 

@@ -44,7 +44,11 @@ use super::error_class::{classify_produce_error, ProduceErrorClass};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
 use super::partition::{InflightSequence, PartitionSlot, TopicPartition};
+use super::transaction::{TransactionManager, TxnAction};
 use super::{Action, Delivery, Micros, NodeId, RecordMetadata};
+
+mod txn;
+pub use txn::TxnParticipant;
 
 /// The engine's share of the producer configuration, in engine units.
 #[derive(Debug, Clone)]
@@ -111,6 +115,8 @@ enum RequestBody<D> {
     Metadata,
     InitProducerId,
     Produce(Vec<(usize, ProducerBatch<D>)>),
+    /// The transaction manager's one in-flight request (`TransactionManager::in_flight`).
+    Txn,
 }
 
 /// Counters for tests, the simulator and the perf tool.
@@ -155,12 +161,30 @@ pub struct Engine<D> {
     drain_start: usize,
     next_generation: u64,
     stats: EngineStats,
+    /// The transaction manager (the identity-owning engine of a transactional producer).
+    tm: Option<TransactionManager>,
+    /// This engine's partitions in the current transaction.
+    participant: TxnParticipant,
+    txn_actions: VecDeque<TxnAction>,
+    /// Since when the next transactional request waits for its coordinator's connection.
+    txn_wait: Option<(NodeId, Micros)>,
 }
 
 impl<D: Delivery> Engine<D> {
     pub fn new(config: EngineConfig) -> Self {
         let metadata = ClusterMetadata::new(&config.bootstrap_servers);
+        let tm = match (&config.transactional_id, config.owns_identity) {
+            (Some(id), true) => Some(TransactionManager::new(
+                id.clone(),
+                config.transaction_timeout_ms,
+            )),
+            _ => None,
+        };
         Engine {
+            tm,
+            participant: TxnParticipant::default(),
+            txn_actions: VecDeque::new(),
+            txn_wait: None,
             client_id: StrBytes::from_string(config.client_id.clone()),
             config,
             metadata,
@@ -261,6 +285,7 @@ impl<D: Delivery> Engine<D> {
             return;
         }
         let slot_index = self.slot_index(tp);
+        self.txn_on_append(slot_index);
         let delivery = {
             let slot = &mut self.partitions[slot_index];
             match slot.deque.back_mut() {
@@ -426,6 +451,7 @@ impl<D: Delivery> Engine<D> {
             RequestBody::Metadata => self.handle_metadata(now, header, body),
             RequestBody::InitProducerId => self.handle_init_producer_id(now, header, body),
             RequestBody::Produce(batches) => self.handle_produce(now, node, header, body, batches),
+            RequestBody::Txn => self.handle_txn_response(now, header, body),
         };
         if result.is_err() {
             self.protocol_violation(now, node, generation);
@@ -458,9 +484,11 @@ impl<D: Delivery> Engine<D> {
                 }
             }
         }
+        self.txn_participant_poll();
         self.apply_sequence_rewrites();
         self.check_connection_timeouts(now);
         self.maybe_init_producer_id(now);
+        self.maybe_send_txn_request(now);
         self.maybe_refresh_metadata(now);
         self.expire_batches(now);
         // Expiry (and a timed-out connection above) can leave an unresolved partition with
@@ -471,6 +499,7 @@ impl<D: Delivery> Engine<D> {
             self.drain(now);
         }
         self.connect_to_needed_leaders(now);
+        self.txn_participant_poll();
     }
 
     /// The earliest time `poll` has something to do, if any (the driver's timer).
@@ -523,8 +552,15 @@ impl<D: Delivery> Engine<D> {
         if let Some(last) = self.last_metadata_refresh {
             consider(last + self.config.metadata_max_age);
         }
-        if self.config.owns_identity && self.config.idempotent && !self.identity.is_valid() {
+        if self.config.owns_identity
+            && self.config.idempotent
+            && !self.is_transactional()
+            && !self.identity.is_valid()
+        {
             consider(self.init_producer_id_retry_at.max(now));
+        }
+        if let Some(t) = self.txn_next_wakeup() {
+            consider(t.max(now));
         }
         next
     }
@@ -542,7 +578,19 @@ impl<D: Delivery> Engine<D> {
             }
             let all_acked = slot.entry.is_next_sequence(slot.entry.next_sequence);
             slot.unresolved_sequence = None;
-            if !all_acked {
+            if !all_acked && self.config.transactional_id.is_some() {
+                // `transitionToAbortableErrorOrFatalError`: only an abort with an epoch bump
+                // brings the sequences back in line.
+                let tp = slot.tp.clone();
+                self.txn_report_failure(
+                    &ProduceError::OutcomeUnknown {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        reason: "a batch of unknown outcome left a sequence gap".to_string(),
+                    },
+                    false,
+                );
+            } else if !all_acked {
                 // The expired batch's sequences can be neither reused nor skipped: abandon the
                 // sequence space by moving to a new epoch.
                 self.request_bump_for(slot_index);
@@ -560,7 +608,9 @@ impl<D: Delivery> Engine<D> {
     /// collide does not depend on which answer arrived first; the partition is then only
     /// rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
-        if !self.config.idempotent {
+        // A transactional producer bumps only through InitProducerId at the abort (§4.5);
+        // its failures reach the transaction manager instead.
+        if !self.config.idempotent || self.config.transactional_id.is_some() {
             return;
         }
         self.partitions[slot_index].rewrite_pending = true;
@@ -963,6 +1013,7 @@ impl<D: Delivery> Engine<D> {
     fn maybe_init_producer_id(&mut self, now: Micros) {
         if !self.config.owns_identity
             || !self.config.idempotent
+            || self.config.transactional_id.is_some()
             || self.identity.is_valid()
             || self.init_producer_id_in_flight
             || now < self.init_producer_id_retry_at
@@ -1140,6 +1191,9 @@ impl<D: Delivery> Engine<D> {
                     Duration::from_micros(timeout)
                 ),
             );
+            if !records.is_empty() {
+                self.txn_report_failure(&err, false);
+            }
             for record in records {
                 record.delivery.complete(Err(err.clone()));
             }
@@ -1305,6 +1359,11 @@ impl<D: Delivery> Engine<D> {
                     let slot = &self.partitions[slot_index];
                     if slot.leader != Some(node) || !self.head_is_drainable(slot, now) {
                         continue;
+                    }
+                    if slot.deque.front().is_some_and(|b| b.stamp.is_none())
+                        && !self.txn_send_allowed(slot_index)
+                    {
+                        continue; // gate 1: not (yet) in the transaction
                     }
                     let head_size = slot.deque.front().expect("drainable").size_in_bytes();
                     if !batches.is_empty() && size + head_size > self.config.max_request_size {
@@ -1494,6 +1553,7 @@ impl<D: Delivery> Engine<D> {
                 self.init_producer_id_in_flight = false;
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
+            RequestBody::Txn => self.txn_request_lost(now),
             RequestBody::Produce(batches) => {
                 let _ = header;
                 for (slot_index, batch) in batches {
@@ -1552,11 +1612,13 @@ impl<D: Delivery> Engine<D> {
                 self.retry_or_fail(now, slot_index, batch, error, may_have_appended, message)
             }
             ProduceErrorClass::Fatal => {
-                self.fatal = Some(ProduceError::Fatal(format!(
+                let err = ProduceError::Fatal(format!(
                     "{} on produce to {}",
                     error_code::name(error),
                     self.partitions[slot_index].tp
-                )));
+                ));
+                self.txn_report_failure(&err, true);
+                self.fatal = Some(err);
                 self.fail_batch(slot_index, batch, error, message, false)
             }
             ProduceErrorClass::MessageTooLarge
@@ -1601,10 +1663,17 @@ impl<D: Delivery> Engine<D> {
             // retry goes out under its own stamp or after the rewrite.
             return true;
         }
+        let transactional = self.config.transactional_id.is_some();
         match class {
             ProduceErrorClass::UnknownProducerId => {
                 if log_start_offset == -1 || batch.reopened {
                     return true;
+                }
+                if transactional {
+                    // §4.6 case 5: the batch fails and the transaction must abort. (The
+                    // retention case, restarting the partition at 0 under the same epoch, is
+                    // not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
+                    return false;
                 }
                 self.request_bump_for(slot_index);
                 true
@@ -1615,6 +1684,9 @@ impl<D: Delivery> Engine<D> {
                     && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
                 {
                     return true;
+                }
+                if transactional {
+                    return false; // §4.7 case 3: next in line, the transaction must abort
                 }
                 if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
                     self.request_bump_for(slot_index);
@@ -1700,7 +1772,22 @@ impl<D: Delivery> Engine<D> {
                 class,
                 ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId
             );
-            if self.fatal.is_none() && (oosn || adjust_sequences) {
+            if self.config.transactional_id.is_some() {
+                // `TM.handleFailedBatch`, transactional: a definite failure gives its
+                // sequences back (§4.10); an unknown outcome leaves a gap to resolve.
+                let same =
+                    stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch;
+                if batch.outcome_unknown && same {
+                    let last = batch.last_sequence().expect("stamped");
+                    mark_sequence_unresolved(&mut self.partitions[slot_index], last);
+                } else if adjust_sequences && same && self.fatal.is_none() {
+                    self.adjust_sequences_due_to_failed_batch(
+                        slot_index,
+                        stamp,
+                        batch.record_count,
+                    );
+                }
+            } else if self.fatal.is_none() && (oosn || adjust_sequences) {
                 self.request_bump_for(slot_index);
             } else if batch.outcome_unknown
                 && stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch
@@ -1880,6 +1967,9 @@ impl<D: Delivery> Engine<D> {
         result: Result<RecordMetadata, ProduceError>,
     ) {
         if let Err(err) = result {
+            if !batch.records.is_empty() {
+                self.txn_report_failure(&err, false);
+            }
             for record in std::mem::take(&mut batch.records) {
                 record.delivery.complete(Err(err.clone()));
             }
@@ -1916,6 +2006,7 @@ impl<D: Delivery> Engine<D> {
     /// Runs every stateful type's invariant checks (tests and the simulator call this after
     /// every event).
     pub fn assert_invariants(&self) {
+        self.txn_assert_invariants();
         for slot in &self.partitions {
             slot.assert_invariants();
         }

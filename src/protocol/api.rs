@@ -51,9 +51,11 @@ impl ApiKey {
             ApiKey::ApiVersions => (0, 3),
             ApiKey::InitProducerId => (0, 4),
             ApiKey::AddPartitionsToTxn => (0, 3),
-            ApiKey::AddOffsetsToTxn => (0, 3),
-            ApiKey::EndTxn => (0, 3),
-            ApiKey::TxnOffsetCommit => (0, 3),
+            // Transactions V1: AddPartitionsToTxn v4+ batches transactions for brokers, and
+            // EndTxn / TxnOffsetCommit v5 mean transactions V2 (KIP-890 part 2).
+            ApiKey::AddOffsetsToTxn => (0, 4),
+            ApiKey::EndTxn => (0, 4),
+            ApiKey::TxnOffsetCommit => (0, 4),
         };
         VersionRange { min, max }
     }

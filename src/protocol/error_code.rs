@@ -21,7 +21,10 @@ pub mod code {
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
+    pub const ILLEGAL_GENERATION: i16 = 22;
+    pub const UNKNOWN_MEMBER_ID: i16 = 25;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     pub const INVALID_TIMESTAMP: i16 = 32;
     pub const UNSUPPORTED_VERSION: i16 = 35;
@@ -44,6 +47,7 @@ pub mod code {
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
     pub const PREFERRED_LEADER_NOT_AVAILABLE: i16 = 80;
+    pub const FENCED_INSTANCE_ID: i16 = 82;
     pub const ELIGIBLE_LEADERS_NOT_AVAILABLE: i16 = 83;
     pub const ELECTION_NOT_NEEDED: i16 = 84;
     pub const INVALID_RECORD: i16 = 87;

@@ -169,6 +169,11 @@ impl Checker {
             batch.base_offset, check.read_to,
             "partition {partition}: the log has an offset gap"
         );
+        if batch.control {
+            // A transaction marker: no records of the producer's, no sequence (the
+            // transactional view is judged by `txn_checker`).
+            return;
+        }
         if batch.producer_id >= 0 {
             if let Some(&(epoch, last_seq)) = check.producers.get(&batch.producer_id) {
                 assert!(

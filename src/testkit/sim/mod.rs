@@ -13,6 +13,8 @@
 pub mod checker;
 pub mod random;
 pub mod rng;
+pub mod txn_checker;
+pub mod txn_random;
 pub mod world;
 
 pub use checker::{Checker, CheckerStats, RecordId, Verdict};

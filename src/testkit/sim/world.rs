@@ -41,6 +41,9 @@ use crate::testkit::server::Shared;
 use super::checker::{Checker, RecordId, Verdict};
 use super::rng::Rng;
 
+mod txn;
+pub use txn::{TxnWorld, OWNER};
+
 /// Wall-clock milliseconds of virtual time zero, for record timestamps and the broker's clock.
 pub const EPOCH_MS: i64 = 1_700_000_000_000;
 
@@ -354,6 +357,8 @@ enum Event {
         generation: u64,
     },
     Identity(usize),
+    /// Let a shard run (after the driver handed it a transactional command).
+    Drive(usize),
     Script(Script),
 }
 
@@ -484,6 +489,7 @@ pub struct Sim {
     broker_down_until: HashMap<i32, Micros>,
     flush_tokens: Vec<(usize, u64)>,
     log_bytes_seen: usize,
+    txn: TxnWorld,
 }
 
 fn broker_address(id: i32) -> SocketAddr {
@@ -562,6 +568,7 @@ impl Sim {
             broker_down_until: HashMap::new(),
             flush_tokens: Vec::new(),
             log_bytes_seen: 0,
+            txn: TxnWorld::default(),
             setup,
         }
     }
@@ -1050,6 +1057,7 @@ impl Sim {
                 self.adopt_identity(shard);
                 self.drive(shard);
             }
+            Event::Drive(shard) => self.drive(shard),
             Event::Script(f) => f(self),
         }
     }
@@ -1060,7 +1068,9 @@ impl Sim {
         let mut rounds = 0;
         loop {
             self.shards[shard].engine.poll(self.now);
-            if !self.shards[shard].engine.has_actions() {
+            if !self.shards[shard].engine.has_actions()
+                && !self.shards[shard].engine.has_txn_actions()
+            {
                 break;
             }
             rounds += 1;
@@ -1072,6 +1082,10 @@ impl Sim {
             let actions: Vec<Action> = self.shards[shard].engine.take_actions().collect();
             for action in actions {
                 self.execute(shard, action);
+            }
+            let txn_actions = self.shards[shard].engine.take_txn_actions();
+            for action in txn_actions {
+                self.route_txn(shard, action);
             }
         }
         self.after_engine_event(shard);

@@ -1,0 +1,701 @@
+//! The engine's transactional side: the owner's request loop over the transaction manager
+//! (`S.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the participant's drain
+//! gate and batch commands, and the API calls. The protocol between engines is described in
+//! `engine/transaction.rs`.
+//!
+//! Deviation from Java, on purpose: produce requests are not paused while a transactional
+//! request is in flight (§0 quirk). The drain gate (a partition's batches wait for its
+//! AddPartitionsToTxn) and the EndTxn flush barrier are what order data and control; the pause
+//! adds latency only.
+
+use std::collections::{BTreeMap, HashSet};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    AddOffsetsToTxnResponse, AddPartitionsToTxnResponse, EndTxnResponse, FindCoordinatorResponse,
+    InitProducerIdResponse, TxnOffsetCommitResponse,
+};
+
+use crate::error::{ProduceError, TransactionError};
+use crate::protocol::api::ApiKey;
+use crate::protocol::record_batch;
+use crate::protocol::wire::{self, WireError};
+
+use super::super::batch::BatchStamp;
+use super::super::connection::InFlightHeader;
+use super::super::identity::ProducerIdAndEpoch;
+use super::super::partition::{sequence_is_after, TopicPartition};
+use super::super::transaction::{
+    CoordinatorType, GroupMetadata, OffsetAndMetadata, QueuedRequest, TransactionManager,
+    TransactionState, TxnAction, TxnHandle, TxnRequest,
+};
+use super::super::txn_requests::{self as requests, TxnOutcome, ADD_PARTITIONS_RETRY_BACKOFF_MS};
+use super::super::{Delivery, Micros, NodeId};
+use super::{Engine, RequestBody};
+
+/// A participant's view of the current transaction: which of its partitions may drain, and
+/// the commands the owner sent.
+#[derive(Debug, Default)]
+pub struct TxnParticipant {
+    /// Partitions (slot indexes) confirmed in the transaction.
+    pub added: HashSet<usize>,
+    /// Partitions asked for and not confirmed yet.
+    pub requested: HashSet<usize>,
+    /// Unsent batches fail with this (the transaction is abortable or aborting).
+    pub fail_unsent: Option<ProduceError>,
+    /// A flush the owner waits for.
+    pub flush_round: Option<u64>,
+}
+
+impl<D: Delivery> Engine<D> {
+    pub fn is_transactional(&self) -> bool {
+        self.config.transactional_id.is_some()
+    }
+
+    pub fn transaction_manager(&self) -> Option<&TransactionManager> {
+        self.tm.as_ref()
+    }
+
+    pub fn txn_participant(&self) -> &TxnParticipant {
+        &self.participant
+    }
+
+    fn tm_mut(&mut self) -> Result<&mut TransactionManager, TransactionError> {
+        self.tm.as_mut().ok_or(TransactionError::NotTransactional)
+    }
+
+    /// The transactional actions emitted since the last call (see `engine/transaction.rs`).
+    pub fn take_txn_actions(&mut self) -> Vec<TxnAction> {
+        let mut out: Vec<TxnAction> = self.txn_actions.drain(..).collect();
+        if let Some(tm) = self.tm.as_mut() {
+            out.extend(tm.actions.drain(..));
+        }
+        out
+    }
+
+    pub fn has_txn_actions(&self) -> bool {
+        !self.txn_actions.is_empty() || self.tm.as_ref().is_some_and(|tm| !tm.actions.is_empty())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // API calls (owner only). Each returns at once; the result of a handle comes back as
+    // `TxnAction::Completed` and is taken with `txn_result`.
+    // ----------------------------------------------------------------------------------------
+
+    pub fn init_transactions(&mut self) -> Result<TxnHandle, TransactionError> {
+        self.tm_mut()?.init_transactions()
+    }
+
+    pub fn begin_transaction(&mut self) -> Result<(), TransactionError> {
+        self.tm_mut()?.begin_transaction()
+    }
+
+    pub fn send_offsets_to_transaction(
+        &mut self,
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+        group: GroupMetadata,
+    ) -> Result<TxnHandle, TransactionError> {
+        self.tm_mut()?.send_offsets_to_transaction(offsets, group)
+    }
+
+    pub fn commit_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
+        self.tm_mut()?.commit_transaction()
+    }
+
+    pub fn abort_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
+        self.tm_mut()?.abort_transaction()
+    }
+
+    /// A call's result once it is done (taking it ends the call, §6.3).
+    pub fn txn_result(&mut self, handle: TxnHandle) -> Option<Result<(), TransactionError>> {
+        self.tm.as_mut()?.take_result(handle)
+    }
+
+    /// Whether a record may be sent now (`maybeAddPartition`'s checks).
+    pub fn txn_check_send(&self) -> Result<(), TransactionError> {
+        match &self.tm {
+            Some(tm) => tm.check_send(),
+            None => Err(TransactionError::NotTransactional),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Commands forwarded by the driver
+    // ----------------------------------------------------------------------------------------
+
+    /// Owner: a participant's partitions want in.
+    pub fn txn_add_partitions(&mut self, partitions: &[TopicPartition]) {
+        let Some(tm) = self.tm.as_mut() else { return };
+        let already = tm.add_partitions(partitions);
+        if !already.is_empty() {
+            tm.actions.push_back(TxnAction::PartitionsAdded {
+                partitions: already,
+            });
+        }
+    }
+
+    /// Participant: these partitions are in the transaction.
+    pub fn txn_partitions_added(&mut self, partitions: &[TopicPartition]) {
+        for tp in partitions {
+            if let Some(&i) = self.partition_index.get(tp) {
+                if self.participant.requested.remove(&i) {
+                    self.participant.added.insert(i);
+                }
+            }
+        }
+    }
+
+    /// Owner: a participant's batch failed.
+    pub fn txn_produce_failed(&mut self, error: &ProduceError, needs_bump: bool, fatal: bool) {
+        if let Some(tm) = self.tm.as_mut() {
+            tm.produce_failed(error, needs_bump, fatal);
+        }
+    }
+
+    /// Participant: the transaction must be aborted; unsent batches fail.
+    pub fn txn_abortable(&mut self, error: ProduceError) {
+        if self.participant.fail_unsent.is_none() {
+            self.participant.fail_unsent = Some(error);
+        }
+    }
+
+    /// Participant: commit or abort began.
+    pub fn txn_flush(&mut self, round: u64, abort: bool) {
+        if abort {
+            self.participant.fail_unsent = Some(ProduceError::TransactionAborted);
+        }
+        if self.participant.flush_round.is_none() {
+            self.flushes += 1;
+        }
+        self.participant.flush_round = Some(round);
+    }
+
+    /// Owner: every participant has flushed `round`.
+    pub fn txn_all_flushed(&mut self, round: u64) {
+        if let Some(tm) = self.tm.as_mut() {
+            tm.all_flushed(round);
+        }
+    }
+
+    /// Participant: the transaction ended; the next one starts with no partition added.
+    pub fn txn_ended(&mut self) {
+        self.participant.added.clear();
+        self.participant.requested.clear();
+        self.participant.fail_unsent = None;
+    }
+
+    /// Participant: the transaction manager is fatal.
+    pub fn txn_fatal(&mut self, error: ProduceError) {
+        if self.fatal.is_none() {
+            self.fatal = Some(error);
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Participant data plane
+    // ----------------------------------------------------------------------------------------
+
+    /// At append: a partition's first batch of the transaction asks to be added.
+    pub(super) fn txn_on_append(&mut self, slot_index: usize) {
+        if !self.is_transactional()
+            || self.participant.added.contains(&slot_index)
+            || !self.participant.requested.insert(slot_index)
+        {
+            return;
+        }
+        let tp = self.partitions[slot_index].tp.clone();
+        self.txn_actions.push_back(TxnAction::AddPartitions {
+            partitions: vec![tp],
+        });
+    }
+
+    /// The drain gate (`TM.isSendToPartitionAllowed`) for an unstamped head.
+    pub(super) fn txn_send_allowed(&self, slot_index: usize) -> bool {
+        !self.is_transactional()
+            || (self.participant.added.contains(&slot_index)
+                && self.participant.fail_unsent.is_none())
+    }
+
+    /// Every loop: unsent batches fail while the transaction is abortable or aborting
+    /// (`RA.abortUndrainedBatches`); then a pending flush is reported once nothing is left.
+    pub(super) fn txn_participant_poll(&mut self) {
+        if !self.is_transactional() {
+            return;
+        }
+        if let Some(err) = self.participant.fail_unsent.clone() {
+            for slot_index in 0..self.partitions.len() {
+                let slot = &mut self.partitions[slot_index];
+                if !slot.deque.iter().any(|b| b.stamp.is_none()) {
+                    continue;
+                }
+                let (stamped, unsent): (Vec<_>, Vec<_>) =
+                    slot.deque.drain(..).partition(|b| b.stamp.is_some());
+                slot.deque.extend(stamped);
+                for batch in unsent {
+                    self.finish_batch(slot_index, batch, Err(err.clone()));
+                }
+            }
+        }
+        if let Some(round) = self.participant.flush_round {
+            if self.incomplete_batches.is_empty() {
+                self.participant.flush_round = None;
+                self.flushes = self.flushes.saturating_sub(1);
+                self.txn_actions.push_back(TxnAction::Flushed { round });
+            }
+        }
+    }
+
+    /// A batch of the transaction failed: the owner must learn it (`maybeTransitionToErrorState`).
+    /// Failures that come from the transaction's own state are not reported back.
+    pub(super) fn txn_report_failure(&mut self, error: &ProduceError, fatal: bool) {
+        if !self.is_transactional() {
+            return;
+        }
+        if matches!(
+            error,
+            ProduceError::Closed
+                | ProduceError::TransactionAborted
+                | ProduceError::TransactionAbortable(_)
+        ) || (matches!(error, ProduceError::Fatal(_)) && !fatal)
+        {
+            return;
+        }
+        self.txn_actions.push_back(TxnAction::ProduceFailed {
+            error: error.clone(),
+            needs_bump: error.is_outcome_unknown(),
+            fatal,
+        });
+    }
+
+    /// `TPE.adjustSequencesDueToFailedBatch` (§4.10): a definitely failed batch's sequences are
+    /// given back, and every later batch of the partition moves down by its record count, so
+    /// the remaining batches stay contiguous for the broker until the abort.
+    pub(super) fn adjust_sequences_due_to_failed_batch(
+        &mut self,
+        slot_index: usize,
+        stamp: BatchStamp,
+        record_count: i32,
+    ) {
+        let transactional = self.is_transactional();
+        let slot = &mut self.partitions[slot_index];
+        if stamp.producer != slot.entry.producer_id_and_epoch {
+            return;
+        }
+        let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
+        let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
+        slot.entry.next_sequence = moved(slot.entry.next_sequence);
+        for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
+            if s.producer == stamp.producer && after(s.base_sequence) {
+                s.base_sequence = moved(s.base_sequence);
+            }
+        }
+        for batch in slot.deque.iter_mut() {
+            if let Some(s) = batch.stamp {
+                if s.producer == stamp.producer && after(s.base_sequence) {
+                    batch.set_stamp(
+                        BatchStamp {
+                            producer: s.producer,
+                            base_sequence: moved(s.base_sequence),
+                        },
+                        transactional,
+                    );
+                }
+            }
+        }
+        for conn in self.connections.values_mut() {
+            for (_, body) in conn.in_flight.iter_mut() {
+                let RequestBody::Produce(batches) = body else {
+                    continue;
+                };
+                for (i, batch) in batches.iter_mut() {
+                    let Some(s) = batch.stamp else { continue };
+                    if *i == slot_index
+                        && !batch.expired
+                        && s.producer == stamp.producer
+                        && after(s.base_sequence)
+                    {
+                        batch.set_stamp(
+                            BatchStamp {
+                                producer: s.producer,
+                                base_sequence: moved(s.base_sequence),
+                            },
+                            transactional,
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Owner: the transactional request loop
+    // ----------------------------------------------------------------------------------------
+
+    /// `S.maybeSendAndPollTransactionalRequest`: at most one request in flight.
+    pub(super) fn maybe_send_txn_request(&mut self, now: Micros) {
+        loop {
+            let Some(tm) = self.tm.as_mut() else { return };
+            if tm.in_flight.is_some() {
+                return;
+            }
+            let Some(request) = tm.next_request(now) else {
+                return;
+            };
+            let target = match request.request.coordinator() {
+                None => match self.least_loaded_ready() {
+                    Some(node) => node,
+                    None => {
+                        self.tm.as_mut().expect("checked").requeue(request, now);
+                        self.ensure_some_connection(now);
+                        return;
+                    }
+                },
+                Some(kind) => {
+                    let tm = self.tm.as_mut().expect("checked");
+                    let known = match kind {
+                        CoordinatorType::Transaction => tm.transaction_coordinator,
+                        CoordinatorType::Group => tm.group_coordinator,
+                    };
+                    match known {
+                        Some(node) => node,
+                        None => {
+                            let key = coordinator_key(tm, &request.request, kind);
+                            tm.lookup_coordinator(kind, key);
+                            tm.requeue(request, now);
+                            continue;
+                        }
+                    }
+                }
+            };
+            if !self.connections.get(&target).is_some_and(|c| c.is_ready()) {
+                self.wait_for_coordinator(now, target, request);
+                return;
+            }
+            self.txn_wait = None;
+            self.send_txn_request(now, target, request);
+            return;
+        }
+    }
+
+    /// The coordinator's connection is not ready: connect, and after `request.timeout.ms` of
+    /// waiting find the coordinator again (`S.awaitNodeReady` → `maybeFindCoordinatorAndRetry`).
+    fn wait_for_coordinator(&mut self, now: Micros, target: NodeId, request: QueuedRequest) {
+        let since = match self.txn_wait {
+            Some((node, since)) if node == target => since,
+            _ => {
+                self.txn_wait = Some((target, now));
+                now
+            }
+        };
+        let timed_out = now >= since + self.config.request_timeout;
+        let tm = self.tm.as_mut().expect("owner");
+        if timed_out {
+            if let Some(kind) = request.request.coordinator() {
+                let key = coordinator_key(tm, &request.request, kind);
+                tm.lookup_coordinator(kind, key);
+            }
+            self.txn_wait = None;
+        }
+        tm.requeue(request, now);
+        if !timed_out {
+            self.maybe_connect(now, target);
+        }
+    }
+
+    fn send_txn_request(&mut self, now: Micros, node: NodeId, request: QueuedRequest) {
+        let tm = self.tm.as_ref().expect("owner");
+        let transactional_id = tm.transactional_id.clone();
+        let identity = tm.producer_id_and_epoch;
+        let timeout = tm.transaction_timeout_ms;
+        let api = match &request.request {
+            TxnRequest::FindCoordinator { .. } => ApiKey::FindCoordinator,
+            TxnRequest::InitProducerId { .. } => ApiKey::InitProducerId,
+            TxnRequest::AddPartitions => ApiKey::AddPartitionsToTxn,
+            TxnRequest::AddOffsets { .. } => ApiKey::AddOffsetsToTxn,
+            TxnRequest::TxnOffsetCommit { .. } => ApiKey::TxnOffsetCommit,
+            TxnRequest::EndTxn { .. } => ApiKey::EndTxn,
+        };
+        let version = match self.connections[&node].versions.version(api) {
+            Ok(v) => v,
+            Err(err) => {
+                // Java: UnsupportedVersionException is fatal.
+                let tm = self.tm.as_mut().expect("owner");
+                tm.fail_request(
+                    &request,
+                    TransactionError::Fatal(format!("broker {node}: {err}")),
+                );
+                return;
+            }
+        };
+        {
+            let tm = self.tm.as_mut().expect("owner");
+            tm.in_flight = Some(request.clone());
+            if matches!(request.request, TxnRequest::InitProducerId { .. }) {
+                // KIP-360: only v3+ carries the identity to bump.
+                tm.coordinator_supports_bumping_epoch = version >= 3;
+            }
+        }
+        let body = RequestBody::Txn;
+        let tm = self.tm.as_ref().expect("owner");
+        match &request.request {
+            TxnRequest::FindCoordinator { key_type, key } => {
+                let r = requests::find_coordinator_request(version, *key_type, key);
+                self.send_request(now, node, api, version, &r, body);
+            }
+            TxnRequest::InitProducerId { bump } => {
+                let from = (*bump && version >= 3).then_some(identity);
+                let r = requests::init_producer_id_request(&transactional_id, timeout, from);
+                self.send_request(now, node, api, version, &r, body);
+            }
+            TxnRequest::AddPartitions => {
+                let r = requests::add_partitions_request(
+                    &transactional_id,
+                    identity,
+                    tm.pending_partitions.iter(),
+                );
+                self.send_request(now, node, api, version, &r, body);
+            }
+            TxnRequest::AddOffsets { group, .. } => {
+                let r = requests::add_offsets_request(&transactional_id, identity, &group.group_id);
+                self.send_request(now, node, api, version, &r, body);
+            }
+            TxnRequest::TxnOffsetCommit { group } => {
+                let r = requests::txn_offset_commit_request(
+                    version,
+                    &transactional_id,
+                    identity,
+                    group,
+                    &tm.pending_txn_offset_commits,
+                );
+                self.send_request(now, node, api, version, &r, body);
+            }
+            TxnRequest::EndTxn { commit } => {
+                let r = requests::end_txn_request(&transactional_id, identity, *commit);
+                self.send_request(now, node, api, version, &r, body);
+            }
+        }
+    }
+
+    /// The in-flight transactional request's connection is gone: find its coordinator again
+    /// and retry (`TxnRequestHandler.onComplete`, disconnected).
+    pub(super) fn txn_request_lost(&mut self, now: Micros) {
+        let retry_at = now + self.config.retry_backoff;
+        let Some(tm) = self.tm.as_mut() else { return };
+        let Some(request) = tm.in_flight.take() else {
+            return;
+        };
+        if let Some(kind) = request.request.coordinator() {
+            let key = coordinator_key(tm, &request.request, kind);
+            tm.lookup_coordinator(kind, key);
+        }
+        tm.requeue(request, retry_at);
+    }
+
+    /// Applies an error outcome; `false` when the outcome is `Done` (the caller applies the
+    /// success).
+    fn apply_txn_outcome(&mut self, now: Micros, request: QueuedRequest, outcome: TxnOutcome) {
+        let backoff = self.config.retry_backoff;
+        let tm = self.tm.as_mut().expect("owner");
+        match outcome {
+            TxnOutcome::Done => unreachable!("success is applied by the handler"),
+            TxnOutcome::Retry { short } => {
+                let wait = if short {
+                    (ADD_PARTITIONS_RETRY_BACKOFF_MS * 1000).min(backoff)
+                } else {
+                    backoff
+                };
+                tm.requeue(request, now + wait);
+            }
+            TxnOutcome::LookupCoordinator(kind) => {
+                let key = coordinator_key(tm, &request.request, kind);
+                tm.lookup_coordinator(kind, key);
+                tm.requeue(request, now + backoff);
+            }
+            TxnOutcome::Abortable(err) => {
+                if request.request == TxnRequest::AddPartitions {
+                    tm.on_partitions_rejected(&request, err);
+                } else {
+                    tm.fail_request(&request, err);
+                }
+            }
+            TxnOutcome::AbortableIfPossible(err) => {
+                if tm.coordinator_supports_bumping_epoch {
+                    tm.epoch_bump_required = true;
+                    tm.fail_request(&request, err);
+                } else {
+                    tm.fail_request(
+                        &request,
+                        TransactionError::Fatal(format!(
+                            "{err}; the coordinator cannot bump the epoch"
+                        )),
+                    );
+                }
+            }
+            TxnOutcome::Fatal(err) => tm.fail_request(&request, err),
+        }
+    }
+
+    /// A transactional response arrived (`TxnRequestHandler.onComplete` → `handleResponse`).
+    pub(super) fn handle_txn_response(
+        &mut self,
+        now: Micros,
+        header: InFlightHeader,
+        body: Bytes,
+    ) -> Result<(), WireError> {
+        let Some(request) = self.tm.as_mut().and_then(|tm| tm.in_flight.take()) else {
+            return Ok(());
+        };
+        let version = header.version;
+        macro_rules! decode {
+            ($t:ty) => {
+                match wire::decode_response::<$t>(header.api, version, body) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        // No usable answer: as a lost connection.
+                        self.tm.as_mut().expect("owner").in_flight = Some(request);
+                        self.txn_request_lost(now);
+                        return Err(e);
+                    }
+                }
+            };
+        }
+        match request.request.clone() {
+            TxnRequest::FindCoordinator { key_type, .. } => {
+                let response = decode!(FindCoordinatorResponse);
+                match requests::classify_find_coordinator(version, &response) {
+                    Ok(found) => {
+                        self.metadata
+                            .nodes
+                            .entry(found.node)
+                            .or_insert_with(|| format!("{}:{}", found.host, found.port));
+                        let tm = self.tm.as_mut().expect("owner");
+                        match key_type {
+                            CoordinatorType::Transaction => {
+                                tm.transaction_coordinator = Some(found.node)
+                            }
+                            CoordinatorType::Group => tm.group_coordinator = Some(found.node),
+                        }
+                    }
+                    Err(outcome) => self.apply_txn_outcome(now, request, outcome),
+                }
+            }
+            TxnRequest::InitProducerId { .. } => {
+                let response = decode!(InitProducerIdResponse);
+                let outcome = requests::classify_init_producer_id(response.error_code);
+                let identity =
+                    ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
+                match outcome {
+                    TxnOutcome::Done if identity.is_valid() && identity.epoch >= 0 => {
+                        self.tm
+                            .as_mut()
+                            .expect("owner")
+                            .on_init_producer_id(&request, identity);
+                        // The owner runs under the new identity at once; the driver carries it
+                        // to the other engines (`TxnAction::IdentityReplaced`).
+                        self.on_identity(identity);
+                    }
+                    TxnOutcome::Done => self.apply_txn_outcome(
+                        now,
+                        request,
+                        TxnOutcome::Fatal(TransactionError::Fatal(format!(
+                            "InitProducerId returned an invalid identity {identity:?}"
+                        ))),
+                    ),
+                    outcome => self.apply_txn_outcome(now, request, outcome),
+                }
+            }
+            TxnRequest::AddPartitions => {
+                let response = decode!(AddPartitionsToTxnResponse);
+                let tm = self.tm.as_ref().expect("owner");
+                let requested: Vec<TopicPartition> =
+                    tm.pending_partitions.iter().cloned().collect();
+                let nothing_in = tm.partitions_in_transaction.is_empty();
+                match requests::classify_add_partitions(&response, &requested, nothing_in) {
+                    TxnOutcome::Done => self.tm.as_mut().expect("owner").on_partitions_added(),
+                    outcome => self.apply_txn_outcome(now, request, outcome),
+                }
+            }
+            TxnRequest::AddOffsets { .. } => {
+                let response = decode!(AddOffsetsToTxnResponse);
+                match requests::classify_add_offsets(response.error_code) {
+                    TxnOutcome::Done => self.tm.as_mut().expect("owner").on_offsets_added(&request),
+                    outcome => self.apply_txn_outcome(now, request, outcome),
+                }
+            }
+            TxnRequest::TxnOffsetCommit { group } => {
+                let response = decode!(TxnOffsetCommitResponse);
+                let decided = requests::classify_txn_offset_commit(&response);
+                match decided.outcome {
+                    TxnOutcome::Done => {
+                        let retry_at = now + self.config.retry_backoff;
+                        let tm = self.tm.as_mut().expect("owner");
+                        if decided.lookup {
+                            tm.lookup_coordinator(CoordinatorType::Group, group.group_id.clone());
+                        }
+                        tm.on_offsets_committed(request, &decided.committed, retry_at);
+                    }
+                    outcome => {
+                        self.tm
+                            .as_mut()
+                            .expect("owner")
+                            .pending_txn_offset_commits
+                            .clear();
+                        self.apply_txn_outcome(now, request, outcome);
+                    }
+                }
+            }
+            TxnRequest::EndTxn { commit } => {
+                let response = decode!(EndTxnResponse);
+                match requests::classify_end_txn(response.error_code, commit) {
+                    TxnOutcome::Done => self.tm.as_mut().expect("owner").on_end_txn(&request),
+                    outcome => self.apply_txn_outcome(now, request, outcome),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When the transactional loop next has something to do by time alone.
+    pub(super) fn txn_next_wakeup(&self) -> Option<Micros> {
+        let tm = self.tm.as_ref()?;
+        let mut next = tm.next_retry_at();
+        if let Some((_, since)) = self.txn_wait {
+            let t = since + self.config.request_timeout;
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+        next
+    }
+
+    /// Owner-side checks for the simulator and tests.
+    pub(super) fn txn_assert_invariants(&self) {
+        if let Some(tm) = &self.tm {
+            tm.assert_invariants();
+            if tm.state() == TransactionState::FatalError {
+                assert!(self.fatal.is_some() || tm.last_error().is_some());
+            }
+        }
+        assert!(
+            self.participant
+                .added
+                .is_disjoint(&self.participant.requested),
+            "a partition is both added and requested"
+        );
+    }
+}
+
+/// The FindCoordinator key for a request's coordinator.
+fn coordinator_key(tm: &TransactionManager, request: &TxnRequest, kind: CoordinatorType) -> String {
+    match (kind, request) {
+        (CoordinatorType::Group, TxnRequest::TxnOffsetCommit { group }) => group.group_id.clone(),
+        (CoordinatorType::Group, TxnRequest::AddOffsets { group, .. }) => group.group_id.clone(),
+        _ => tm.transactional_id.clone(),
+    }
+}
+
+/// `a - b` on the 31-bit sequence circle.
+fn wrap_sub(a: i32, b: i32) -> i32 {
+    let r = (i64::from(a) - i64::from(b)).rem_euclid(1i64 << 31);
+    let r = r as i32;
+    debug_assert_eq!(record_batch::increment_sequence(r, b), a);
+    r
+}

@@ -1,0 +1,1193 @@
+//! Java's `TransactionManager`, transactional half: the states and their legal transitions
+//! (java-producer-state-machine.md §6.1), the API calls and their cached results (§6.2, §6.3),
+//! the transactional request queue (§6.4) and the partition membership sets (§1.2). Sans-IO:
+//! the engine (`sender.rs`) sends the request this module hands out, classifies the answer with
+//! `txn_requests.rs` and feeds the outcome back here.
+//!
+//! # The transaction protocol between engines
+//!
+//! A producer with several engines (one per shard) has exactly one transaction manager, on the
+//! engine with `owns_identity` (the *owner*). Every engine, the owner included, is a
+//! *participant* for the partitions it owns. The two talk only through [`TxnAction`]s, which the
+//! driver forwards; a one-engine driver loops each action back to the same engine:
+//!
+//! | action | from → to | the driver calls |
+//! | --- | --- | --- |
+//! | `AddPartitions` | participant → owner | `txn_add_partitions` |
+//! | `PartitionsAdded` | owner → every participant | `txn_partitions_added` |
+//! | `ProduceFailed` | participant → owner | `txn_produce_failed` |
+//! | `Abortable` | owner → every participant | `txn_abortable` |
+//! | `Flush` | owner → every participant | `txn_flush` |
+//! | `Flushed` | participant → owner, once all reported | `txn_all_flushed` |
+//! | `Ended` | owner → every participant | `txn_ended` |
+//! | `IdentityReplaced` | owner → every engine | `on_identity` |
+//! | `Fatal` | owner → every participant | `txn_fatal` |
+//! | `Completed` | owner → application | `txn_result` |
+//!
+//! Invariants the protocol keeps:
+//! - a partition's first batch of a transaction is not drained until the owner's
+//!   AddPartitionsToTxn for it succeeded (`PartitionsAdded`; Java's `isSendToPartitionAllowed`);
+//! - EndTxn is sent only after every participant reported `Flushed` for the current round,
+//!   that is, had no incomplete batch left after the flush (Java's `RA.hasIncomplete` check);
+//! - every participant learns the end of a transaction (`Ended`) before the owner accepts the
+//!   next `begin_transaction`, because the driver forwards `Ended` before it returns the
+//!   result of the commit or abort to the application;
+//! - the driver delivers a participant's `AddPartitions` to the owner before the application's
+//!   next transaction call (commit or abort), as Java's `send` adds the partition before it
+//!   returns: a commit then sends AddPartitionsToTxn for it before EndTxn, and an abort fails
+//!   its batches unsent;
+//! - the new identity of an InitProducerId (`IdentityReplaced`) reaches every engine before
+//!   the next transaction's first batch is drained, so each batch is stamped with the epoch
+//!   its AddPartitionsToTxn named.
+//!
+//! Transactions V1 only (the client sends AddPartitionsToTxn ≤ v3 and EndTxn ≤ v4); no
+//! PREPARED_TRANSACTION (two-phase commit) and no TV2 epoch per transaction. Deviations from
+//! Java, each on purpose: requests of one priority go out FIFO (§6.4 quirk); produce requests
+//! are not paused while a transactional request is in flight (§0 quirk, see `sender/txn.rs`);
+//! an unknown-outcome produce failure always makes the abort bump the epoch, also while
+//! committing.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::error::{ProduceError, TransactionError};
+
+use super::identity::ProducerIdAndEpoch;
+use super::partition::TopicPartition;
+use super::{Micros, NodeId};
+
+/// Java's `TransactionManager.State` (TV1; no PREPARED_TRANSACTION, no 2PC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransactionState {
+    Uninitialized,
+    Initializing,
+    Ready,
+    InTransaction,
+    CommittingTransaction,
+    AbortingTransaction,
+    AbortableError,
+    FatalError,
+}
+
+impl TransactionState {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransactionState::Uninitialized => "UNINITIALIZED",
+            TransactionState::Initializing => "INITIALIZING",
+            TransactionState::Ready => "READY",
+            TransactionState::InTransaction => "IN_TRANSACTION",
+            TransactionState::CommittingTransaction => "COMMITTING_TRANSACTION",
+            TransactionState::AbortingTransaction => "ABORTING_TRANSACTION",
+            TransactionState::AbortableError => "ABORTABLE_ERROR",
+            TransactionState::FatalError => "FATAL_ERROR",
+        }
+    }
+
+    /// `TM.State.isTransitionValid` (§6.1).
+    pub fn is_transition_valid(self, target: TransactionState) -> bool {
+        use TransactionState::*;
+        match target {
+            Uninitialized => matches!(self, Ready | AbortableError),
+            Initializing => matches!(
+                self,
+                Uninitialized | CommittingTransaction | AbortingTransaction
+            ),
+            Ready => matches!(
+                self,
+                Initializing | CommittingTransaction | AbortingTransaction
+            ),
+            InTransaction => self == Ready,
+            CommittingTransaction => self == InTransaction,
+            AbortingTransaction => matches!(self, InTransaction | AbortableError),
+            AbortableError => matches!(
+                self,
+                InTransaction | CommittingTransaction | AbortableError | Initializing
+            ),
+            FatalError => true,
+        }
+    }
+
+    /// `TM.isCompleting`.
+    pub fn is_completing(self) -> bool {
+        matches!(
+            self,
+            TransactionState::CommittingTransaction | TransactionState::AbortingTransaction
+        )
+    }
+}
+
+/// The handle of one transaction API call; its result is taken with
+/// [`TransactionManager::take_result`] after [`TxnAction::Completed`] names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxnHandle(pub u64);
+
+/// The API calls whose result is awaited (Java's `TransactionalRequestResult` operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnOperation {
+    InitTransactions,
+    SendOffsetsToTransaction,
+    CommitTransaction,
+    AbortTransaction,
+}
+
+impl TxnOperation {
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnOperation::InitTransactions => "init_transactions",
+            TxnOperation::SendOffsetsToTransaction => "send_offsets_to_transaction",
+            TxnOperation::CommitTransaction => "commit_transaction",
+            TxnOperation::AbortTransaction => "abort_transaction",
+        }
+    }
+}
+
+/// A consumer group's identity as TxnOffsetCommit v3+ sends it (Java's
+/// `ConsumerGroupMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub group_id: String,
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+impl GroupMetadata {
+    /// A group known only by its id (Java's `new ConsumerGroupMetadata(groupId)`).
+    pub fn new(group_id: impl Into<String>) -> Self {
+        GroupMetadata {
+            group_id: group_id.into(),
+            generation_id: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+        }
+    }
+}
+
+/// One offset to commit with the transaction (Java's `OffsetAndMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetAndMetadata {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+impl OffsetAndMetadata {
+    pub fn new(offset: i64) -> Self {
+        OffsetAndMetadata {
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+        }
+    }
+}
+
+/// FindCoordinator `key_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoordinatorType {
+    Group = 0,
+    Transaction = 1,
+}
+
+/// `TM.Priority`, lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Priority {
+    FindCoordinator = 0,
+    InitProducerId = 1,
+    AddPartitionsOrOffsets = 2,
+    EndTxn = 3,
+    EpochBump = 4,
+}
+
+/// A transactional request waiting in the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnRequest {
+    FindCoordinator {
+        key_type: CoordinatorType,
+        key: String,
+    },
+    /// With `bump`, it carries the current producer id and epoch (KIP-360, §4.5).
+    InitProducerId {
+        bump: bool,
+    },
+    /// Carries the whole pending set when it is sent (`TM.nextRequest` step 1).
+    AddPartitions,
+    AddOffsets {
+        group: GroupMetadata,
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+    },
+    /// Sends the offsets still in `pending_txn_offset_commits`.
+    TxnOffsetCommit {
+        group: GroupMetadata,
+    },
+    EndTxn {
+        commit: bool,
+    },
+}
+
+impl TxnRequest {
+    pub fn priority(&self) -> Priority {
+        match self {
+            TxnRequest::FindCoordinator { .. } => Priority::FindCoordinator,
+            TxnRequest::InitProducerId { bump: false } => Priority::InitProducerId,
+            TxnRequest::InitProducerId { bump: true } => Priority::EpochBump,
+            TxnRequest::AddPartitions
+            | TxnRequest::AddOffsets { .. }
+            | TxnRequest::TxnOffsetCommit { .. } => Priority::AddPartitionsOrOffsets,
+            TxnRequest::EndTxn { .. } => Priority::EndTxn,
+        }
+    }
+
+    /// Which coordinator answers it (`None`: any node, the least loaded).
+    pub fn coordinator(&self) -> Option<CoordinatorType> {
+        match self {
+            TxnRequest::FindCoordinator { .. } => None,
+            TxnRequest::TxnOffsetCommit { .. } => Some(CoordinatorType::Group),
+            _ => Some(CoordinatorType::Transaction),
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            TxnRequest::FindCoordinator { .. } => "FindCoordinator",
+            TxnRequest::InitProducerId { .. } => "InitProducerId",
+            TxnRequest::AddPartitions => "AddPartitionsToTxn",
+            TxnRequest::AddOffsets { .. } => "AddOffsetsToTxn",
+            TxnRequest::TxnOffsetCommit { .. } => "TxnOffsetCommit",
+            TxnRequest::EndTxn { .. } => "EndTxn",
+        }
+    }
+}
+
+/// A queued request with the API call it completes.
+#[derive(Debug, Clone)]
+pub struct QueuedRequest {
+    pub request: TxnRequest,
+    /// The call whose result this request decides (on success only if it is the last step).
+    pub op: Option<TxnHandle>,
+    /// FIFO order within a priority (Java's heap is not FIFO; a harmless refinement, §6.4).
+    seq: u64,
+    /// Not sent before this time (the handler's backoff before a retry).
+    pub retry_at: Micros,
+}
+
+/// What the transaction layer asks the driver to do. See the module docs for the routing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnAction {
+    /// A participant's partitions received their first batch of the transaction.
+    AddPartitions { partitions: Vec<TopicPartition> },
+    /// AddPartitionsToTxn succeeded for these partitions: their batches may be drained.
+    PartitionsAdded { partitions: Vec<TopicPartition> },
+    /// A participant's batch failed inside the transaction (`TM.maybeTransitionToErrorState`).
+    /// `needs_bump`: the failure left sequences the broker may not agree on (an outcome
+    /// unknown), so the abort must bump the epoch.
+    ProduceFailed {
+        error: ProduceError,
+        needs_bump: bool,
+        fatal: bool,
+    },
+    /// The transaction must be aborted: unsent batches fail with this error.
+    Abortable { error: ProduceError },
+    /// Commit or abort began: make every batch ready (commit) or fail the unsent ones (abort),
+    /// then report `Flushed` with this round once nothing is incomplete.
+    Flush { round: u64, abort: bool },
+    /// This participant has no incomplete batch left for the round.
+    Flushed { round: u64 },
+    /// EndTxn succeeded: every participant forgets the transaction's partitions.
+    Ended,
+    /// InitProducerId installed a new identity (the first one, or a bump).
+    IdentityReplaced {
+        from: ProducerIdAndEpoch,
+        to: ProducerIdAndEpoch,
+    },
+    /// The transaction manager is in FATAL_ERROR: every engine fails its batches.
+    Fatal { error: ProduceError },
+    /// The API call's result is ready ([`TransactionManager::take_result`]).
+    Completed { handle: TxnHandle },
+}
+
+#[derive(Debug, Clone)]
+struct PendingOperation {
+    handle: TxnHandle,
+    op: TxnOperation,
+    result: Option<Result<(), TransactionError>>,
+}
+
+/// The transaction manager of the owning engine. See the module docs.
+#[derive(Debug)]
+pub struct TransactionManager {
+    pub transactional_id: String,
+    pub transaction_timeout_ms: i32,
+    state: TransactionState,
+    last_error: Option<TransactionError>,
+    /// The identity the transaction runs under (set by InitProducerId only).
+    pub producer_id_and_epoch: ProducerIdAndEpoch,
+    /// Appended to, not yet requested.
+    pub new_partitions: BTreeSet<TopicPartition>,
+    /// In an unfinished AddPartitionsToTxn.
+    pub pending_partitions: BTreeSet<TopicPartition>,
+    /// Confirmed by the coordinator: the drain gate.
+    pub partitions_in_transaction: BTreeSet<TopicPartition>,
+    pub pending_txn_offset_commits: BTreeMap<TopicPartition, OffsetAndMetadata>,
+    /// Anything was added broker-side (`transactionStarted`).
+    pub transaction_started: bool,
+    /// `clientSideEpochBumpRequired`: the abort ends with InitProducerId(current id, epoch).
+    pub epoch_bump_required: bool,
+    /// The transaction coordinator speaks InitProducerId v3+ (KIP-360): a bump is possible.
+    pub coordinator_supports_bumping_epoch: bool,
+    pub transaction_coordinator: Option<NodeId>,
+    pub group_coordinator: Option<NodeId>,
+    queue: Vec<QueuedRequest>,
+    next_seq: u64,
+    /// The request on the wire (at most one, §0).
+    pub in_flight: Option<QueuedRequest>,
+    pending: Option<PendingOperation>,
+    /// Results of calls that completed but were not taken yet, by handle (bounded: one per
+    /// operation kind, since a new call of a kind replaces the old unread one).
+    done: BTreeMap<TxnHandle, Result<(), TransactionError>>,
+    next_handle: u64,
+    flush_round: u64,
+    flushed_round: u64,
+    pub actions: VecDeque<TxnAction>,
+}
+
+impl TransactionManager {
+    pub fn new(transactional_id: String, transaction_timeout_ms: i32) -> Self {
+        TransactionManager {
+            transactional_id,
+            transaction_timeout_ms,
+            state: TransactionState::Uninitialized,
+            last_error: None,
+            producer_id_and_epoch: ProducerIdAndEpoch::NONE,
+            new_partitions: BTreeSet::new(),
+            pending_partitions: BTreeSet::new(),
+            partitions_in_transaction: BTreeSet::new(),
+            pending_txn_offset_commits: BTreeMap::new(),
+            transaction_started: false,
+            epoch_bump_required: false,
+            coordinator_supports_bumping_epoch: true,
+            transaction_coordinator: None,
+            group_coordinator: None,
+            queue: Vec::new(),
+            next_seq: 0,
+            in_flight: None,
+            pending: None,
+            done: BTreeMap::new(),
+            next_handle: 1,
+            flush_round: 0,
+            flushed_round: 0,
+            actions: VecDeque::new(),
+        }
+    }
+
+    pub fn state(&self) -> TransactionState {
+        self.state
+    }
+
+    pub fn last_error(&self) -> Option<&TransactionError> {
+        self.last_error.as_ref()
+    }
+
+    pub fn queued(&self) -> impl Iterator<Item = &QueuedRequest> {
+        self.queue.iter()
+    }
+
+    /// The flush round EndTxn waits for, and the last one every participant reported.
+    pub fn flush_rounds(&self) -> (u64, u64) {
+        (self.flush_round, self.flushed_round)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Transitions
+    // ----------------------------------------------------------------------------------------
+
+    /// `TM.transitionTo` from an API call: an invalid transition is an error and changes
+    /// nothing. Every transition to a state other than an error state clears `last_error`.
+    fn transition_to(
+        &mut self,
+        target: TransactionState,
+        operation: &'static str,
+    ) -> Result<(), TransactionError> {
+        if !self.state.is_transition_valid(target) {
+            return Err(TransactionError::InvalidState {
+                operation,
+                state: self.state.name(),
+            });
+        }
+        self.state = target;
+        if !matches!(
+            target,
+            TransactionState::AbortableError | TransactionState::FatalError
+        ) {
+            self.last_error = None;
+        }
+        Ok(())
+    }
+
+    /// A transition decided by a response: an invalid one poisons the manager (Java's
+    /// `shouldPoisonStateOnInvalidTransition`, KAFKA-14831).
+    fn transition_internal(&mut self, target: TransactionState) {
+        if let Err(err) = self.transition_to(target, "a transaction response") {
+            self.transition_to_fatal(TransactionError::Fatal(format!(
+                "invalid transition from a response: {err}"
+            )));
+        }
+    }
+
+    /// `TM.transitionToAbortableError`: a no-op while aborting (the abort goes on).
+    pub fn transition_to_abortable(&mut self, error: TransactionError) {
+        match self.state {
+            TransactionState::AbortingTransaction | TransactionState::FatalError => return,
+            state if !state.is_transition_valid(TransactionState::AbortableError) => {
+                return self.transition_to_fatal(TransactionError::Fatal(format!(
+                    "abortable error in state {}: {error}",
+                    state.name()
+                )));
+            }
+            _ => {}
+        }
+        self.state = TransactionState::AbortableError;
+        let reason = error.to_string();
+        self.last_error = Some(error);
+        self.actions.push_back(TxnAction::Abortable {
+            error: ProduceError::TransactionAbortable(reason),
+        });
+    }
+
+    /// `TM.transitionToFatalError`: also fails the pending API call.
+    pub fn transition_to_fatal(&mut self, error: TransactionError) {
+        if self.state == TransactionState::FatalError {
+            return;
+        }
+        self.state = TransactionState::FatalError;
+        self.last_error = Some(error.clone());
+        self.actions.push_back(TxnAction::Fatal {
+            error: ProduceError::Fatal(error.to_string()),
+        });
+        if let Some(handle) = self.pending.as_ref().map(|p| p.handle) {
+            self.complete(handle, Err(error));
+        }
+    }
+
+    /// `TM.maybeFailWithError`.
+    fn fail_if_error(&self) -> Result<(), TransactionError> {
+        match &self.last_error {
+            Some(err)
+                if matches!(
+                    self.state,
+                    TransactionState::AbortableError | TransactionState::FatalError
+                ) =>
+            {
+                Err(err.clone())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // API calls (§6.2, §6.3)
+    // ----------------------------------------------------------------------------------------
+
+    /// `TM.handleCachedTransactionRequestResult` / `throwIfPendingState`: the same operation
+    /// again returns its pending handle; any other operation is refused while one is pending.
+    fn check_pending(
+        &self,
+        operation: TxnOperation,
+    ) -> Result<Option<TxnHandle>, TransactionError> {
+        match &self.pending {
+            Some(p) if p.op == operation => Ok(Some(p.handle)),
+            Some(p) => Err(TransactionError::PendingOperation {
+                operation: operation.name(),
+                pending: p.op.name(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn check_no_pending(&self, operation: &'static str) -> Result<(), TransactionError> {
+        match &self.pending {
+            Some(p) => Err(TransactionError::PendingOperation {
+                operation,
+                pending: p.op.name(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn new_operation(&mut self, op: TxnOperation) -> TxnHandle {
+        let handle = TxnHandle(self.next_handle);
+        self.next_handle += 1;
+        self.pending = Some(PendingOperation {
+            handle,
+            op,
+            result: None,
+        });
+        handle
+    }
+
+    /// `initTransactions`: UNINITIALIZED → INITIALIZING, InitProducerId queued.
+    pub fn init_transactions(&mut self) -> Result<TxnHandle, TransactionError> {
+        if let Some(handle) = self.check_pending(TxnOperation::InitTransactions)? {
+            return Ok(handle);
+        }
+        self.fail_if_error()?;
+        self.transition_to(TransactionState::Initializing, "init_transactions")?;
+        self.producer_id_and_epoch = ProducerIdAndEpoch::NONE;
+        let handle = self.new_operation(TxnOperation::InitTransactions);
+        self.enqueue(TxnRequest::InitProducerId { bump: false }, Some(handle), 0);
+        Ok(handle)
+    }
+
+    /// `beginTransaction`: READY → IN_TRANSACTION, local only.
+    pub fn begin_transaction(&mut self) -> Result<(), TransactionError> {
+        self.check_no_pending("begin_transaction")?;
+        self.fail_if_error()?;
+        self.transition_to(TransactionState::InTransaction, "begin_transaction")
+    }
+
+    /// `maybeAddPartition`'s checks, made before a record is appended.
+    pub fn check_send(&self) -> Result<(), TransactionError> {
+        self.fail_if_error()?;
+        self.check_no_pending("send")?;
+        if self.state != TransactionState::InTransaction {
+            return Err(TransactionError::InvalidState {
+                operation: "send",
+                state: self.state.name(),
+            });
+        }
+        Ok(())
+    }
+
+    /// `sendOffsetsToTransaction` (TV1): AddOffsetsToTxn, then TxnOffsetCommit. An empty map
+    /// does nothing: its handle is completed at once.
+    pub fn send_offsets_to_transaction(
+        &mut self,
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+        group: GroupMetadata,
+    ) -> Result<TxnHandle, TransactionError> {
+        if let Some(handle) = self.check_pending(TxnOperation::SendOffsetsToTransaction)? {
+            return Ok(handle);
+        }
+        self.fail_if_error()?;
+        if self.state != TransactionState::InTransaction {
+            return Err(TransactionError::InvalidState {
+                operation: "send_offsets_to_transaction",
+                state: self.state.name(),
+            });
+        }
+        let handle = self.new_operation(TxnOperation::SendOffsetsToTransaction);
+        if offsets.is_empty() {
+            self.complete(handle, Ok(()));
+            return Ok(handle);
+        }
+        self.enqueue(TxnRequest::AddOffsets { group, offsets }, Some(handle), 0);
+        Ok(handle)
+    }
+
+    /// `commitTransaction` (`TM.beginCommit`).
+    pub fn commit_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
+        if let Some(handle) = self.check_pending(TxnOperation::CommitTransaction)? {
+            return Ok(handle);
+        }
+        self.fail_if_error()?;
+        self.transition_to(
+            TransactionState::CommittingTransaction,
+            "commit_transaction",
+        )?;
+        let handle = self.new_operation(TxnOperation::CommitTransaction);
+        self.begin_completing(true, handle);
+        Ok(handle)
+    }
+
+    /// `abortTransaction` (`TM.beginAbort`): allowed from ABORTABLE_ERROR, not from FATAL.
+    pub fn abort_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
+        if let Some(handle) = self.check_pending(TxnOperation::AbortTransaction)? {
+            return Ok(handle);
+        }
+        if self.state == TransactionState::FatalError {
+            self.fail_if_error()?;
+        }
+        self.transition_to(TransactionState::AbortingTransaction, "abort_transaction")?;
+        self.new_partitions.clear();
+        let handle = self.new_operation(TxnOperation::AbortTransaction);
+        self.begin_completing(false, handle);
+        Ok(handle)
+    }
+
+    /// `TM.beginCompletingTransaction` (TV1): AddPartitions for new partitions first (so their
+    /// batches can be flushed), then EndTxn, then the epoch bump if one is owed.
+    fn begin_completing(&mut self, commit: bool, handle: TxnHandle) {
+        self.flush_round += 1;
+        self.actions.push_back(TxnAction::Flush {
+            round: self.flush_round,
+            abort: !commit,
+        });
+        if self.epoch_bump_required && !commit {
+            self.enqueue(TxnRequest::EndTxn { commit }, None, 0);
+            self.enqueue(TxnRequest::InitProducerId { bump: true }, Some(handle), 0);
+        } else {
+            self.enqueue(TxnRequest::EndTxn { commit }, Some(handle), 0);
+        }
+    }
+
+    /// Takes a completed call's result; `None` while it is still running (or for a handle
+    /// already taken). Taking it ends the pending operation (§6.3).
+    pub fn take_result(&mut self, handle: TxnHandle) -> Option<Result<(), TransactionError>> {
+        if let Some(p) = &self.pending {
+            if p.handle == handle {
+                p.result.as_ref()?;
+                return self.pending.take().and_then(|p| p.result);
+            }
+        }
+        self.done.remove(&handle)
+    }
+
+    fn complete(&mut self, handle: TxnHandle, result: Result<(), TransactionError>) {
+        match &mut self.pending {
+            Some(p) if p.handle == handle => {
+                if p.result.is_some() {
+                    return;
+                }
+                p.result = Some(result);
+            }
+            _ => {
+                if self.done.len() >= 8 {
+                    self.done.pop_first();
+                }
+                self.done.insert(handle, result);
+            }
+        }
+        self.actions.push_back(TxnAction::Completed { handle });
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Participants' reports
+    // ----------------------------------------------------------------------------------------
+
+    /// A participant's partitions got their first batch. Returns those already in the
+    /// transaction (the caller ungates them at once).
+    pub fn add_partitions(&mut self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
+        let mut already = Vec::new();
+        // After the abort began, unadded partitions are not added: their batches are unsent and
+        // fail with the abort.
+        let accepting = matches!(
+            self.state,
+            TransactionState::InTransaction | TransactionState::CommittingTransaction
+        );
+        for tp in partitions {
+            if self.partitions_in_transaction.contains(tp) {
+                already.push(tp.clone());
+            } else if accepting && !self.pending_partitions.contains(tp) {
+                self.new_partitions.insert(tp.clone());
+            }
+        }
+        already
+    }
+
+    /// A batch failed inside the transaction (`TM.maybeTransitionToErrorState`, §4.3).
+    pub fn produce_failed(&mut self, error: &ProduceError, needs_bump: bool, fatal: bool) {
+        if self.state == TransactionState::FatalError {
+            return;
+        }
+        if fatal {
+            return self.transition_to_fatal(TransactionError::Fatal(error.to_string()));
+        }
+        if needs_bump && !self.coordinator_supports_bumping_epoch {
+            // `transitionToAbortableErrorOrFatalError`: without a bump the sequences cannot
+            // be brought back in line.
+            return self.transition_to_fatal(TransactionError::Fatal(format!(
+                "{error}; the coordinator cannot bump the epoch, so continuing is not safe"
+            )));
+        }
+        // `needToTriggerEpochBumpFromClient` and not completing; an unknown outcome always
+        // needs the bump.
+        if self.coordinator_supports_bumping_epoch && (needs_bump || !self.state.is_completing()) {
+            self.epoch_bump_required = true;
+        }
+        self.transition_to_abortable(TransactionError::Abortable(error.to_string()));
+    }
+
+    /// Every participant reported `Flushed` for `round`.
+    pub fn all_flushed(&mut self, round: u64) {
+        self.flushed_round = self.flushed_round.max(round);
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // The request queue (§6.4)
+    // ----------------------------------------------------------------------------------------
+
+    pub fn enqueue(&mut self, request: TxnRequest, op: Option<TxnHandle>, retry_at: Micros) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.push(QueuedRequest {
+            request,
+            op,
+            seq,
+            retry_at,
+        });
+    }
+
+    /// Puts a request back in its place (a retry keeps its order).
+    pub fn requeue(&mut self, mut request: QueuedRequest, retry_at: Micros) {
+        request.retry_at = retry_at;
+        self.queue.push(request);
+    }
+
+    /// `TM.lookupCoordinator`: forget the cached node, queue FindCoordinator (once).
+    pub fn lookup_coordinator(&mut self, key_type: CoordinatorType, key: String) {
+        match key_type {
+            CoordinatorType::Transaction => self.transaction_coordinator = None,
+            CoordinatorType::Group => self.group_coordinator = None,
+        }
+        let queued = self.queue.iter().chain(self.in_flight.iter()).any(|q| {
+            matches!(&q.request, TxnRequest::FindCoordinator { key_type: t, .. } if *t == key_type)
+        });
+        if !queued {
+            self.enqueue(TxnRequest::FindCoordinator { key_type, key }, None, 0);
+        }
+    }
+
+    fn head_index(&self) -> Option<usize> {
+        self.queue
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, q)| (q.request.priority(), q.seq))
+            .map(|(i, _)| i)
+    }
+
+    /// `TM.nextRequest`: the next request to send now, popped from the queue, or `None`.
+    /// Requests dequeued in an error state fail with `last_error` unsent (§5.8); an EndTxn
+    /// waits for the flush of its round; an EndTxn with nothing started completes unsent
+    /// (KAFKA-18401).
+    pub fn next_request(&mut self, now: Micros) -> Option<QueuedRequest> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        if !self.new_partitions.is_empty()
+            && !self
+                .queue
+                .iter()
+                .any(|q| q.request == TxnRequest::AddPartitions)
+        {
+            self.enqueue(TxnRequest::AddPartitions, None, 0);
+        }
+        loop {
+            let index = self.head_index()?;
+            let head = &self.queue[index];
+            let is_end = matches!(head.request, TxnRequest::EndTxn { .. });
+            if is_end && self.flushed_round < self.flush_round {
+                return None;
+            }
+            let error_state = matches!(
+                self.state,
+                TransactionState::AbortableError | TransactionState::FatalError
+            );
+            let find_in_abortable = self.state == TransactionState::AbortableError
+                && matches!(head.request, TxnRequest::FindCoordinator { .. });
+            if error_state && !find_in_abortable {
+                let request = self.queue.swap_remove(index);
+                if request.request == TxnRequest::AddPartitions {
+                    self.new_partitions.clear();
+                    self.pending_partitions.clear();
+                }
+                if let (Some(op), Some(err)) = (request.op, self.last_error.clone()) {
+                    self.complete(op, Err(err));
+                }
+                continue;
+            }
+            if is_end && !self.transaction_started {
+                let request = self.queue.swap_remove(index);
+                if let Some(op) = request.op {
+                    self.complete(op, Ok(()));
+                }
+                self.reset_transaction_state();
+                continue;
+            }
+            if head.retry_at > now {
+                return None;
+            }
+            let mut request = self.queue.swap_remove(index);
+            if request.request == TxnRequest::AddPartitions {
+                if self.new_partitions.is_empty() && self.pending_partitions.is_empty() {
+                    continue;
+                }
+                let new = std::mem::take(&mut self.new_partitions);
+                self.pending_partitions.extend(new);
+            }
+            request.retry_at = 0;
+            return Some(request);
+        }
+    }
+
+    /// When the queue next has something to send by time alone.
+    pub fn next_retry_at(&self) -> Option<Micros> {
+        if self.in_flight.is_some() {
+            return None;
+        }
+        self.head_index().map(|i| self.queue[i].retry_at)
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Outcomes of sent requests
+    // ----------------------------------------------------------------------------------------
+
+    /// The in-flight request failed with an error for its API call.
+    pub fn fail_request(&mut self, request: &QueuedRequest, error: TransactionError) {
+        if let Some(op) = request.op {
+            self.complete(op, Err(error.clone()));
+        }
+        match &error {
+            TransactionError::Abortable(_) => self.transition_to_abortable(error),
+            _ => self.transition_to_fatal(error),
+        }
+    }
+
+    /// InitProducerId succeeded.
+    pub fn on_init_producer_id(&mut self, request: &QueuedRequest, identity: ProducerIdAndEpoch) {
+        let from = self.producer_id_and_epoch;
+        self.producer_id_and_epoch = identity;
+        self.epoch_bump_required = false;
+        self.transition_internal(TransactionState::Ready);
+        self.actions
+            .push_back(TxnAction::IdentityReplaced { from, to: identity });
+        if let Some(op) = request.op {
+            self.complete(op, Ok(()));
+        }
+    }
+
+    /// AddPartitionsToTxn succeeded for every pending partition.
+    pub fn on_partitions_added(&mut self) {
+        let added: Vec<TopicPartition> = std::mem::take(&mut self.pending_partitions)
+            .into_iter()
+            .collect();
+        self.partitions_in_transaction.extend(added.iter().cloned());
+        self.transaction_started = true;
+        self.actions
+            .push_back(TxnAction::PartitionsAdded { partitions: added });
+    }
+
+    /// AddPartitionsToTxn failed after a full scan: the pending set is emptied (§5.3).
+    pub fn on_partitions_rejected(&mut self, request: &QueuedRequest, error: TransactionError) {
+        self.pending_partitions.clear();
+        self.fail_request(request, error);
+    }
+
+    /// AddOffsetsToTxn succeeded: TxnOffsetCommit shares its API call.
+    pub fn on_offsets_added(&mut self, request: &QueuedRequest) {
+        let TxnRequest::AddOffsets { group, offsets } = &request.request else {
+            return;
+        };
+        self.transaction_started = true;
+        self.pending_txn_offset_commits = offsets.clone();
+        self.enqueue(
+            TxnRequest::TxnOffsetCommit {
+                group: group.clone(),
+            },
+            request.op,
+            0,
+        );
+    }
+
+    /// TxnOffsetCommit answered: `committed` left the pending map; the call completes once the
+    /// map is empty, else the rest is retried.
+    pub fn on_offsets_committed(
+        &mut self,
+        request: QueuedRequest,
+        committed: &[TopicPartition],
+        retry_at: Micros,
+    ) {
+        for tp in committed {
+            self.pending_txn_offset_commits.remove(tp);
+        }
+        if self.pending_txn_offset_commits.is_empty() {
+            if let Some(op) = request.op {
+                self.complete(op, Ok(()));
+            }
+        } else {
+            self.requeue(request, retry_at);
+        }
+    }
+
+    /// EndTxn succeeded (`resetTransactionState`): READY, or INITIALIZING when the epoch bump
+    /// follows.
+    pub fn on_end_txn(&mut self, request: &QueuedRequest) {
+        self.reset_transaction_state();
+        if let Some(op) = request.op {
+            self.complete(op, Ok(()));
+        }
+    }
+
+    fn reset_transaction_state(&mut self) {
+        if self.state == TransactionState::FatalError {
+            return;
+        }
+        let target = if self.epoch_bump_required {
+            TransactionState::Initializing
+        } else {
+            TransactionState::Ready
+        };
+        self.transition_internal(target);
+        self.new_partitions.clear();
+        self.pending_partitions.clear();
+        self.partitions_in_transaction.clear();
+        self.pending_txn_offset_commits.clear();
+        self.transaction_started = false;
+        self.actions.push_back(TxnAction::Ended);
+    }
+
+    /// Checks the manager's own invariants (tests and the simulator call it).
+    pub fn assert_invariants(&self) {
+        assert!(
+            self.new_partitions
+                .is_disjoint(&self.partitions_in_transaction),
+            "a partition is both new and in the transaction"
+        );
+        assert!(
+            self.pending_partitions
+                .is_disjoint(&self.partitions_in_transaction),
+            "a partition is both pending and in the transaction"
+        );
+        if matches!(
+            self.state,
+            TransactionState::AbortableError | TransactionState::FatalError
+        ) {
+            assert!(self.last_error.is_some(), "an error state without an error");
+        }
+        assert!(self.flushed_round <= self.flush_round);
+        assert!(
+            self.queue.len() <= 16,
+            "the transactional queue grew unbounded"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use TransactionState::*;
+
+    const ALL: [TransactionState; 8] = [
+        Uninitialized,
+        Initializing,
+        Ready,
+        InTransaction,
+        CommittingTransaction,
+        AbortingTransaction,
+        AbortableError,
+        FatalError,
+    ];
+
+    #[test]
+    fn transition_table_matches_java_is_transition_valid() {
+        let legal: &[(TransactionState, TransactionState)] = &[
+            (Ready, Uninitialized),
+            (AbortableError, Uninitialized),
+            (Uninitialized, Initializing),
+            (CommittingTransaction, Initializing),
+            (AbortingTransaction, Initializing),
+            (Initializing, Ready),
+            (CommittingTransaction, Ready),
+            (AbortingTransaction, Ready),
+            (Ready, InTransaction),
+            (InTransaction, CommittingTransaction),
+            (InTransaction, AbortingTransaction),
+            (AbortableError, AbortingTransaction),
+            (InTransaction, AbortableError),
+            (CommittingTransaction, AbortableError),
+            (AbortableError, AbortableError),
+            (Initializing, AbortableError),
+        ];
+        for from in ALL {
+            for to in ALL {
+                let expected = to == FatalError || legal.contains(&(from, to));
+                assert_eq!(
+                    from.is_transition_valid(to),
+                    expected,
+                    "{} -> {}",
+                    from.name(),
+                    to.name()
+                );
+            }
+        }
+    }
+
+    fn ready() -> TransactionManager {
+        let mut tm = TransactionManager::new("tx".into(), 60_000);
+        let handle = tm.init_transactions().unwrap();
+        let request = tm.next_request(0).unwrap();
+        assert_eq!(request.request, TxnRequest::InitProducerId { bump: false });
+        tm.on_init_producer_id(&request, ProducerIdAndEpoch::new(7, 0));
+        assert_eq!(tm.take_result(handle), Some(Ok(())));
+        assert_eq!(tm.state(), Ready);
+        tm
+    }
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("t", p)
+    }
+
+    #[test]
+    fn illegal_calls_give_typed_errors_and_change_nothing() {
+        let mut tm = TransactionManager::new("tx".into(), 60_000);
+        assert_eq!(
+            tm.begin_transaction(),
+            Err(TransactionError::InvalidState {
+                operation: "begin_transaction",
+                state: "UNINITIALIZED"
+            })
+        );
+        assert!(matches!(
+            tm.commit_transaction(),
+            Err(TransactionError::InvalidState { .. })
+        ));
+        assert_eq!(tm.state(), Uninitialized);
+        let mut tm = ready();
+        assert!(matches!(
+            tm.commit_transaction(),
+            Err(TransactionError::InvalidState { state: "READY", .. })
+        ));
+        assert!(matches!(
+            tm.check_send(),
+            Err(TransactionError::InvalidState {
+                operation: "send",
+                ..
+            })
+        ));
+        assert!(matches!(
+            tm.init_transactions(),
+            Err(TransactionError::InvalidState { .. })
+        ));
+        tm.begin_transaction().unwrap();
+        assert!(matches!(
+            tm.begin_transaction(),
+            Err(TransactionError::InvalidState { .. })
+        ));
+        assert_eq!(tm.state(), InTransaction);
+    }
+
+    #[test]
+    fn a_repeated_commit_returns_the_pending_handle_and_other_calls_are_refused() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        let first = tm.commit_transaction().unwrap();
+        assert_eq!(tm.commit_transaction().unwrap(), first);
+        assert!(matches!(
+            tm.abort_transaction(),
+            Err(TransactionError::PendingOperation {
+                pending: "commit_transaction",
+                ..
+            })
+        ));
+        assert!(matches!(
+            tm.begin_transaction(),
+            Err(TransactionError::PendingOperation { .. })
+        ));
+        assert_eq!(tm.take_result(first), None, "still running");
+        // Nothing was added: EndTxn completes unsent once the flush is reported.
+        assert!(tm.next_request(0).is_none());
+        tm.all_flushed(1);
+        assert!(tm.next_request(0).is_none());
+        assert_eq!(tm.take_result(first), Some(Ok(())));
+        assert_eq!(tm.state(), Ready);
+        // The result was taken: a new commit is a new call.
+        tm.begin_transaction().unwrap();
+        assert_ne!(tm.commit_transaction().unwrap(), first);
+    }
+
+    #[test]
+    fn end_txn_waits_for_the_flush_of_its_round() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        assert!(tm.add_partitions(&[tp(0)]).is_empty());
+        let add = tm.next_request(0).unwrap();
+        assert_eq!(add.request, TxnRequest::AddPartitions);
+        assert!(tm.pending_partitions.contains(&tp(0)));
+        tm.in_flight = Some(add);
+        tm.in_flight = None;
+        tm.on_partitions_added();
+        assert!(tm.partitions_in_transaction.contains(&tp(0)));
+        let handle = tm.commit_transaction().unwrap();
+        assert!(tm.next_request(0).is_none(), "EndTxn waits for the flush");
+        tm.all_flushed(1);
+        let end = tm.next_request(0).unwrap();
+        assert_eq!(end.request, TxnRequest::EndTxn { commit: true });
+        tm.on_end_txn(&end);
+        assert_eq!(tm.take_result(handle), Some(Ok(())));
+        assert!(tm.partitions_in_transaction.is_empty());
+        assert!(tm.actions.contains(&TxnAction::Ended));
+    }
+
+    #[test]
+    fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.add_partitions(&[tp(0)]);
+        let add = tm.next_request(0).unwrap();
+        let _ = add;
+        tm.on_partitions_added();
+        let err = ProduceError::TransactionAbortable("test".into());
+        tm.produce_failed(&err, false, false);
+        assert_eq!(tm.state(), AbortableError);
+        assert!(tm.epoch_bump_required);
+        assert!(matches!(
+            tm.commit_transaction(),
+            Err(TransactionError::Abortable(_))
+        ));
+        assert!(matches!(
+            tm.check_send(),
+            Err(TransactionError::Abortable(_))
+        ));
+        let handle = tm.abort_transaction().unwrap();
+        assert_eq!(tm.state(), AbortingTransaction);
+        tm.all_flushed(1);
+        let end = tm.next_request(0).unwrap();
+        assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+        assert_eq!(end.op, None, "the bump decides the abort's result");
+        tm.on_end_txn(&end);
+        assert_eq!(tm.state(), Initializing);
+        let bump = tm.next_request(0).unwrap();
+        assert_eq!(bump.request, TxnRequest::InitProducerId { bump: true });
+        tm.on_init_producer_id(&bump, ProducerIdAndEpoch::new(7, 1));
+        assert_eq!(tm.state(), Ready);
+        assert_eq!(tm.take_result(handle), Some(Ok(())));
+        assert!(!tm.epoch_bump_required);
+    }
+
+    #[test]
+    fn requests_go_out_by_priority_then_fifo() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.enqueue(TxnRequest::EndTxn { commit: true }, None, 0);
+        tm.add_partitions(&[tp(1)]);
+        tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
+        tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
+        let first = tm.next_request(0).unwrap();
+        assert!(matches!(first.request, TxnRequest::FindCoordinator { .. }));
+        let second = tm.next_request(0).unwrap();
+        assert_eq!(second.request, TxnRequest::AddPartitions);
+        assert!(tm
+            .queued()
+            .all(|q| !matches!(q.request, TxnRequest::FindCoordinator { .. })));
+    }
+
+    #[test]
+    fn a_fatal_error_fails_the_pending_call_and_every_queued_request() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        let handle = tm.commit_transaction().unwrap();
+        tm.transition_to_fatal(TransactionError::Fenced("test".into()));
+        assert_eq!(
+            tm.take_result(handle),
+            Some(Err(TransactionError::Fenced("test".into())))
+        );
+        tm.all_flushed(1);
+        assert!(tm.next_request(0).is_none());
+        assert_eq!(tm.queued().count(), 0);
+        assert!(matches!(
+            tm.abort_transaction(),
+            Err(TransactionError::Fenced(_))
+        ));
+        assert!(matches!(
+            tm.begin_transaction(),
+            Err(TransactionError::Fenced(_))
+        ));
+    }
+}

@@ -1,0 +1,428 @@
+//! The transactional judge: what a `read_committed` consumer would see in each partition, and
+//! whether it agrees with what the client reported for each transaction.
+//!
+//! The view is computed from the broker's raw log independently of the broker's own LSO
+//! bookkeeping: per producer id, transactional data batches are held until a control batch
+//! (a marker) ends them: COMMIT makes them visible, ABORT drops them; data still held at the
+//! end is beyond the last stable offset and invisible (Kafka's `LogSegment` / `Fetcher` rules,
+//! kafka-broker-producer-rules.md §6–§7). The rules checked, per run:
+//! - a committed transaction's records are all in the view, exactly once, in send order, and
+//!   each was acknowledged;
+//! - an aborted transaction's records are never in the view;
+//! - a transaction whose outcome the client could not know (fenced, fatal) is atomic: all of
+//!   its records are in the view, or none;
+//! - every record in the view belongs to a committed or unknown transaction;
+//! - the broker's LSO is never above the first offset still held open.
+
+use std::collections::HashMap;
+
+use crate::engine::TopicPartition;
+use crate::testkit::broker::StoredBatch;
+
+use super::checker::{for_each_record_value, record_id_of, Checker, RecordId, Verdict};
+
+/// What the client reported for a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnVerdict {
+    /// Still running (no commit or abort result yet).
+    Open,
+    Committed,
+    Aborted,
+    /// The producer went fatal (fenced, ...) before the outcome was known.
+    Unknown,
+}
+
+/// One transaction as the application ran it.
+#[derive(Debug, Clone)]
+pub struct SimTxn {
+    pub records: Vec<RecordId>,
+    /// (group, partition, offset) sent with `send_offsets_to_transaction`, in call order.
+    pub offsets: Vec<(String, TopicPartition, i64)>,
+    pub verdict: TxnVerdict,
+}
+
+/// Counters for the run report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TxnStats {
+    pub committed: u64,
+    pub aborted: u64,
+    pub unknown: u64,
+    pub visible_records: u64,
+    pub aborted_records_in_log: u64,
+    pub markers: u64,
+}
+
+/// Kafka's control record key: version (i16), type (i16: 0 ABORT, 1 COMMIT).
+pub fn control_type(batch: &StoredBatch) -> Option<i16> {
+    const RECORDS_AT: usize = 61;
+    let bytes = &batch.bytes[..];
+    let mut rest = bytes.get(RECORDS_AT..)?;
+    let _length = read_varint(&mut rest)?;
+    rest = rest.get(1..)?; // attributes
+    read_varint(&mut rest)?; // timestamp delta
+    read_varint(&mut rest)?; // offset delta
+    let key_length = read_varint(&mut rest)?;
+    if key_length < 4 {
+        return None;
+    }
+    let key = rest.get(..key_length as usize)?;
+    Some(i16::from_be_bytes([key[2], key[3]]))
+}
+
+fn read_varint(buf: &mut &[u8]) -> Option<i64> {
+    let mut raw = 0u64;
+    let mut shift = 0;
+    loop {
+        let (&byte, rest) = buf.split_first()?;
+        *buf = rest;
+        raw |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+        if shift >= 70 {
+            return None;
+        }
+    }
+    Some(((raw >> 1) as i64) ^ -((raw & 1) as i64))
+}
+
+/// The read_committed view of one partition: visible record ids in log order, plus the
+/// first offset still held by an open transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionView {
+    pub visible: Vec<RecordId>,
+    pub aborted: Vec<RecordId>,
+    pub first_open_offset: Option<i64>,
+    pub markers: u64,
+}
+
+pub fn read_committed(log: &[StoredBatch]) -> PartitionView {
+    let mut view = PartitionView::default();
+    // producer id → (first offset, records) of its open transaction on this partition.
+    let mut open: HashMap<i64, (i64, Vec<RecordId>)> = HashMap::new();
+    for batch in log {
+        if batch.control {
+            view.markers += 1;
+            let held = open.remove(&batch.producer_id);
+            match (control_type(batch), held) {
+                (Some(1), Some((_, records))) => view.visible.extend(records),
+                (Some(0), Some((_, records))) => view.aborted.extend(records),
+                (Some(0 | 1), None) => {}
+                (other, _) => panic!(
+                    "a control batch at offset {} has an unknown type {other:?}",
+                    batch.base_offset
+                ),
+            }
+            continue;
+        }
+        let mut ids = Vec::new();
+        for_each_record_value(&batch.bytes, |_, value| {
+            ids.push(
+                value
+                    .and_then(record_id_of)
+                    .expect("a record without an id"),
+            );
+        });
+        if batch.transactional {
+            open.entry(batch.producer_id)
+                .or_insert_with(|| (batch.base_offset, Vec::new()))
+                .1
+                .extend(ids);
+        } else {
+            view.visible.extend(ids);
+        }
+    }
+    view.first_open_offset = open.values().map(|(first, _)| *first).min();
+    view
+}
+
+/// Checks every rule of the module docs. `logs` are the partitions' whole logs with each one's
+/// LSO, in the checker's partition order.
+pub fn check_transactions(
+    partitions: &[TopicPartition],
+    logs: &[(&[StoredBatch], i64)],
+    txns: &[SimTxn],
+    checker: &Checker,
+) -> TxnStats {
+    let mut stats = TxnStats::default();
+    let mut txn_of: HashMap<RecordId, usize> = HashMap::new();
+    for (t, txn) in txns.iter().enumerate() {
+        for &id in &txn.records {
+            txn_of.insert(id, t);
+        }
+    }
+    let mut visible: HashMap<RecordId, usize> = HashMap::new();
+    for (p, (log, lso)) in logs.iter().enumerate() {
+        let tp = &partitions[p];
+        let view = read_committed(log);
+        stats.markers += view.markers;
+        stats.aborted_records_in_log += view.aborted.len() as u64;
+        if let Some(first_open) = view.first_open_offset {
+            assert!(
+                *lso <= first_open,
+                "{tp}: LSO {lso} is above the first offset {first_open} of an open transaction"
+            );
+        }
+        let mut last: Option<RecordId> = None;
+        for &id in &view.visible {
+            assert!(
+                visible.insert(id, p).is_none(),
+                "{tp}: record {id} is visible twice under read_committed"
+            );
+            if let Some(last) = last {
+                assert!(
+                    id > last,
+                    "{tp}: read_committed shows record {id} after record {last}, sent later"
+                );
+            }
+            last = Some(id);
+            let t = *txn_of
+                .get(&id)
+                .unwrap_or_else(|| panic!("{tp}: visible record {id} belongs to no transaction"));
+            assert!(
+                matches!(txns[t].verdict, TxnVerdict::Committed | TxnVerdict::Unknown),
+                "{tp}: record {id} of transaction {t} ({:?}) is visible under read_committed",
+                txns[t].verdict
+            );
+        }
+        stats.visible_records += view.visible.len() as u64;
+    }
+    for (t, txn) in txns.iter().enumerate() {
+        let shown = txn
+            .records
+            .iter()
+            .filter(|id| visible.contains_key(id))
+            .count();
+        match txn.verdict {
+            TxnVerdict::Committed => {
+                stats.committed += 1;
+                for &id in &txn.records {
+                    assert!(
+                        visible.contains_key(&id),
+                        "record {id} of committed transaction {t} is not visible under read_committed"
+                    );
+                    assert!(
+                        matches!(checker.verdict(id), Verdict::Acked(_)),
+                        "record {id} of committed transaction {t} was not acknowledged: {:?}",
+                        checker.verdict(id)
+                    );
+                }
+            }
+            TxnVerdict::Aborted => {
+                stats.aborted += 1;
+                assert_eq!(
+                    shown, 0,
+                    "aborted transaction {t} has {shown} records visible under read_committed"
+                );
+            }
+            TxnVerdict::Unknown | TxnVerdict::Open => {
+                stats.unknown += 1;
+                assert!(
+                    shown == 0 || shown == txn.records.len(),
+                    "transaction {t} of unknown outcome is partly visible: {shown} of {} records",
+                    txn.records.len()
+                );
+            }
+        }
+    }
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::{BufMut, Bytes, BytesMut};
+
+    use super::*;
+    use crate::testkit::batch::TestBatch;
+
+    fn data(base_offset: i64, pid: i64, ids: &[RecordId]) -> StoredBatch {
+        // Sequences follow the record ids (each test sends its records in id order).
+        let seq = ids[0] as i32;
+        let mut batch = TestBatch::idempotent(pid, 0, seq, 0);
+        batch.records = ids
+            .iter()
+            .map(|&id| (None, Some(u64::from(id).to_le_bytes().to_vec())))
+            .collect();
+        let count = ids.len() as i32;
+        StoredBatch {
+            base_offset,
+            last_offset: base_offset + i64::from(count) - 1,
+            producer_id: pid,
+            producer_epoch: 0,
+            base_sequence: seq,
+            last_sequence: seq + count - 1,
+            record_count: count,
+            max_timestamp: 0,
+            transactional: true,
+            control: false,
+            bytes: Bytes::from(batch.encode()),
+        }
+    }
+
+    /// A control batch: 61 header bytes (contents irrelevant here) and one record whose key
+    /// is (version 0, type).
+    fn marker(offset: i64, pid: i64, commit: bool) -> StoredBatch {
+        let mut bytes = BytesMut::from(&[0u8; 61][..]);
+        let mut record = BytesMut::new();
+        record.put_u8(0); // attributes
+        record.put_u8(0); // timestamp delta 0
+        record.put_u8(0); // offset delta 0
+        record.put_u8(8); // key length 4, zigzag
+        record.put_i16(0);
+        record.put_i16(i16::from(commit));
+        record.put_u8(12); // value length 6
+        record.put_slice(&[0; 6]);
+        record.put_u8(0); // no headers
+        bytes.put_u8((record.len() * 2) as u8);
+        bytes.put_slice(&record);
+        StoredBatch {
+            base_offset: offset,
+            last_offset: offset,
+            producer_id: pid,
+            producer_epoch: 0,
+            base_sequence: -1,
+            last_sequence: -1,
+            record_count: 1,
+            max_timestamp: 0,
+            transactional: true,
+            control: true,
+            bytes: bytes.freeze(),
+        }
+    }
+
+    fn txn(records: &[RecordId], verdict: TxnVerdict) -> SimTxn {
+        SimTxn {
+            records: records.to_vec(),
+            offsets: Vec::new(),
+            verdict,
+        }
+    }
+
+    #[test]
+    fn commit_shows_and_abort_hides_and_open_holds_the_lso() {
+        let log = vec![
+            data(0, 1, &[0, 1]),
+            marker(2, 1, true),
+            data(3, 1, &[2]),
+            marker(4, 1, false),
+            data(5, 1, &[3]),
+        ];
+        let view = read_committed(&log);
+        assert_eq!(view.visible, vec![0, 1]);
+        assert_eq!(view.aborted, vec![2]);
+        assert_eq!(view.first_open_offset, Some(5));
+        assert_eq!(view.markers, 2);
+    }
+
+    /// A checker that saw `ids` sent and read `log`; with `ack`, every record in the log was
+    /// acknowledged at its offset.
+    fn checker_with(ids: RecordId, log: &[StoredBatch], ack: bool) -> Checker {
+        let tp = TopicPartition::new("t", 0);
+        let mut checker = Checker::new(vec![tp], 1_000_000);
+        for id in 0..ids {
+            checker.on_send(id, 0, 0);
+        }
+        let end = log.last().map_or(0, |b| b.last_offset + 1);
+        checker.observe_log(0, log, end);
+        if ack {
+            for batch in log.iter().filter(|b| !b.control) {
+                let mut offset = batch.base_offset;
+                for_each_record_value(&batch.bytes, |_, value| {
+                    let id = value.and_then(record_id_of).unwrap();
+                    checker.on_result(
+                        id,
+                        &Ok(crate::engine::RecordMetadata {
+                            topic: "t".into(),
+                            partition: 0,
+                            offset,
+                            timestamp: 0,
+                        }),
+                        0,
+                    );
+                    offset += 1;
+                });
+            }
+        }
+        checker
+    }
+
+    #[test]
+    #[should_panic(expected = "of transaction 0 (Aborted) is visible under read_committed")]
+    fn an_aborted_transaction_that_is_visible_fails() {
+        let log = vec![data(0, 1, &[0]), marker(1, 1, true)];
+        let tp = [TopicPartition::new("t", 0)];
+        check_transactions(
+            &tp,
+            &[(&log, 2)],
+            &[txn(&[0], TxnVerdict::Aborted)],
+            &checker_with(1, &log, false),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "of committed transaction 0 is not visible")]
+    fn a_committed_transaction_that_was_aborted_in_the_log_fails() {
+        let log = vec![data(0, 1, &[0]), marker(1, 1, false)];
+        let tp = [TopicPartition::new("t", 0)];
+        check_transactions(
+            &tp,
+            &[(&log, 2)],
+            &[txn(&[0], TxnVerdict::Committed)],
+            &checker_with(1, &log, false),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "partly visible")]
+    fn an_unknown_transaction_must_be_atomic() {
+        let log = vec![data(0, 1, &[0]), marker(1, 1, true), data(2, 1, &[1])];
+        let tp = [TopicPartition::new("t", 0)];
+        check_transactions(
+            &tp,
+            &[(&log, 2)],
+            &[txn(&[0, 1], TxnVerdict::Unknown)],
+            &checker_with(2, &log, false),
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "LSO 3 is above the first offset 2")]
+    fn an_lso_past_an_open_transaction_fails() {
+        let log = vec![data(0, 1, &[0]), marker(1, 1, true), data(2, 1, &[1])];
+        let tp = [TopicPartition::new("t", 0)];
+        check_transactions(
+            &tp,
+            &[(&log, 3)],
+            &[
+                txn(&[0], TxnVerdict::Committed),
+                txn(&[1], TxnVerdict::Unknown),
+            ],
+            &checker_with(2, &log, true),
+        );
+    }
+
+    #[test]
+    fn a_clean_committed_and_aborted_run_passes() {
+        let log = vec![
+            data(0, 1, &[0]),
+            marker(1, 1, true),
+            data(2, 1, &[1]),
+            marker(3, 1, false),
+        ];
+        let tp = [TopicPartition::new("t", 0)];
+        let stats = check_transactions(
+            &tp,
+            &[(&log, 4)],
+            &[
+                txn(&[0], TxnVerdict::Committed),
+                txn(&[1], TxnVerdict::Aborted),
+            ],
+            &checker_with(2, &log, true),
+        );
+        assert_eq!(stats.committed, 1);
+        assert_eq!(stats.aborted, 1);
+        assert_eq!(stats.visible_records, 1);
+        assert_eq!(stats.aborted_records_in_log, 1);
+    }
+}

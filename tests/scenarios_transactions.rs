@@ -1,0 +1,188 @@
+//! Transactional scenarios on the deterministic simulator: the transactional engine (shard 0
+//! owns the transaction manager), the reference broker behind its in-memory face (its
+//! FindCoordinator and transactional InitProducerId), a 1 ms network and a virtual clock.
+//!
+//! The scenarios that need the coordinator's AddPartitionsToTxn, EndTxn and markers are pinned
+//! against a scripted broker in `tests/engine_transactions.rs` (a partition's first batch waits
+//! for AddPartitionsToTxn, CONCURRENT_TRANSACTIONS retried, NOT_COORDINATOR on EndTxn, commit
+//! flushes lingering batches, abort fails unsent batches, fencing on EndTxn, an abortable
+//! produce error followed by an abort with an epoch bump, a timed-out commit picked up again).
+
+use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
+use kacrab::error::TransactionError;
+use kacrab::protocol::error_code::code;
+use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, SECOND};
+use kafka_protocol::messages::ApiKey;
+
+fn tp(partition: i32) -> TopicPartition {
+    TopicPartition::new("t", partition)
+}
+
+fn transactional(shards: usize) -> Sim {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.shards = shards;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    sim
+}
+
+fn init(sim: &mut Sim) -> Result<(), TransactionError> {
+    let handle = sim.init_transactions()?;
+    let limit = sim.now() + 30 * SECOND;
+    sim.wait_txn(handle, limit)
+        .expect("init_transactions completed")
+}
+
+#[test]
+fn init_transactions_gets_a_transactional_id_from_the_coordinator_and_every_shard_adopts_it() {
+    let mut sim = transactional(2);
+    assert_eq!(init(&mut sim), Ok(()));
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    let identity = sim.identity();
+    assert!(identity.is_valid());
+    assert_eq!(identity.epoch, 0);
+    // The coordinator knows the id under the same identity.
+    let meta = sim
+        .cluster()
+        .transaction_metadata("tx-sim")
+        .map(|m| ProducerIdAndEpoch::new(m.producer_id, m.producer_epoch));
+    assert_eq!(meta, Some(identity));
+    for shard in 0..2 {
+        assert_eq!(sim.engine(shard).identity(), identity, "shard {shard}");
+    }
+    assert!(sim.requests_served(ApiKey::FindCoordinator) >= 1);
+    assert_eq!(sim.requests_served(ApiKey::InitProducerId), 1);
+}
+
+#[test]
+fn a_second_init_transactions_of_the_same_id_bumps_the_epoch() {
+    let mut first = transactional(1);
+    assert_eq!(init(&mut first), Ok(()));
+    // The coordinator fences the old epoch when the id initializes again.
+    let r = first
+        .cluster()
+        .init_producer_id(Some("tx-sim"), 60_000, -1, -1, 0);
+    assert_eq!(r.error_code, code::NONE);
+    assert_eq!(r.producer_epoch, first.identity().epoch + 1);
+}
+
+#[test]
+fn coordinator_not_available_on_find_coordinator_is_retried() {
+    let mut sim = transactional(1);
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::FindCoordinator),
+            Fault::Inject(code::COORDINATOR_NOT_AVAILABLE),
+        )
+        .times(2),
+    );
+    assert_eq!(init(&mut sim), Ok(()));
+    assert_eq!(sim.requests_served(ApiKey::FindCoordinator), 3);
+    assert_eq!(sim.pending_faults(), 0);
+}
+
+#[test]
+fn not_coordinator_on_init_producer_id_finds_the_coordinator_again() {
+    let mut sim = transactional(1);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Inject(code::NOT_COORDINATOR),
+    ));
+    assert_eq!(init(&mut sim), Ok(()));
+    assert_eq!(sim.requests_served(ApiKey::FindCoordinator), 2);
+    assert_eq!(sim.requests_served(ApiKey::InitProducerId), 2);
+}
+
+#[test]
+fn a_fenced_init_producer_id_is_fatal_and_every_later_call_says_so() {
+    let mut sim = transactional(1);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Inject(code::PRODUCER_FENCED),
+    ));
+    assert!(matches!(init(&mut sim), Err(TransactionError::Fenced(_))));
+    assert_eq!(sim.txn_state(), Some(TransactionState::FatalError));
+    assert!(matches!(
+        sim.begin_transaction(),
+        Err(TransactionError::Fenced(_))
+    ));
+    assert!(matches!(
+        sim.send_in_transaction(&tp(0), 8),
+        Err(TransactionError::Fenced(_))
+    ));
+}
+
+#[test]
+fn a_timed_out_init_transactions_called_again_picks_up_its_result() {
+    let mut sim = transactional(1);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Hold,
+    ));
+    let handle = sim.init_transactions().unwrap();
+    let limit = sim.now() + 2 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), None, "the caller timed out");
+    assert!(matches!(
+        sim.begin_transaction(),
+        Err(TransactionError::PendingOperation {
+            pending: "init_transactions",
+            ..
+        })
+    ));
+    assert_eq!(sim.init_transactions().unwrap(), handle);
+    sim.release_held();
+    let limit = sim.now() + 2 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.requests_served(ApiKey::InitProducerId), 1);
+}
+
+#[test]
+fn illegal_calls_give_typed_errors() {
+    let mut sim = transactional(1);
+    assert!(matches!(
+        sim.begin_transaction(),
+        Err(TransactionError::InvalidState {
+            state: "UNINITIALIZED",
+            ..
+        })
+    ));
+    assert!(matches!(
+        sim.commit_transaction(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    assert_eq!(init(&mut sim), Ok(()));
+    assert!(matches!(
+        sim.send_in_transaction(&tp(0), 8),
+        Err(TransactionError::InvalidState {
+            operation: "send",
+            state: "READY"
+        })
+    ));
+    assert!(matches!(
+        sim.abort_transaction(),
+        Err(TransactionError::InvalidState { state: "READY", .. })
+    ));
+    sim.begin_transaction().unwrap();
+    assert!(matches!(
+        sim.begin_transaction(),
+        Err(TransactionError::InvalidState {
+            state: "IN_TRANSACTION",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_transaction_without_sends_commits_without_end_txn() {
+    let mut sim = transactional(2);
+    assert_eq!(init(&mut sim), Ok(()));
+    sim.begin_transaction().unwrap();
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    assert_eq!(sim.requests_served(ApiKey::EndTxn), 0);
+    let stats = sim.check_transactions();
+    assert_eq!(stats.committed, 1);
+}
