@@ -702,7 +702,21 @@ impl TransactionManager {
         if self.coordinator_supports_bumping_epoch && (needs_bump || !self.state.is_completing()) {
             self.epoch_bump_required = true;
         }
-        self.transition_to_abortable(TransactionError::Abortable(error.to_string()));
+        // INVALID_PRODUCER_EPOCH on produce is abortable (KIP-588), yet `maybeFailWithError`
+        // re-throws it as itself, an `ApplicationRecoverableException` (KIP-1050): another
+        // producer took over the transactional id, and commit and send say so.
+        let fenced = matches!(
+            error,
+            ProduceError::Rejected {
+                code: crate::protocol::error_code::code::INVALID_PRODUCER_EPOCH,
+                ..
+            }
+        );
+        self.transition_to_abortable(if fenced {
+            TransactionError::Fenced(error.to_string())
+        } else {
+            TransactionError::Abortable(error.to_string())
+        });
     }
 
     /// Every participant reported `Flushed` for `round`.
