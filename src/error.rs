@@ -82,6 +82,10 @@ pub enum ProduceError {
         "the transaction must be aborted ({0}); the record was not sent and is not in the log"
     )]
     TransactionAbortable(String),
+    /// A transactional producer refused the record before appending it (no transaction
+    /// begun, a pending call, or an abortable or fatal error): it is not in the log.
+    #[error("the transaction manager refused the send: {0}")]
+    Transaction(TransactionError),
 }
 
 impl ProduceError {
@@ -139,6 +143,18 @@ pub enum TransactionError {
     /// An unrecoverable error: close the producer.
     #[error("transaction manager is in a fatal error state: {0}")]
     Fatal(String),
+    /// The call's result did not come within its timeout. The operation goes on: call the
+    /// same method again to wait for (and take) its result; any other call is refused with
+    /// [`PendingOperation`](TransactionError::PendingOperation) meanwhile (Java's
+    /// `TimeoutException` on a transactional call).
+    #[error("{operation} did not complete within {waited:?}; call it again for its result")]
+    Timeout {
+        operation: &'static str,
+        waited: Duration,
+    },
+    /// The producer was closed.
+    #[error("the producer is closed")]
+    Closed,
 }
 
 impl TransactionError {

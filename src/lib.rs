@@ -21,6 +21,8 @@ pub mod runtime;
 pub mod testkit;
 
 pub use config::{Acks, ConfigError, ProducerConfig, ProducerConfigBuilder};
-pub use engine::RecordMetadata;
+pub use engine::{
+    GroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition, TransactionState,
+};
 pub use error::{Error, ProduceError, TransactionError};
 pub use producer::{DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader};

@@ -4,6 +4,7 @@
 pub(crate) mod delivery;
 mod record;
 pub(crate) mod shared;
+mod transaction;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,6 +21,7 @@ use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
+use crate::runtime::txn_driver::{TxnCommand, TxnStatus};
 use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
@@ -91,6 +93,11 @@ struct Inner {
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
+    /// Each shard's control queue; the owner's takes the transaction calls.
+    control: Vec<flume::Sender<TxnCommand>>,
+    txn_status: Arc<TxnStatus>,
+    /// The last barrier token handed out (`txn_driver`).
+    barriers: std::sync::atomic::AtomicU64,
 }
 
 /// A Kafka producer. `Send + Sync`: share it between threads (e.g. in an `Arc`).
@@ -134,11 +141,15 @@ impl Producer {
         let shard_count = cores.len().max(1);
         let mut senders = Vec::with_capacity(shard_count);
         let mut receivers = Vec::with_capacity(shard_count);
+        let mut control = Vec::with_capacity(shard_count);
         for _ in 0..shard_count {
             let (tx, rx) = flume::bounded(SHARD_QUEUE_CAPACITY);
+            let (control_tx, control_rx) = flume::unbounded();
             senders.push(tx);
-            receivers.push(rx);
+            receivers.push((rx, control_rx));
+            control.push(control_tx);
         }
+        let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
@@ -146,12 +157,14 @@ impl Producer {
             metadata: metadata.clone(),
             tickets,
             peers: senders.clone(),
+            control: control.clone(),
+            txn_status: txn_status.clone(),
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,
             counters: counters.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
-        for (index, rx) in receivers.into_iter().enumerate() {
+        for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
             let engine_config = EngineConfig::from_producer_config(&config, index == 0);
             let ctx = ctx.clone();
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cores[index]))
@@ -160,12 +173,15 @@ impl Producer {
             if let Some(spin) = config.spin_before_park {
                 builder = builder.spin_before_park(spin);
             }
-            let join = builder
-                .spawn(move || async move { run_shard(index, engine_config, rx, ctx).await })
-                .map_err(|e| RuntimeError::ShardStart {
-                    shard: index,
-                    reason: e.to_string(),
-                })?;
+            let join =
+                builder
+                    .spawn(move || async move {
+                        run_shard(index, engine_config, rx, control_rx, ctx).await
+                    })
+                    .map_err(|e| RuntimeError::ShardStart {
+                        shard: index,
+                        reason: e.to_string(),
+                    })?;
             joins.push(join);
         }
         Ok(Producer {
@@ -180,6 +196,9 @@ impl Producer {
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
+                control,
+                txn_status,
+                barriers: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -230,6 +249,12 @@ impl Producer {
         }
         if let Some(err) = inner.metadata.fatal() {
             return Err(err);
+        }
+        if inner.config.transactional_id.is_some() {
+            inner
+                .txn_status
+                .check_send()
+                .map_err(ProduceError::Transaction)?;
         }
         let deadline = Instant::now() + inner.config.max_block;
         let headers: Vec<Header<'_>> = record

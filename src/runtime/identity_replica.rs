@@ -82,6 +82,9 @@ impl IdentityReplica {
                     self.replica
                         .request_bump(ProducerIdAndEpoch::new(producer_id, epoch));
                 }
+                Ticket::Replace { from, to } => {
+                    self.replica.replace(from, to);
+                }
             }
         }
         (self.replica.generation() != before).then(|| self.replica.current())

@@ -13,6 +13,7 @@ mod identity_replica;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;
+pub(crate) mod txn_driver;
 mod uring;
 
 pub(crate) use stats::RuntimeCounters;

@@ -24,6 +24,7 @@ use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
 use super::ticket_ring::{Ticket, TicketRing};
+use super::txn_driver::{TxnCommand, TxnDriver, TxnPeers, TxnStatus};
 
 /// A record handed from an application thread to its partition's shard.
 pub(crate) struct OwnedRecord {
@@ -80,6 +81,9 @@ pub(crate) enum ShardCommand {
     Flush(Arc<Latch>),
     /// A peer published to the ticket ring: read it.
     Tickets,
+    /// A commit or abort call's barrier: every record queued before it is in that call's
+    /// flush (`txn_driver`).
+    TxnBarrier(u64),
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -93,6 +97,10 @@ pub(crate) struct ShardContext {
     /// Identity tickets, read by every shard in one order (consumer index = shard index).
     pub tickets: Arc<TicketRing>,
     pub peers: Vec<flume::Sender<ShardCommand>>,
+    /// Each shard's control queue (transaction protocol messages), drained before every
+    /// data command.
+    pub control: Vec<flume::Sender<TxnCommand>>,
+    pub txn_status: Arc<TxnStatus>,
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
     pub counters: Arc<RuntimeCounters>,
@@ -123,6 +131,21 @@ impl ShardContext {
             self.nudge_peers(shard);
         }
         adopt_tickets(&self.tickets, replica, engine);
+    }
+}
+
+impl TxnPeers for ShardContext {
+    fn send_txn(&self, shard: usize, command: TxnCommand) {
+        // Fails only when that shard has stopped, and then nobody waits for the answer.
+        let _ = self.control[shard].send(command);
+    }
+
+    fn shard_count(&self) -> usize {
+        self.control.len()
+    }
+
+    fn txn_status(&self) -> &TxnStatus {
+        &self.txn_status
     }
 }
 
@@ -208,6 +231,7 @@ const COMMANDS_PER_TURN: usize = 8192;
 
 enum Wake {
     Command(Option<ShardCommand>),
+    Control(Option<TxnCommand>),
     Event(Option<ConnectionEvent>),
     Timer,
 }
@@ -216,6 +240,7 @@ pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
     commands: flume::Receiver<ShardCommand>,
+    control: flume::Receiver<TxnCommand>,
     ctx: Arc<ShardContext>,
 ) {
     let start = Instant::now();
@@ -235,6 +260,8 @@ pub(crate) async fn run_shard(
     let mut closing: Option<(Instant, Arc<Latch>)> = None;
     let mut pending: Option<Wake> = None;
     let mut report = ShardReport::default();
+    let mut txn = TxnDriver::new(shard);
+    txn.publish_status(&engine, &*ctx);
 
     loop {
         // 1. What woke us, then everything else already waiting.
@@ -242,6 +269,7 @@ pub(crate) async fn run_shard(
         let handle_command =
             |cmd: ShardCommand,
              engine: &mut Engine<DeliveryHandle>,
+             txn: &mut TxnDriver,
              flushes: &mut Vec<(u64, Arc<Latch>)>,
              closing: &mut Option<(Instant, Arc<Latch>)>| {
                 match cmd {
@@ -269,17 +297,33 @@ pub(crate) async fn run_shard(
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
                     // Read below, with whatever else the ring holds.
                     ShardCommand::Tickets => {}
+                    ShardCommand::TxnBarrier(token) => txn.on_barrier(token, engine),
                     ShardCommand::Close { deadline, done } => {
                         engine.begin_close();
                         *closing = Some((deadline, done));
                     }
                 }
             };
+        // Control commands go first, and again before each data command: one queued before a
+        // data command (say `Ended` before a record of the next transaction) is handled
+        // before it.
+        let drain_control = |engine: &mut Engine<DeliveryHandle>,
+                             txn: &mut TxnDriver,
+                             first: Option<TxnCommand>| {
+            if let Some(cmd) = first {
+                txn.handle(cmd, engine, &*ctx);
+            }
+            while let Ok(cmd) = control.try_recv() {
+                txn.handle(cmd, engine, &*ctx);
+            }
+        };
         match pending.take() {
             Some(Wake::Command(Some(cmd))) => {
-                handle_command(cmd, &mut engine, &mut flushes, &mut closing);
+                drain_control(&mut engine, &mut txn, None);
+                handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
                 handled += 1;
             }
+            Some(Wake::Control(Some(cmd))) => drain_control(&mut engine, &mut txn, Some(cmd)),
             Some(Wake::Command(None)) if closing.is_none() => {
                 // Every producer handle is gone without a close: stop after sending.
                 engine.begin_close();
@@ -290,10 +334,14 @@ pub(crate) async fn run_shard(
             }
             _ => {}
         }
+        drain_control(&mut engine, &mut txn, None);
         while handled < COMMANDS_PER_TURN {
             match commands.try_recv() {
                 Ok(cmd) => {
-                    handle_command(cmd, &mut engine, &mut flushes, &mut closing);
+                    if !control.is_empty() {
+                        drain_control(&mut engine, &mut txn, None);
+                    }
+                    handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
                     handled += 1;
                 }
                 Err(_) => break,
@@ -310,7 +358,7 @@ pub(crate) async fn run_shard(
         adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
         for _ in 0..8 {
             engine.poll(now());
-            if !engine.has_actions() {
+            if !engine.has_actions() && !engine.has_txn_actions() {
                 break;
             }
             let actions: Vec<Action> = engine.take_actions().collect();
@@ -346,7 +394,23 @@ pub(crate) async fn run_shard(
                     ),
                 }
             }
+            for action in engine.take_txn_actions() {
+                txn.route(
+                    action,
+                    &mut engine,
+                    &*ctx,
+                    &mut |engine: &mut Engine<DeliveryHandle>, from, to| {
+                        ctx.publish_ticket(
+                            shard,
+                            &mut replica,
+                            engine,
+                            Ticket::Replace { from, to },
+                        )
+                    },
+                );
+            }
         }
+        txn.publish_status(&engine, &*ctx);
         if let Some(err) = engine.fatal_error() {
             ctx.metadata.publish_fatal(err.clone());
         }
@@ -385,6 +449,7 @@ pub(crate) async fn run_shard(
                 );
                 // Publishers must not wait for a reader that is gone.
                 ctx.tickets.detach(shard);
+                txn.close();
                 done.count_down();
                 return;
             }
@@ -409,8 +474,15 @@ pub(crate) async fn run_shard(
             Wake::Timer
         };
         let command = async { Wake::Command(commands.recv_async().await.ok()) };
+        let control_command = async { Wake::Control(control.recv_async().await.ok()) };
         let event = async { Wake::Event(events_rx.recv().await) };
-        pending = Some(future::or(command, future::or(event, timer)).await);
+        pending = Some(
+            future::or(
+                control_command,
+                future::or(command, future::or(event, timer)),
+            )
+            .await,
+        );
     }
 }
 

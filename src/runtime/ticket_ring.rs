@@ -14,30 +14,62 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A control ticket. Packed into two words so a slot needs no lock.
+use crate::engine::ProducerIdAndEpoch;
+
+/// A control ticket. Packed into three words so a slot needs no lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ticket {
     /// InitProducerId returned this identity.
     Install { producer_id: i64, epoch: i16 },
     /// A shard observed this identity and needs the epoch bumped past it (KIP-360).
     Bump { producer_id: i64, epoch: i16 },
+    /// A transactional InitProducerId replaced `from` with `to` (the transaction coordinator
+    /// decides transactional epochs); ignored where `from` is no longer in force.
+    Replace {
+        from: ProducerIdAndEpoch,
+        to: ProducerIdAndEpoch,
+    },
 }
 
 impl Ticket {
-    fn pack(self) -> (u64, u64) {
-        let (kind, producer_id, epoch) = match self {
-            Ticket::Install { producer_id, epoch } => (1u64, producer_id, epoch),
-            Ticket::Bump { producer_id, epoch } => (2u64, producer_id, epoch),
+    /// `a` holds the kind and both epochs, `b` and `c` the producer ids.
+    fn pack(self) -> [u64; 3] {
+        let (kind, first, second) = match self {
+            Ticket::Install { producer_id, epoch } => (
+                1u64,
+                ProducerIdAndEpoch::new(producer_id, epoch),
+                ProducerIdAndEpoch::NONE,
+            ),
+            Ticket::Bump { producer_id, epoch } => (
+                2u64,
+                ProducerIdAndEpoch::new(producer_id, epoch),
+                ProducerIdAndEpoch::NONE,
+            ),
+            Ticket::Replace { from, to } => (3u64, from, to),
         };
-        (kind << 16 | (epoch as u16 as u64), producer_id as u64)
+        [
+            kind << 32 | (first.epoch as u16 as u64) << 16 | (second.epoch as u16 as u64),
+            first.producer_id as u64,
+            second.producer_id as u64,
+        ]
     }
 
-    fn unpack(a: u64, b: u64) -> Ticket {
-        let epoch = (a & 0xffff) as u16 as i16;
-        let producer_id = b as i64;
-        match a >> 16 {
-            1 => Ticket::Install { producer_id, epoch },
-            _ => Ticket::Bump { producer_id, epoch },
+    fn unpack([a, b, c]: [u64; 3]) -> Ticket {
+        let first = ProducerIdAndEpoch::new(b as i64, (a >> 16 & 0xffff) as u16 as i16);
+        let second = ProducerIdAndEpoch::new(c as i64, (a & 0xffff) as u16 as i16);
+        match a >> 32 {
+            1 => Ticket::Install {
+                producer_id: first.producer_id,
+                epoch: first.epoch,
+            },
+            2 => Ticket::Bump {
+                producer_id: first.producer_id,
+                epoch: first.epoch,
+            },
+            _ => Ticket::Replace {
+                from: first,
+                to: second,
+            },
         }
     }
 }
@@ -45,8 +77,7 @@ impl Ticket {
 struct Slot {
     /// `index + 1` once the ticket published at `index` is readable; 0 when never written.
     sequence: AtomicU64,
-    a: AtomicU64,
-    b: AtomicU64,
+    words: [AtomicU64; 3],
 }
 
 /// The ring is full: some consumer has not read the ticket a publish would overwrite.
@@ -70,8 +101,7 @@ impl TicketRing {
             slots: (0..capacity)
                 .map(|_| Slot {
                     sequence: AtomicU64::new(0),
-                    a: AtomicU64::new(0),
-                    b: AtomicU64::new(0),
+                    words: Default::default(),
                 })
                 .collect(),
             head: AtomicU64::new(0),
@@ -109,9 +139,9 @@ impl TicketRing {
         }
         // This index is ours alone, and every consumer has read the slot's previous ticket.
         let slot = &self.slots[(head % capacity) as usize];
-        let (a, b) = ticket.pack();
-        slot.a.store(a, Ordering::Relaxed);
-        slot.b.store(b, Ordering::Relaxed);
+        for (word, value) in slot.words.iter().zip(ticket.pack()) {
+            word.store(value, Ordering::Relaxed);
+        }
         slot.sequence.store(head + 1, Ordering::Release);
         Ok(head)
     }
@@ -129,10 +159,7 @@ impl TicketRing {
         if slot.sequence.load(Ordering::Acquire) != index + 1 {
             return None;
         }
-        let ticket = Ticket::unpack(
-            slot.a.load(Ordering::Relaxed),
-            slot.b.load(Ordering::Relaxed),
-        );
+        let ticket = Ticket::unpack(slot.words.each_ref().map(|w| w.load(Ordering::Relaxed)));
         cursor.store(index + 1, Ordering::Release);
         Some(ticket)
     }
@@ -150,7 +177,7 @@ impl TicketRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EpochCoordinator, ProducerIdAndEpoch};
+    use crate::engine::EpochCoordinator;
     use std::sync::Arc;
 
     fn apply(replica: &mut EpochCoordinator, ticket: Ticket) {
@@ -161,7 +188,40 @@ mod tests {
             Ticket::Bump { producer_id, epoch } => {
                 replica.request_bump(ProducerIdAndEpoch::new(producer_id, epoch));
             }
+            Ticket::Replace { from, to } => {
+                replica.replace(from, to);
+            }
         }
+    }
+
+    #[test]
+    fn every_kind_of_ticket_reads_back_as_published() {
+        let ring = TicketRing::new(8, 1);
+        let tickets = [
+            Ticket::Install {
+                producer_id: i64::MAX,
+                epoch: i16::MAX,
+            },
+            Ticket::Bump {
+                producer_id: 0,
+                epoch: -1,
+            },
+            Ticket::Replace {
+                from: ProducerIdAndEpoch::new(7, 32766),
+                to: ProducerIdAndEpoch::new(8, 0),
+            },
+            Ticket::Replace {
+                from: ProducerIdAndEpoch::NONE,
+                to: ProducerIdAndEpoch::new(9, 3),
+            },
+        ];
+        for t in tickets {
+            ring.publish(t).unwrap();
+        }
+        for t in tickets {
+            assert_eq!(ring.next(0), Some(t));
+        }
+        assert_eq!(ring.next(0), None);
     }
 
     #[test]
@@ -179,9 +239,12 @@ mod tests {
                 producer_id: -1,
                 epoch: -1,
             },
+            Ticket::Replace {
+                from: ProducerIdAndEpoch::new(i64::MAX, -1),
+                to: ProducerIdAndEpoch::new(-1, i16::MAX),
+            },
         ] {
-            let (a, b) = t.pack();
-            assert_eq!(Ticket::unpack(a, b), t);
+            assert_eq!(Ticket::unpack(t.pack()), t);
         }
     }
 

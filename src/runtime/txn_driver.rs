@@ -1,0 +1,423 @@
+//! The shard driver's transactional half. `engine/transaction.rs` defines the protocol: the
+//! owner shard ([`OWNER`]) holds the one transaction manager, every shard (the owner too) is a
+//! participant for its own partitions, and the two sides talk only through [`TxnAction`]s.
+//! This module carries those actions between shards as [`TxnCommand`]s, answers the
+//! application's calls, and publishes the check `send` makes ([`TxnStatus`]).
+//!
+//! Ordering, which the protocol leaves to the driver:
+//! - Commands travel on each shard's unbounded control queue, drained before every data
+//!   command (see `shard.rs`). So a participant handles `Ended` before any record the
+//!   application sent after the commit or abort returned: `Ended` was queued before the
+//!   result was handed over.
+//! - A commit or abort first pushes a barrier token through every shard's data queue, behind
+//!   every record sent before the call, and the owner's `Flush` names that token. A
+//!   participant defers the flush until it has dequeued the barrier, so the records sent
+//!   before the call are in the transaction's flush (Java adds a partition inside `send`).
+//! - A new transactional identity travels on the ticket ring (`Ticket::Replace`), which every
+//!   shard reads before it handles the data command that could drain a batch under it.
+//!
+//! A call's caller may time out; the operation goes on, its result stays with the transaction
+//! manager, and the same call made again picks it up (Java's cached `TransactionalRequestResult`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::engine::{
+    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TxnAction, TxnHandle,
+};
+use crate::error::{ProduceError, TransactionError};
+use crate::producer::delivery::DeliveryHandle;
+
+/// The shard whose engine owns the identity and the transaction manager.
+pub(crate) const OWNER: usize = 0;
+
+/// An application call, made on the owner.
+pub(crate) enum TxnCall {
+    Init,
+    Begin,
+    SendOffsets {
+        offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
+        group: GroupMetadata,
+    },
+    /// `barrier`: the token the caller pushed through every shard's data queue first.
+    Commit {
+        barrier: u64,
+    },
+    Abort {
+        barrier: u64,
+    },
+}
+
+/// One protocol message to a shard. At most a few per transaction step, so the control queue
+/// needs no bound of its own; every one is answered or ends with the shard.
+pub(crate) enum TxnCommand {
+    Call {
+        call: TxnCall,
+        slot: Arc<CallSlot>,
+    },
+    AddPartitions(Vec<TopicPartition>),
+    PartitionsAdded(Vec<TopicPartition>),
+    ProduceFailed {
+        error: ProduceError,
+        needs_bump: bool,
+        fatal: bool,
+    },
+    Abortable(ProduceError),
+    Flush {
+        round: u64,
+        abort: bool,
+        barrier: u64,
+    },
+    Flushed {
+        round: u64,
+        shard: usize,
+    },
+    Ended,
+    Fatal(ProduceError),
+}
+
+/// Where one call's result meets its caller.
+#[derive(Default)]
+pub(crate) struct CallSlot {
+    state: Mutex<SlotState>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct SlotState {
+    result: Option<Result<(), TransactionError>>,
+    /// The caller timed out and left: a result must stay with the transaction manager.
+    abandoned: bool,
+}
+
+enum Offer {
+    Delivered,
+    NotReady,
+    Abandoned,
+}
+
+impl CallSlot {
+    pub(crate) fn new() -> Arc<CallSlot> {
+        Arc::new(CallSlot::default())
+    }
+
+    /// Hands the caller what `take` yields, if the caller still waits; `take` runs only then,
+    /// under the slot's lock, so a result is taken from the transaction manager only for a
+    /// caller that will see it.
+    fn offer(&self, take: impl FnOnce() -> Option<Result<(), TransactionError>>) -> Offer {
+        let mut state = self.state.lock().expect("call slot lock");
+        if state.abandoned {
+            return Offer::Abandoned;
+        }
+        match take() {
+            Some(result) => {
+                state.result = Some(result);
+                self.done.notify_all();
+                Offer::Delivered
+            }
+            None => Offer::NotReady,
+        }
+    }
+
+    /// Waits up to `timeout`; `None` when it passed (the slot is then abandoned).
+    pub(crate) fn wait(&self, timeout: Duration) -> Option<Result<(), TransactionError>> {
+        let state = self.state.lock().expect("call slot lock");
+        let (mut state, _) = self
+            .done
+            .wait_timeout_while(state, timeout, |s| s.result.is_none())
+            .expect("call slot lock");
+        let result = state.result.take();
+        if result.is_none() {
+            state.abandoned = true;
+        }
+        result
+    }
+}
+
+/// What `send` checks before it appends a record (`TM.maybeAddPartition`'s checks), as the
+/// owner last published it.
+pub(crate) struct TxnStatus {
+    send: Mutex<Result<(), TransactionError>>,
+}
+
+impl Default for TxnStatus {
+    fn default() -> Self {
+        TxnStatus {
+            send: Mutex::new(Err(TransactionError::InvalidState {
+                operation: "send",
+                state: "UNINITIALIZED",
+            })),
+        }
+    }
+}
+
+impl TxnStatus {
+    pub(crate) fn check_send(&self) -> Result<(), TransactionError> {
+        self.send.lock().expect("txn status lock").clone()
+    }
+
+    fn publish(&self, check: Result<(), TransactionError>) {
+        *self.send.lock().expect("txn status lock") = check;
+    }
+}
+
+/// How the driver reaches the other shards.
+pub(crate) trait TxnPeers {
+    /// Queues `command` for `shard` (never this one).
+    fn send_txn(&self, shard: usize, command: TxnCommand);
+    fn shard_count(&self) -> usize;
+    fn txn_status(&self) -> &TxnStatus;
+}
+
+/// One shard's transactional driver state.
+pub(crate) struct TxnDriver {
+    shard: usize,
+    /// Participant: the newest barrier token dequeued from this shard's data queue.
+    barrier_seen: u64,
+    /// Participant: a flush waiting for its barrier (round, abort, barrier).
+    deferred_flush: Option<(u64, bool, u64)>,
+    /// Owner: calls waiting for their result.
+    waiters: HashMap<TxnHandle, Arc<CallSlot>>,
+    /// Owner: the barrier of the latest commit or abort call, named by the flush it starts.
+    barrier: u64,
+    /// Owner: the flush round in progress and which shards reported it.
+    flush: Option<(u64, Vec<bool>)>,
+    published: Option<Result<(), TransactionError>>,
+}
+
+impl TxnDriver {
+    pub(crate) fn new(shard: usize) -> Self {
+        TxnDriver {
+            shard,
+            barrier_seen: 0,
+            deferred_flush: None,
+            waiters: HashMap::new(),
+            barrier: 0,
+            flush: None,
+            published: None,
+        }
+    }
+
+    /// Participant: a barrier came through the data queue.
+    pub(crate) fn on_barrier(&mut self, token: u64, engine: &mut Engine<DeliveryHandle>) {
+        self.barrier_seen = self.barrier_seen.max(token);
+        if let Some((round, abort, barrier)) = self.deferred_flush {
+            if self.barrier_seen >= barrier {
+                self.deferred_flush = None;
+                engine.txn_flush(round, abort);
+            }
+        }
+    }
+
+    /// Handles a command from the control queue (or from this shard itself).
+    pub(crate) fn handle(
+        &mut self,
+        command: TxnCommand,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) {
+        match command {
+            TxnCommand::Call { call, slot } => self.call(call, slot, engine, peers),
+            TxnCommand::AddPartitions(partitions) => engine.txn_add_partitions(&partitions),
+            TxnCommand::PartitionsAdded(partitions) => engine.txn_partitions_added(&partitions),
+            TxnCommand::ProduceFailed {
+                error,
+                needs_bump,
+                fatal,
+            } => engine.txn_produce_failed(&error, needs_bump, fatal),
+            TxnCommand::Abortable(error) => engine.txn_abortable(error),
+            TxnCommand::Flush {
+                round,
+                abort,
+                barrier,
+            } => {
+                if self.barrier_seen >= barrier {
+                    engine.txn_flush(round, abort);
+                } else {
+                    self.deferred_flush = Some((round, abort, barrier));
+                }
+            }
+            TxnCommand::Flushed { round, shard } => {
+                if let Some((current, done)) = &mut self.flush {
+                    if *current == round {
+                        if let Some(d) = done.get_mut(shard) {
+                            *d = true;
+                        }
+                        if done.iter().all(|d| *d) {
+                            self.flush = None;
+                            engine.txn_all_flushed(round);
+                        }
+                    }
+                }
+            }
+            TxnCommand::Ended => engine.txn_ended(),
+            TxnCommand::Fatal(error) => engine.txn_fatal(error),
+        }
+    }
+
+    /// Owner: an application call. The status `send` checks is published before the caller
+    /// can learn the result, so its next send sees the state the call left.
+    fn call(
+        &mut self,
+        call: TxnCall,
+        slot: Arc<CallSlot>,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) {
+        let started = match call {
+            TxnCall::Init => engine.init_transactions().map(Some),
+            TxnCall::Begin => engine.begin_transaction().map(|()| None),
+            TxnCall::SendOffsets { offsets, group } => {
+                engine.send_offsets_to_transaction(offsets, group).map(Some)
+            }
+            TxnCall::Commit { barrier } => {
+                self.barrier = self.barrier.max(barrier);
+                engine.commit_transaction().map(Some)
+            }
+            TxnCall::Abort { barrier } => {
+                self.barrier = self.barrier.max(barrier);
+                engine.abort_transaction().map(Some)
+            }
+        };
+        self.publish_status(engine, peers);
+        match started {
+            Err(err) => {
+                slot.offer(|| Some(Err(err)));
+            }
+            Ok(None) => {
+                slot.offer(|| Some(Ok(())));
+            }
+            Ok(Some(handle)) => {
+                // A call repeated after a timeout may find its result already there.
+                if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                    self.waiters.insert(handle, slot);
+                }
+            }
+        }
+    }
+
+    /// Routes one action the engine emitted. `publish_identity` puts a new identity on the
+    /// ticket ring (and adopts it here).
+    pub(crate) fn route(
+        &mut self,
+        action: TxnAction,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+        publish_identity: &mut impl FnMut(
+            &mut Engine<DeliveryHandle>,
+            crate::engine::ProducerIdAndEpoch,
+            crate::engine::ProducerIdAndEpoch,
+        ),
+    ) {
+        match action {
+            TxnAction::AddPartitions { partitions } => {
+                self.send_to_owner(TxnCommand::AddPartitions(partitions), engine, peers)
+            }
+            TxnAction::ProduceFailed {
+                error,
+                needs_bump,
+                fatal,
+            } => self.send_to_owner(
+                TxnCommand::ProduceFailed {
+                    error,
+                    needs_bump,
+                    fatal,
+                },
+                engine,
+                peers,
+            ),
+            TxnAction::Flushed { round } => self.send_to_owner(
+                TxnCommand::Flushed {
+                    round,
+                    shard: self.shard,
+                },
+                engine,
+                peers,
+            ),
+            TxnAction::PartitionsAdded { partitions } => self.send_to_all(
+                |_| TxnCommand::PartitionsAdded(partitions.clone()),
+                engine,
+                peers,
+            ),
+            TxnAction::Abortable { error } => {
+                self.send_to_all(|_| TxnCommand::Abortable(error.clone()), engine, peers)
+            }
+            TxnAction::Flush { round, abort } => {
+                self.flush = Some((round, vec![false; peers.shard_count()]));
+                let barrier = self.barrier;
+                self.send_to_all(
+                    |_| TxnCommand::Flush {
+                        round,
+                        abort,
+                        barrier,
+                    },
+                    engine,
+                    peers,
+                );
+            }
+            TxnAction::Ended => self.send_to_all(|_| TxnCommand::Ended, engine, peers),
+            TxnAction::Fatal { error } => {
+                self.send_to_all(|_| TxnCommand::Fatal(error.clone()), engine, peers)
+            }
+            TxnAction::IdentityReplaced { from, to } => publish_identity(engine, from, to),
+            TxnAction::Completed { handle } => {
+                self.publish_status(engine, peers);
+                if let Some(slot) = self.waiters.remove(&handle) {
+                    if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                        self.waiters.insert(handle, slot);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_to_owner(
+        &mut self,
+        command: TxnCommand,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) {
+        if self.shard == OWNER {
+            self.handle(command, engine, peers);
+        } else {
+            peers.send_txn(OWNER, command);
+        }
+    }
+
+    /// Every shard, this one last (its effects then come with its next poll).
+    fn send_to_all(
+        &mut self,
+        command: impl Fn(usize) -> TxnCommand,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) {
+        for shard in (0..peers.shard_count()).filter(|&s| s != self.shard) {
+            peers.send_txn(shard, command(shard));
+        }
+        self.handle(command(self.shard), engine, peers);
+    }
+
+    /// Owner: publishes what `send` checks when it changed.
+    pub(crate) fn publish_status(
+        &mut self,
+        engine: &Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) {
+        if engine.transaction_manager().is_none() {
+            return;
+        }
+        let check = engine.txn_check_send();
+        if self.published.as_ref() != Some(&check) {
+            peers.txn_status().publish(check.clone());
+            self.published = Some(check);
+        }
+    }
+
+    /// The shard stops: every waiting caller learns it.
+    pub(crate) fn close(&mut self) {
+        for (_, slot) in self.waiters.drain() {
+            slot.offer(|| Some(Err(TransactionError::Closed)));
+        }
+    }
+}
