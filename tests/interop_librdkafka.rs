@@ -370,3 +370,69 @@ fn a_broker_down_holds_only_its_own_partitions() {
     sent.verify(&bootstrap, TOPIC, 6);
     producer.close(Duration::from_secs(10));
 }
+
+/// The mock has a transaction coordinator but no markers and no transaction state (see the
+/// mock notes): it shows that init, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit,
+/// produce and EndTxn interoperate, and that a committed transaction's records are each in the
+/// log once, in order.
+#[test]
+fn a_committed_transaction_interoperates_with_librdkafkas_mock_coordinator() {
+    let mock = mock_with_topic(3);
+    let bootstrap = mock.bootstrap_servers();
+    let producer = Producer::builder()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "5")
+        .set("kacrab.shards", "2")
+        .set("transactional.id", "interop-txn")
+        .build()
+        .expect("producer");
+    let call = Duration::from_secs(30);
+    producer.init_transactions(call).expect("init_transactions");
+    producer.begin_transaction().expect("begin_transaction");
+    let futures: Vec<_> = (0..300)
+        .map(|i| {
+            producer.send(
+                ProducerRecord::new(TOPIC, Bytes::from(format!("t{i:04}"))).with_partition(i % 3),
+            )
+        })
+        .collect();
+    producer
+        .send_offsets_to_transaction(
+            [(
+                // The mock answers UNKNOWN_TOPIC_OR_PARTITION (retriable) for a topic it lacks.
+                kacrab::TopicPartition {
+                    topic: TOPIC.into(),
+                    partition: 0,
+                },
+                kacrab::OffsetAndMetadata::new(42),
+            )],
+            &kacrab::GroupMetadata::new("interop-group"),
+            call,
+        )
+        .expect("send_offsets_to_transaction");
+    producer
+        .commit_transaction(call)
+        .expect("commit_transaction");
+    for f in futures {
+        f.wait().expect("a committed record is acknowledged");
+    }
+    let log = read_back(
+        &bootstrap,
+        TOPIC,
+        3,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(30),
+    );
+    for (partition, records) in log.iter().enumerate() {
+        let values: Vec<String> = records
+            .iter()
+            .map(|r| String::from_utf8(r.payload.clone().unwrap()).unwrap())
+            .collect();
+        let expected: Vec<String> = (0..300)
+            .filter(|i| i % 3 == partition as i32)
+            .map(|i| format!("t{i:04}"))
+            .collect();
+        assert_eq!(values, expected, "partition {partition}");
+    }
+    producer.close(Duration::from_secs(5));
+}
