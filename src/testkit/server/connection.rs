@@ -113,7 +113,9 @@ fn serve_frame(
         _ => None,
     };
 
-    let (reply, out) = answer_request(shared, broker, closed, request, injected, now_ms());
+    let now = now_ms();
+    shared.maybe_abort_timed_out_transactions(now);
+    let (reply, out) = answer_request(shared, broker, closed, request, injected, now);
     drop(taken);
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,

@@ -15,7 +15,7 @@ mod stats;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -47,7 +47,13 @@ pub(crate) struct Shared {
     api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
+    /// Wall-clock time of the last transaction-timeout sweep.
+    last_timeout_sweep_ms: AtomicI64,
 }
+
+/// How often the TCP face sweeps for timed-out transactions (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; tests want less).
+pub const TRANSACTION_TIMEOUT_SWEEP_MS: i64 = 100;
 
 struct BrokerSlot {
     id: i32,
@@ -91,6 +97,7 @@ impl Shared {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            last_timeout_sweep_ms: AtomicI64::new(0),
         }
     }
 
@@ -113,6 +120,24 @@ impl Shared {
         match self.appended.wait_timeout(guard, timeout) {
             Ok((guard, _)) => guard,
             Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+
+    /// The coordinator's periodic abort of timed-out transactions, run from the request path
+    /// at most every [`TRANSACTION_TIMEOUT_SWEEP_MS`] (clients poll constantly, so a sweep is
+    /// never far off). The simulator calls [`Cluster::abort_timed_out_transactions`] itself.
+    pub(crate) fn maybe_abort_timed_out_transactions(&self, now_ms: i64) {
+        let last = self.last_timeout_sweep_ms.load(Ordering::Relaxed);
+        if now_ms - last < TRANSACTION_TIMEOUT_SWEEP_MS
+            || self
+                .last_timeout_sweep_ms
+                .compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        if self.cluster().abort_timed_out_transactions(now_ms) > 0 {
+            self.notify_appended();
         }
     }
 
@@ -172,6 +197,7 @@ impl ReferenceCluster {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            last_timeout_sweep_ms: AtomicI64::new(0),
         });
         for (id, listener) in ids.into_iter().zip(listeners) {
             start_acceptor(&shared, id, listener);
