@@ -587,3 +587,167 @@ fn librdkafka_transactional_producer_commits_exactly_the_committed_records_under
     );
     assert_eq!(stats.unsupported_closed(), 0);
 }
+
+/// A transactional librdkafka producer for `transactional_id`, initialised.
+fn initialised_txn_producer(
+    bootstrap: &str,
+    transactional_id: &str,
+    timeout_ms: &str,
+) -> (IdProducer, std::sync::Arc<common::Deliveries>) {
+    let (producer, deliveries) = idempotent_producer(
+        bootstrap,
+        &[
+            ("transactional.id", transactional_id),
+            ("transaction.timeout.ms", timeout_ms),
+            ("message.timeout.ms", timeout_ms),
+            ("linger.ms", "2"),
+            ("retry.backoff.ms", "10"),
+            ("retry.backoff.max.ms", "100"),
+        ],
+    );
+    retrying("init_transactions", || producer.init_transactions(WAIT));
+    (producer, deliveries)
+}
+
+/// Sends `ids` round-robin over the partitions of `topic` and waits until every one is acked.
+fn send_acked(producer: &IdProducer, deliveries: &common::Deliveries, topic: &str, ids: &[u64]) {
+    let before = deliveries.acked_count();
+    for &id in ids {
+        send_id(producer, topic, (id % PARTITIONS as u64) as i32, id, 24);
+    }
+    producer.flush(WAIT).expect("flush");
+    deliveries.wait_until("acks", WAIT, |s| s.acked.len() >= before + ids.len());
+}
+
+// TC `prepareInitProducerIdTransit` against librdkafka: a second producer with the same
+// transactional id fences the first while its transaction is open. The broker aborts the open
+// transaction (markers at epoch + 1) and answers CONCURRENT_TRANSACTIONS, which librdkafka
+// retries into a second bump; the first producer's commit then fails fatally. Only the second
+// producer's transaction is visible under read_committed.
+#[test]
+fn librdkafka_second_transactional_producer_fences_the_first_and_its_transaction_is_aborted() {
+    const TOPIC_FENCE: &str = "crosscheck-fence";
+    const ID: &str = "crosscheck-fenced";
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(TOPIC_FENCE, &[1, 2, 3, 1, 2, 3]);
+    let bootstrap = cluster.bootstrap_servers();
+
+    let (zombie, zombie_deliveries) = initialised_txn_producer(&bootstrap, ID, "60000");
+    zombie.begin_transaction().expect("begin");
+    let zombie_ids: Vec<u64> = (0..60).collect();
+    send_acked(&zombie, &zombie_deliveries, TOPIC_FENCE, &zombie_ids);
+    let inits_before = cluster.stats().requests(ApiKey::InitProducerId);
+
+    let (fresh, fresh_deliveries) = initialised_txn_producer(&bootstrap, ID, "60000");
+    let (state, epoch) = cluster.with_cluster(|c| {
+        let m = c.transaction_metadata(ID).unwrap();
+        (m.state, m.producer_epoch)
+    });
+    assert_eq!(
+        (state, epoch),
+        (TransactionState::Empty, 2),
+        "fence at 1, bump to 2"
+    );
+    assert!(
+        cluster.stats().requests(ApiKey::InitProducerId) >= inits_before + 2,
+        "the CONCURRENT_TRANSACTIONS answer was retried"
+    );
+
+    let refused = zombie.commit_transaction(WAIT);
+    match &refused {
+        Err(KafkaError::Transaction(e)) => {
+            assert!(e.is_fatal(), "a fenced producer is fatal: {e}")
+        }
+        other => panic!("the fenced producer's commit: {other:?}"),
+    }
+
+    fresh.begin_transaction().expect("begin");
+    let fresh_ids: Vec<u64> = (60..120).collect();
+    send_acked(&fresh, &fresh_deliveries, TOPIC_FENCE, &fresh_ids);
+    retrying("commit_transaction", || fresh.commit_transaction(WAIT));
+
+    let committed = read_back(
+        &bootstrap,
+        TOPIC_FENCE,
+        PARTITIONS,
+        Isolation::ReadCommitted,
+        WAIT,
+    );
+    println!(
+        "read_committed: {}",
+        check_exactly_once(&payload_ids(&committed), &fresh_ids, &fresh_ids)
+    );
+    let all: Vec<u64> = (0..120).collect();
+    let uncommitted = read_back(
+        &bootstrap,
+        TOPIC_FENCE,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        WAIT,
+    );
+    println!(
+        "read_uncommitted: {}",
+        check_exactly_once(&payload_ids(&uncommitted), &all, &all)
+    );
+    cluster.with_cluster(|c| {
+        for p in 0..PARTITIONS {
+            let aborted = c.aborted_transactions(TOPIC_FENCE, p);
+            assert_eq!(aborted.len(), 1, "p{p}: the zombie's transaction");
+        }
+        assert_eq!(c.markers_rejected(), 0);
+    });
+}
+
+// TC `abortTimedOutTransactions` against librdkafka: a transaction left open past
+// `transaction.timeout.ms` is aborted by the coordinator's timer (epoch + 1), and under TV1 the
+// producer is fenced for good: its commit fails fatally and none of its records is visible
+// under read_committed.
+#[test]
+fn librdkafka_transaction_open_past_its_timeout_is_aborted_by_the_coordinator() {
+    const TOPIC_TIMEOUT: &str = "crosscheck-timeout";
+    const ID: &str = "crosscheck-timed-out";
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(TOPIC_TIMEOUT, &[1, 2, 3, 1, 2, 3]);
+    let bootstrap = cluster.bootstrap_servers();
+    let (producer, deliveries) = initialised_txn_producer(&bootstrap, ID, "1500");
+    producer.begin_transaction().expect("begin");
+    let ids: Vec<u64> = (0..60).collect();
+    send_acked(&producer, &deliveries, TOPIC_TIMEOUT, &ids);
+    let epoch_before = cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().producer_epoch);
+
+    wait_for("the coordinator's timer to abort the transaction", || {
+        cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().state)
+            == TransactionState::CompleteAbort
+    });
+    let epoch_after = cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().producer_epoch);
+    assert_eq!(epoch_after, epoch_before + 1);
+
+    match producer.commit_transaction(WAIT) {
+        Err(KafkaError::Transaction(e)) => {
+            assert!(e.is_fatal(), "a timed-out TV1 producer is fenced: {e}")
+        }
+        other => panic!("the timed-out producer's commit: {other:?}"),
+    }
+    let committed = read_back(
+        &bootstrap,
+        TOPIC_TIMEOUT,
+        PARTITIONS,
+        Isolation::ReadCommitted,
+        WAIT,
+    );
+    assert!(
+        committed.iter().all(Vec::is_empty),
+        "nothing of an aborted transaction is visible"
+    );
+    let uncommitted = read_back(
+        &bootstrap,
+        TOPIC_TIMEOUT,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        WAIT,
+    );
+    println!(
+        "read_uncommitted: {}",
+        check_exactly_once(&payload_ids(&uncommitted), &ids, &ids)
+    );
+}
