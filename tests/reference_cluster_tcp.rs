@@ -848,3 +848,60 @@ fn every_advertised_version_of_every_api_is_answered() {
     every_version_of_the_transaction_apis_is_answered(&mut client, topic);
     assert_eq!(cluster.stats().unsupported_closed(), 0);
 }
+
+// `KafkaApis`: coordinator APIs older than PRODUCER_FENCED (KIP-588) get INVALID_PRODUCER_EPOCH
+// for a fenced epoch: EndTxn and AddPartitionsToTxn below v2, InitProducerId below v4.
+#[test]
+fn fenced_epoch_is_invalid_producer_epoch_for_old_versions_of_coordinator_apis() {
+    use kacrab::testkit::broker::error_codes::{INVALID_PRODUCER_EPOCH, PRODUCER_FENCED};
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+        TransactionalId,
+    };
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic("fenced", &[1]);
+    let mut client = RawClient::connect(&cluster, 1);
+    let txn = || TransactionalId(StrBytes::from_static_str("tx"));
+    let init = init_request().with_transactional_id(Some(txn()));
+    client.send(ApiKey::InitProducerId, 4, &init);
+    let (_, mut body) = client.receive(ApiKey::InitProducerId, 4).unwrap();
+    let first = InitProducerIdResponse::decode(&mut body, 4).unwrap();
+    assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+    // A KIP-360 bump from an epoch that is neither current nor last is fenced.
+    for (version, expected) in [(3, INVALID_PRODUCER_EPOCH), (4, PRODUCER_FENCED)] {
+        let stale = init
+            .clone()
+            .with_producer_id(first.producer_id)
+            .with_producer_epoch(5);
+        client.send(ApiKey::InitProducerId, version, &stale);
+        let (_, mut body) = client.receive(ApiKey::InitProducerId, version).unwrap();
+        let response = InitProducerIdResponse::decode(&mut body, version).unwrap();
+        assert_eq!(response.error_code, expected, "InitProducerId v{version}");
+    }
+    for (version, expected) in [(1, INVALID_PRODUCER_EPOCH), (2, PRODUCER_FENCED)] {
+        let request = EndTxnRequest::default()
+            .with_transactional_id(txn())
+            .with_producer_id(first.producer_id)
+            .with_producer_epoch(5)
+            .with_committed(true);
+        client.send(ApiKey::EndTxn, version, &request);
+        let (_, mut body) = client.receive(ApiKey::EndTxn, version).unwrap();
+        let response = EndTxnResponse::decode(&mut body, version).unwrap();
+        assert_eq!(response.error_code, expected, "EndTxn v{version}");
+
+        let request = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(txn())
+            .with_v3_and_below_producer_id(first.producer_id)
+            .with_v3_and_below_producer_epoch(5)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("fenced")))
+                .with_partitions(vec![0])]);
+        client.send(ApiKey::AddPartitionsToTxn, version, &request);
+        let (_, mut body) = client.receive(ApiKey::AddPartitionsToTxn, version).unwrap();
+        let response = AddPartitionsToTxnResponse::decode(&mut body, version).unwrap();
+        let code =
+            response.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code;
+        assert_eq!(code, expected, "AddPartitionsToTxn v{version}");
+    }
+}
