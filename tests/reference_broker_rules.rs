@@ -1,13 +1,15 @@
 //! Scenario table for the reference broker's sans-IO core: each test is one row of Kafka's
-//! broker-side producer rules (rulebook `kafka-broker-producer-rules.md` §2-4, §9, §10) and
+//! broker-side producer rules (rulebook `kafka-broker-producer-rules.md` §2-10) and
 //! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
 #![cfg(feature = "testkit")]
 
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::error_codes::*;
 use kacrab::testkit::broker::{
-    BrokerRules, Cluster, KafkaBehaviour, ProduceInput, ProducePartitionResult, EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP, READ_COMMITTED, READ_UNCOMMITTED,
+    offsets_partition_for, BrokerRules, Cluster, KafkaBehaviour, ProduceInput,
+    ProducePartitionResult, StoredBatch, TransactionState, TxnOffsetCommitGroup,
+    TxnOffsetCommitInput, CONSUMER_OFFSETS_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    READ_COMMITTED, READ_UNCOMMITTED,
 };
 
 const NOW: i64 = 1_700_000_000_000;
@@ -797,4 +799,662 @@ fn the_first_failing_check_wins_in_kafka_order() {
         0,
         "the intact retry is still a duplicate"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transactions: the coordinator (rulebook §5), markers (§6), the last stable offset and
+// read_committed (§7), transactional offsets (§8); TV1, the client versions.
+
+const TXN: &str = "tx";
+const GROUP: &str = "g";
+const TIMEOUT_MS: i32 = 60_000;
+
+/// A transactional producer of the cluster: its id, epoch and coordinator.
+#[derive(Debug, Clone, Copy)]
+struct TxnProducer {
+    pid: i64,
+    epoch: i16,
+    coordinator: i32,
+}
+
+fn txn_producer(c: &mut Cluster) -> TxnProducer {
+    let coordinator = c.transaction_coordinator(TXN);
+    let init = c.init_producer_id_at(coordinator, Some(TXN), TIMEOUT_MS, -1, -1, NOW);
+    assert_eq!(init.error_code, NONE);
+    TxnProducer {
+        pid: init.producer_id,
+        epoch: init.producer_epoch,
+        coordinator,
+    }
+}
+
+fn add_partitions(c: &mut Cluster, p: TxnProducer, partitions: &[i32], now: i64) -> Vec<i16> {
+    let partitions: Vec<(String, i32)> =
+        partitions.iter().map(|&i| (TOPIC.to_string(), i)).collect();
+    c.add_partitions_to_txn(p.coordinator, TXN, p.pid, p.epoch, &partitions, now)
+}
+
+fn end(c: &mut Cluster, p: TxnProducer, commit: bool) -> i16 {
+    c.end_txn(p.coordinator, TXN, p.pid, p.epoch, commit, NOW)
+}
+
+/// A transactional batch of `count` records to `partition`, sent to its leader.
+fn txn_send(
+    c: &mut Cluster,
+    partition: i32,
+    pid: i64,
+    epoch: i16,
+    seq: i32,
+    count: usize,
+) -> ProducePartitionResult {
+    let mut b = TestBatch::idempotent(pid, epoch, seq, count);
+    b.transactional = true;
+    b.base_timestamp = NOW;
+    let leader = c.leader(TOPIC, partition).unwrap().0;
+    c.produce(leader, TOPIC, partition, &b.encode(), -1, Some(TXN), NOW)
+}
+
+fn state(c: &Cluster) -> TransactionState {
+    c.transaction_metadata(TXN).unwrap().state
+}
+
+/// Data batches (not markers) a read_committed consumer is handed at `offset` on p0.
+fn committed_fetch(c: &Cluster, offset: i64) -> kacrab::testkit::broker::FetchPartitionResult {
+    c.fetch(1, TOPIC, 0, offset, 1 << 20, READ_COMMITTED, -1)
+}
+
+fn markers(c: &Cluster, partition: i32) -> Vec<StoredBatch> {
+    c.partition_log(TOPIC, partition)
+        .iter()
+        .filter(|b| b.control)
+        .cloned()
+        .collect()
+}
+
+/// The control record type of a stored marker batch: 1 COMMIT, 0 ABORT (Kafka
+/// `ControlRecordType`), and the coordinator epoch of its value.
+fn marker_type_and_coordinator_epoch(marker: &StoredBatch) -> (i16, i32) {
+    let record = &marker.bytes[61..];
+    let kind = i16::from_be_bytes([record[7], record[8]]);
+    let epoch = i32::from_be_bytes([record[12], record[13], record[14], record[15]]);
+    (kind, epoch)
+}
+
+// TC `endTransaction` + TMCM + PSM `firstUnstableOffset`: the records of an open transaction
+// hold the last stable offset, so read_committed sees nothing of them; the COMMIT marker
+// (transactional + control, the producer's id and epoch) releases them. ListOffsets(LATEST)
+// under read_committed is the LSO. Scenario rows 33-34 (commit side).
+#[test]
+fn commit_makes_transactional_records_visible_under_read_committed() {
+    let mut c = cluster();
+    let plain = producer(&mut c);
+    assert_eq!(produce(&mut c, plain, 0, 0, 2).error_code, NONE);
+    let p = txn_producer(&mut c);
+    assert_eq!(add_partitions(&mut c, p, &[0], NOW), vec![NONE]);
+    assert_eq!(state(&c), TransactionState::Ongoing);
+    assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 0, 3).base_offset, 2);
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(2));
+    let before = committed_fetch(&c, 0);
+    assert_eq!(before.last_stable_offset, 2);
+    assert_eq!(
+        before.records.len(),
+        c.partition_log(TOPIC, 0)[0].bytes.len()
+    );
+    assert!(
+        committed_fetch(&c, 2).records.is_empty(),
+        "nothing at the LSO"
+    );
+    assert_eq!(
+        c.list_offsets(1, TOPIC, 0, LATEST_TIMESTAMP, READ_COMMITTED, -1)
+            .offset,
+        2
+    );
+
+    assert_eq!(end(&mut c, p, true), NONE);
+    assert_eq!(state(&c), TransactionState::CompleteCommit);
+    let m = markers(&c, 0);
+    assert_eq!(m.len(), 1);
+    assert_eq!(
+        (
+            m[0].base_offset,
+            m[0].producer_id,
+            m[0].producer_epoch,
+            m[0].transactional
+        ),
+        (5, p.pid, p.epoch, true)
+    );
+    assert_eq!(marker_type_and_coordinator_epoch(&m[0]), (1, 0));
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(6));
+    let after = committed_fetch(&c, 0);
+    assert_eq!(after.aborted_transactions, Some(vec![]));
+    assert_eq!(
+        after.records.len(),
+        c.partition_log(TOPIC, 0)
+            .iter()
+            .map(|b| b.bytes.len())
+            .sum::<usize>()
+    );
+    assert_eq!(
+        c.list_offsets(1, TOPIC, 0, LATEST_TIMESTAMP, READ_COMMITTED, -1)
+            .offset,
+        6
+    );
+    // The producer's open transaction on the partition is closed.
+    assert_eq!(
+        c.producer_state(TOPIC, 0, p.pid)
+            .unwrap()
+            .current_txn_first_offset,
+        None
+    );
+}
+
+// PAI `appendEndTxnMarker` + TI: an ABORT marker closes the transaction and indexes it, so a
+// read_committed fetch lists (producer id, first offset) for the range it returns and the
+// consumer drops those records; read_uncommitted carries no list. Scenario row 34.
+#[test]
+fn abort_keeps_records_invisible_and_lists_them_as_aborted() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0, 1], NOW);
+    assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 0, 2).error_code, NONE);
+    assert_eq!(end(&mut c, p, false), NONE);
+    assert_eq!(state(&c), TransactionState::CompleteAbort);
+    // p1 got no data but still gets its marker, with no index entry.
+    let m1 = markers(&c, 1);
+    assert_eq!(m1.len(), 1);
+    assert_eq!(marker_type_and_coordinator_epoch(&m1[0]).0, 0);
+    assert!(c.aborted_transactions(TOPIC, 1).is_empty());
+
+    let index = c.aborted_transactions(TOPIC, 0);
+    assert_eq!(index.len(), 1);
+    assert_eq!(
+        (
+            index[0].producer_id,
+            index[0].first_offset,
+            index[0].last_offset
+        ),
+        (p.pid, 0, 2)
+    );
+    let fetched = committed_fetch(&c, 0);
+    assert_eq!(fetched.last_stable_offset, 3);
+    assert_eq!(fetched.aborted_transactions, Some(vec![(p.pid, 0)]));
+    assert!(
+        !fetched.records.is_empty(),
+        "aborted data is returned; the consumer drops it"
+    );
+    // A fetch past the aborted range lists nothing.
+    let plain = producer(&mut c);
+    produce(&mut c, plain, 0, 0, 1);
+    assert_eq!(committed_fetch(&c, 3).aborted_transactions, Some(vec![]));
+    assert_eq!(
+        c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_UNCOMMITTED, -1)
+            .aborted_transactions,
+        None
+    );
+}
+
+// PSM `firstUnstableOffset`: the LSO is the first offset of the oldest open transaction, and
+// moves to the next open one when the first completes. Scenario row 33.
+#[test]
+fn open_transaction_holds_the_last_stable_offset_until_its_marker() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0], NOW);
+    let other = c.init_producer_id_at(
+        c.transaction_coordinator("other"),
+        Some("other"),
+        TIMEOUT_MS,
+        -1,
+        -1,
+        NOW,
+    );
+    let other_coordinator = c.transaction_coordinator("other");
+    let added = c.add_partitions_to_txn(
+        other_coordinator,
+        "other",
+        other.producer_id,
+        0,
+        &[(TOPIC.to_string(), 0)],
+        NOW,
+    );
+    assert_eq!(added, vec![NONE]);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    let mut b = TestBatch::idempotent(other.producer_id, 0, 0, 1);
+    b.transactional = true;
+    assert_eq!(
+        c.produce(1, TOPIC, 0, &b.encode(), -1, Some("other"), NOW)
+            .base_offset,
+        1
+    );
+    let plain = producer(&mut c);
+    produce(&mut c, plain, 0, 0, 1);
+    assert_eq!(
+        (c.last_stable_offset(TOPIC, 0), c.high_watermark(TOPIC, 0)),
+        (Some(0), Some(3))
+    );
+    assert_eq!(end(&mut c, p, true), NONE);
+    assert_eq!(
+        c.last_stable_offset(TOPIC, 0),
+        Some(1),
+        "held by the other transaction"
+    );
+    assert_eq!(
+        c.end_txn(other_coordinator, "other", other.producer_id, 0, true, NOW),
+        NONE
+    );
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(5));
+}
+
+// TC `prepareInitProducerIdTransit` (Ongoing): a second InitProducerId fences the open
+// transaction: CONCURRENT_TRANSACTIONS, ABORT markers at epoch + 1, and the retry bumps again
+// from CompleteAbort. The old epoch is then INVALID_PRODUCER_EPOCH on produce, PRODUCER_FENCED
+// at the coordinator, also for KIP-360. Scenario row 36; TCT
+// `shouldAbortTransactionOnHandleInitPidWhenExistingTransactionInOngoingState`.
+#[test]
+fn second_init_producer_id_fences_and_aborts_the_open_transaction() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0], NOW);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 2);
+
+    let fence = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, -1, -1, NOW);
+    assert_eq!(
+        (fence.error_code, fence.producer_epoch),
+        (CONCURRENT_TRANSACTIONS, -1)
+    );
+    let meta = c.transaction_metadata(TXN).unwrap();
+    assert_eq!(
+        (meta.state, meta.producer_epoch),
+        (TransactionState::CompleteAbort, p.epoch + 1)
+    );
+    let m = markers(&c, 0);
+    assert_eq!((m.len(), m[0].producer_epoch), (1, p.epoch + 1));
+    assert_eq!(marker_type_and_coordinator_epoch(&m[0]).0, 0);
+    assert_eq!(c.aborted_transactions(TOPIC, 0).len(), 1);
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(3));
+
+    let retry = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, -1, -1, NOW);
+    assert_eq!(
+        (retry.error_code, retry.producer_id, retry.producer_epoch),
+        (NONE, p.pid, p.epoch + 2)
+    );
+
+    // The zombie at the old epoch.
+    assert_eq!(
+        txn_send(&mut c, 0, p.pid, p.epoch, 2, 1).error_code,
+        INVALID_PRODUCER_EPOCH
+    );
+    assert_eq!(end(&mut c, p, true), PRODUCER_FENCED);
+    assert_eq!(add_partitions(&mut c, p, &[0], NOW), vec![PRODUCER_FENCED]);
+    let kip360 = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, p.pid, p.epoch, NOW);
+    assert_eq!(kip360.error_code, PRODUCER_FENCED);
+}
+
+// TC `endTransactionWithTV1`: the state table of a retried or wrong EndTxn. Scenario row 40.
+#[test]
+fn retried_end_txn_answers_none_and_the_wrong_end_invalid_txn_state() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    assert_eq!(
+        end(&mut c, p, true),
+        INVALID_TXN_STATE,
+        "Empty: nothing to end"
+    );
+    add_partitions(&mut c, p, &[0], NOW);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    let wrong_pid = TxnProducer {
+        pid: p.pid + 1,
+        ..p
+    };
+    assert_eq!(end(&mut c, wrong_pid, true), INVALID_PRODUCER_ID_MAPPING);
+    let wrong_epoch = TxnProducer {
+        epoch: p.epoch + 1,
+        ..p
+    };
+    assert_eq!(end(&mut c, wrong_epoch, true), PRODUCER_FENCED);
+    assert_eq!(end(&mut c, p, true), NONE);
+    let log_len = c.partition_log(TOPIC, 0).len();
+    assert_eq!(end(&mut c, p, true), NONE, "retry of the commit");
+    assert_eq!(
+        c.partition_log(TOPIC, 0).len(),
+        log_len,
+        "a retry writes no marker"
+    );
+    assert_eq!(
+        end(&mut c, p, false),
+        INVALID_TXN_STATE,
+        "abort after a commit"
+    );
+    assert_eq!(
+        c.transaction_metadata(TXN).unwrap().producer_epoch,
+        p.epoch,
+        "TV1 keeps the epoch"
+    );
+
+    add_partitions(&mut c, p, &[0], NOW);
+    assert_eq!(end(&mut c, p, false), NONE);
+    assert_eq!(end(&mut c, p, false), NONE, "retry of the abort");
+    assert_eq!(
+        end(&mut c, p, true),
+        INVALID_TXN_STATE,
+        "commit after an abort"
+    );
+}
+
+// TC: while the markers of an ended transaction are being written (PrepareCommit), the next
+// AddPartitionsToTxn, a retried EndTxn and InitProducerId get CONCURRENT_TRANSACTIONS, the
+// other end INVALID_TXN_STATE, verification of a produce NOT_ENOUGH_REPLICAS; the LSO stays
+// held until the markers land. Scenario row 39 (second half); TCT
+// `shouldRespondWithConcurrentTransactionsOnAddPartitionsWhenStateIsPrepareCommit`.
+#[test]
+fn concurrent_transactions_while_markers_are_pending() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0], NOW);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    c.hold_transaction_markers(true);
+    assert_eq!(
+        end(&mut c, p, true),
+        NONE,
+        "answered once PrepareCommit is recorded"
+    );
+    assert_eq!(state(&c), TransactionState::PrepareCommit);
+    assert_eq!(c.held_transaction_markers(), 1);
+    assert!(markers(&c, 0).is_empty());
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(0));
+
+    assert_eq!(
+        add_partitions(&mut c, p, &[1], NOW),
+        vec![CONCURRENT_TRANSACTIONS]
+    );
+    assert_eq!(end(&mut c, p, true), CONCURRENT_TRANSACTIONS);
+    assert_eq!(end(&mut c, p, false), INVALID_TXN_STATE);
+    let init = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, -1, -1, NOW);
+    assert_eq!(init.error_code, CONCURRENT_TRANSACTIONS);
+    let verified = txn_send(&mut c, 1, p.pid, p.epoch, 0, 1);
+    assert_eq!(verified.error_code, NOT_ENOUGH_REPLICAS);
+
+    assert_eq!(c.release_transaction_markers(NOW), 1);
+    assert_eq!(state(&c), TransactionState::CompleteCommit);
+    assert_eq!(markers(&c, 0).len(), 1);
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(2));
+    assert_eq!(add_partitions(&mut c, p, &[1], NOW), vec![NONE]);
+}
+
+// TC `abortTimedOutTransactions` (TV1): a transaction open longer than its timeout is fenced
+// (epoch + 1, `lastProducerEpoch` -1) and aborted with markers at the new epoch; its producer
+// is fenced for good, also for KIP-360. Scenario row 42; TCT
+// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`.
+#[test]
+fn timed_out_transaction_is_aborted_and_its_producer_fenced() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0], NOW);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    let deadline = NOW + i64::from(TIMEOUT_MS);
+    assert_eq!(
+        c.abort_timed_out_transactions(deadline),
+        0,
+        "not yet: start + timeout < now"
+    );
+    assert_eq!(c.abort_timed_out_transactions(deadline + 1), 1);
+    let meta = c.transaction_metadata(TXN).unwrap();
+    assert_eq!(
+        (meta.state, meta.producer_epoch, meta.last_producer_epoch),
+        (TransactionState::CompleteAbort, p.epoch + 1, -1)
+    );
+    let m = markers(&c, 0);
+    assert_eq!((m.len(), m[0].producer_epoch), (1, p.epoch + 1));
+    assert_eq!(c.aborted_transactions(TOPIC, 0).len(), 1);
+    assert_eq!(
+        c.abort_timed_out_transactions(deadline + 2),
+        0,
+        "nothing open any more"
+    );
+
+    assert_eq!(end(&mut c, p, false), PRODUCER_FENCED);
+    assert_eq!(
+        txn_send(&mut c, 0, p.pid, p.epoch, 1, 1).error_code,
+        INVALID_PRODUCER_EPOCH
+    );
+    let kip360 = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, p.pid, p.epoch, NOW);
+    assert_eq!(kip360.error_code, PRODUCER_FENCED);
+    let fresh = c.init_producer_id_at(p.coordinator, Some(TXN), TIMEOUT_MS, -1, -1, NOW);
+    assert_eq!(
+        (fresh.error_code, fresh.producer_epoch),
+        (NONE, p.epoch + 2)
+    );
+}
+
+// The timeout clock starts when the transaction does (its first AddPartitionsToTxn), not at
+// InitProducerId, and an idle producer with no transaction is never aborted.
+#[test]
+fn transaction_timeout_counts_from_the_first_added_partition() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    assert_eq!(
+        c.abort_timed_out_transactions(NOW + 10 * i64::from(TIMEOUT_MS)),
+        0
+    );
+    let start = NOW + 5 * i64::from(TIMEOUT_MS);
+    add_partitions(&mut c, p, &[0], start);
+    assert_eq!(
+        c.abort_timed_out_transactions(start + i64::from(TIMEOUT_MS)),
+        0
+    );
+    assert_eq!(
+        c.abort_timed_out_transactions(start + i64::from(TIMEOUT_MS) + 1),
+        1
+    );
+}
+
+// OMM `commitTransactionalOffset`, `replayEndTransactionMarker`, `fetchOffsets`: offsets of a
+// TxnOffsetCommit are pending (UNSTABLE_OFFSET_COMMIT with requireStable, the old offset
+// without) until the COMMIT marker reaches the group's offsets partition; ABORT drops them.
+// Without AddOffsetsToTxn the commit is not in the transaction. Scenario row 43.
+#[test]
+fn txn_offset_commit_is_visible_after_commit_and_not_after_abort() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    let group_coordinator = c.group_coordinator(GROUP);
+    let offsets = |offset| {
+        vec![TxnOffsetCommitInput {
+            topic: TOPIC.to_string(),
+            partition: 0,
+            offset,
+            leader_epoch: -1,
+            metadata: Some("m".to_string()),
+        }]
+    };
+    let group = |p: TxnProducer| TxnOffsetCommitGroup {
+        transactional_id: TXN,
+        group_id: GROUP,
+        producer_id: p.pid,
+        producer_epoch: p.epoch,
+        generation_id: -1,
+    };
+    let fetch = |c: &Cluster, stable| {
+        let wanted = [(TOPIC.to_string(), 0)];
+        let r = c
+            .offset_fetch(group_coordinator, GROUP, Some(&wanted), stable)
+            .unwrap();
+        (r[0].error_code, r[0].offset)
+    };
+
+    assert_eq!(
+        c.txn_offset_commit(group_coordinator, group(p), &offsets(7)),
+        vec![TRANSACTION_ABORTABLE],
+        "the offsets partition was not added"
+    );
+    assert_eq!(
+        c.add_offsets_to_txn(p.coordinator, TXN, p.pid, p.epoch, GROUP, NOW),
+        NONE
+    );
+    let offsets_partition = (
+        CONSUMER_OFFSETS_TOPIC.to_string(),
+        offsets_partition_for(GROUP),
+    );
+    assert!(c
+        .transaction_metadata(TXN)
+        .unwrap()
+        .topic_partitions
+        .contains(&offsets_partition));
+    let other_epoch = TxnProducer {
+        epoch: p.epoch + 1,
+        ..p
+    };
+    assert_eq!(
+        c.txn_offset_commit(group_coordinator, group(other_epoch), &offsets(7)),
+        vec![INVALID_PRODUCER_EPOCH]
+    );
+    let generation = TxnOffsetCommitGroup {
+        generation_id: 3,
+        ..group(p)
+    };
+    assert_eq!(
+        c.txn_offset_commit(group_coordinator, generation, &offsets(7)),
+        vec![ILLEGAL_GENERATION]
+    );
+    assert_eq!(
+        c.txn_offset_commit(group_coordinator, group(p), &offsets(7)),
+        vec![NONE]
+    );
+    assert_eq!(fetch(&c, true), (UNSTABLE_OFFSET_COMMIT, -1));
+    assert_eq!(fetch(&c, false), (NONE, -1));
+    assert_eq!(end(&mut c, p, true), NONE);
+    assert_eq!(fetch(&c, true), (NONE, 7));
+    assert_eq!(c.committed_offset(GROUP, TOPIC, 0), Some(7));
+
+    c.add_offsets_to_txn(p.coordinator, TXN, p.pid, p.epoch, GROUP, NOW);
+    assert_eq!(
+        c.txn_offset_commit(group_coordinator, group(p), &offsets(9)),
+        vec![NONE]
+    );
+    assert_eq!(end(&mut c, p, false), NONE);
+    assert_eq!(fetch(&c, true), (NONE, 7), "aborted offsets vanish");
+
+    let other = c
+        .broker_ids()
+        .into_iter()
+        .find(|&b| b != group_coordinator)
+        .unwrap();
+    assert_eq!(
+        c.offset_fetch(other, GROUP, None, false),
+        Err(NOT_COORDINATOR)
+    );
+    assert_eq!(
+        c.txn_offset_commit(other, group(p), &offsets(9)),
+        vec![NOT_COORDINATOR]
+    );
+}
+
+// TSM `getAndMaybeAddTransactionState`: after the coordinator moves, the old broker answers
+// NOT_COORDINATOR to every transaction API and the new one serves the same state; markers
+// carry the new coordinator epoch.
+#[test]
+fn moved_transaction_coordinator_leaves_not_coordinator_behind() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    let old = p.coordinator;
+    let new = c.broker_ids().into_iter().find(|&b| b != old).unwrap();
+    c.move_transaction_coordinator(TXN, new);
+    assert_eq!(c.transaction_coordinator(TXN), new);
+    assert_eq!(c.coordinator_epoch(), 1);
+    assert_eq!(
+        c.init_producer_id_at(old, Some(TXN), TIMEOUT_MS, -1, -1, NOW)
+            .error_code,
+        NOT_COORDINATOR
+    );
+    assert_eq!(add_partitions(&mut c, p, &[0], NOW), vec![NOT_COORDINATOR]);
+    assert_eq!(
+        c.add_offsets_to_txn(old, TXN, p.pid, p.epoch, GROUP, NOW),
+        NOT_COORDINATOR
+    );
+    let moved = TxnProducer {
+        coordinator: new,
+        ..p
+    };
+    assert_eq!(add_partitions(&mut c, moved, &[0], NOW), vec![NONE]);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    assert_eq!(end(&mut c, p, true), NOT_COORDINATOR);
+    assert_eq!(end(&mut c, moved, true), NONE);
+    assert_eq!(
+        marker_type_and_coordinator_epoch(&markers(&c, 0)[0]),
+        (1, 1)
+    );
+    assert_eq!(
+        c.producer_state(TOPIC, 0, p.pid).unwrap().coordinator_epoch,
+        1
+    );
+    // An idempotent producer may still ask any broker.
+    assert_eq!(
+        c.init_producer_id_at(old, None, TIMEOUT_MS, -1, -1, NOW)
+            .error_code,
+        NONE
+    );
+}
+
+// KA `handleAddPartitionsToTransactionRequest`: an unknown partition fails, the others are
+// OPERATION_NOT_ATTEMPTED and nothing is added. TC: an unknown transactional id or another
+// producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (row 39).
+#[test]
+fn add_partitions_to_txn_rejects_unknown_partitions_and_other_producers() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    let partitions = [(TOPIC.to_string(), 0), (TOPIC.to_string(), 9)];
+    assert_eq!(
+        c.add_partitions_to_txn(p.coordinator, TXN, p.pid, p.epoch, &partitions, NOW),
+        vec![OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+    assert_eq!(state(&c), TransactionState::Empty);
+    assert_eq!(
+        add_partitions(
+            &mut c,
+            TxnProducer {
+                pid: p.pid + 1,
+                ..p
+            },
+            &[0],
+            NOW
+        ),
+        vec![INVALID_PRODUCER_ID_MAPPING]
+    );
+    assert_eq!(
+        add_partitions(
+            &mut c,
+            TxnProducer {
+                epoch: p.epoch + 1,
+                ..p
+            },
+            &[0],
+            NOW
+        ),
+        vec![PRODUCER_FENCED]
+    );
+    let unknown = c.transaction_coordinator("nobody");
+    assert_eq!(
+        c.add_partitions_to_txn(unknown, "nobody", p.pid, p.epoch, &partitions[..1], NOW),
+        vec![INVALID_PRODUCER_ID_MAPPING]
+    );
+}
+
+// KIP-890 part 1 (TC `handleVerifyPartitionsInTransaction`): each transaction must add its
+// partitions again; a transactional batch to a partition of the previous transaction, after
+// its commit, is INVALID_TXN_STATE (Produce v10 and below). Once added, TV1 sequences simply
+// continue after the same-epoch marker (scenario row 30).
+#[test]
+fn produce_to_a_partition_not_added_to_this_transaction_is_rejected() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0], NOW);
+    assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 0, 2).error_code, NONE);
+    assert_eq!(end(&mut c, p, true), NONE);
+    let rejected = txn_send(&mut c, 0, p.pid, p.epoch, 2, 1);
+    assert_eq!(rejected.error_code, INVALID_TXN_STATE);
+    assert_eq!(
+        rejected.error_message.as_deref(),
+        Some("Partition was not added to the transaction")
+    );
+    add_partitions(&mut c, p, &[0], NOW);
+    assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 2, 1).error_code, NONE);
 }

@@ -321,6 +321,49 @@ impl TestBatch {
     }
 }
 
+/// Control record type of a transaction marker (Kafka `ControlRecordType`): the key's second
+/// int16. Types 2-6 belong to KRaft and never mark a transaction.
+pub const CONTROL_TYPE_ABORT: i16 = 0;
+pub const CONTROL_TYPE_COMMIT: i16 = 1;
+
+/// Encodes a transaction marker as the coordinator has it written (Kafka
+/// `MemoryRecords.withEndTransactionMarker`, `EndTransactionMarker`): magic 2, transactional and
+/// control attributes, base sequence -1, one record whose key is (version 0, type) and whose
+/// value is (version 0, coordinator epoch). Base offset 0, leader epoch -1, valid CRC.
+pub fn encode_end_txn_marker(
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    commit: bool,
+    timestamp: i64,
+) -> Vec<u8> {
+    let control_type = if commit {
+        CONTROL_TYPE_COMMIT
+    } else {
+        CONTROL_TYPE_ABORT
+    };
+    let key = [0i16.to_be_bytes(), control_type.to_be_bytes()].concat();
+    let value = [
+        &0i16.to_be_bytes()[..],
+        &coordinator_epoch.to_be_bytes()[..],
+    ]
+    .concat();
+    let mut bytes = TestBatch {
+        producer_id,
+        producer_epoch,
+        base_sequence: -1,
+        transactional: true,
+        base_timestamp: timestamp,
+        records: vec![(Some(key), Some(value))],
+    }
+    .encode();
+    let attributes = TRANSACTIONAL_FLAG | CONTROL_FLAG;
+    bytes[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[ATTRIBUTES_OFFSET..]);
+    bytes[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
 fn write_varlong(out: &mut Vec<u8>, value: i64) {
     let mut raw = ((value << 1) ^ (value >> 63)) as u64;
     while raw >= 0x80 {
@@ -366,6 +409,23 @@ mod tests {
         assert_eq!(header.base_offset, 1234);
         assert_eq!(header.partition_leader_epoch, 9);
         assert!(crc_matches(&bytes, &header));
+    }
+
+    #[test]
+    fn end_txn_marker_is_a_control_batch_with_the_marker_record() {
+        let bytes = encode_end_txn_marker(7, 3, 5, true, 1000);
+        let header = BatchHeader::parse_single(&bytes).unwrap();
+        assert!(header.is_control() && header.is_transactional());
+        assert_eq!((header.producer_id, header.producer_epoch), (7, 3));
+        assert_eq!((header.base_sequence, header.record_count), (-1, 1));
+        assert!(crc_matches(&bytes, &header));
+        // key (version 0, COMMIT) and value (version 0, coordinator epoch 5), after the
+        // record's length, attributes, timestamp delta, offset delta and key length varints.
+        let record = &bytes[HEADER_LEN..];
+        assert_eq!(&record[5..9], &[0, 0, 0, 1]);
+        assert_eq!(&record[10..16], &[0, 0, 0, 0, 0, 5]);
+        let abort = encode_end_txn_marker(7, 3, 5, false, 1000);
+        assert_eq!(&abort[HEADER_LEN + 5..HEADER_LEN + 9], &[0, 0, 0, 0]);
     }
 
     #[test]

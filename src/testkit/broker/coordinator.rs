@@ -2,9 +2,16 @@
 //!
 //! InitProducerId follows Kafka's `TransactionCoordinator.handleInitProducerId` /
 //! `prepareInitProducerIdTransit` and `TransactionMetadata.prepareIncrementProducerEpoch` /
-//! `prepareProducerIdRotation`. The state machine is laid out in full (`TransactionState`) so
-//! AddPartitionsToTxn, EndTxn, markers and timeouts can be added on top; today only the
-//! transitions InitProducerId makes from Empty/Complete* exist.
+//! `prepareProducerIdRotation`; AddPartitionsToTxn / AddOffsetsToTxn follow
+//! `handleAddPartitionsToTransaction`, EndTxn `endTransactionWithTV1` (TV1 only: client
+//! EndTxn v0-v4), timeouts `abortTimedOutTransactions`.
+//!
+//! Every transition is written at once (the model has no `__transaction_state` log, so there is
+//! never a `pendingState`). Ending a transaction moves it to PrepareCommit/PrepareAbort and
+//! hands back a [`MarkerJob`]; the cluster writes the markers (at once, or later when markers
+//! are held) and then calls [`TransactionCoordinator::complete_markers`], which moves it to
+//! CompleteCommit/CompleteAbort. Between the two every request sees the Prepare state, exactly
+//! the window a real coordinator has while its markers are in flight.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -61,8 +68,22 @@ pub struct TransactionMetadata {
     pub txn_timeout_ms: i32,
     pub state: TransactionState,
     pub topic_partitions: BTreeSet<(String, i32)>,
+    /// When the transaction went Ongoing; -1 when none is open. Starts the timeout clock.
     pub txn_start_ms: i64,
     pub txn_last_update_ms: i64,
+}
+
+/// The markers a transaction that entered PrepareCommit/PrepareAbort still needs: one per
+/// partition of the transaction, carrying the transaction's (producer id, epoch) and the
+/// coordinator epoch (`TransactionMarkerChannelManager.addTxnMarkersToSend`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerJob {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub coordinator_epoch: i32,
+    pub commit: bool,
+    pub partitions: Vec<(String, i32)>,
 }
 
 impl TransactionMetadata {
@@ -74,15 +95,27 @@ impl TransactionMetadata {
 }
 
 /// The coordinator side of every transactional id in the cluster. The model has one logical
-/// coordinator; FindCoordinator names a broker for it.
+/// coordinator; the cluster names a broker for each transactional id.
 #[derive(Debug, Default)]
 pub struct TransactionCoordinator {
     txns: HashMap<String, TransactionMetadata>,
+    /// The `__transaction_state` partition leader epoch, carried by every marker; it rises
+    /// each time the coordinator moves, so partitions fence markers of the old one.
+    coordinator_epoch: i32,
 }
 
 impl TransactionCoordinator {
     pub fn metadata(&self, transactional_id: &str) -> Option<&TransactionMetadata> {
         self.txns.get(transactional_id)
+    }
+
+    pub fn coordinator_epoch(&self) -> i32 {
+        self.coordinator_epoch
+    }
+
+    /// A coordinator election (the `__transaction_state` partition changed leader).
+    pub fn bump_coordinator_epoch(&mut self) {
+        self.coordinator_epoch += 1;
     }
 
     /// InitProducerId. `expected` is the request's (producer id, epoch) when it carries one
@@ -95,17 +128,21 @@ impl TransactionCoordinator {
         transaction_timeout_ms: i32,
         expected: Option<(i64, i16)>,
         now_ms: i64,
-    ) -> InitProducerIdResult {
+    ) -> (InitProducerIdResult, Option<MarkerJob>) {
         let Some(transactional_id) = transactional_id else {
             // An idempotent producer always gets a fresh id at epoch 0, whatever it names.
-            return InitProducerIdResult::ok(ids.generate(), 0);
+            return (InitProducerIdResult::ok(ids.generate(), 0), None);
         };
         if transactional_id.is_empty() {
-            return InitProducerIdResult::error(INVALID_REQUEST);
+            return (InitProducerIdResult::error(INVALID_REQUEST), None);
         }
         if transaction_timeout_ms <= 0 || transaction_timeout_ms > TRANSACTION_MAX_TIMEOUT_MS {
-            return InitProducerIdResult::error(INVALID_TRANSACTION_TIMEOUT);
+            return (
+                InitProducerIdResult::error(INVALID_TRANSACTION_TIMEOUT),
+                None,
+            );
         }
+        let coordinator_epoch = self.coordinator_epoch;
         let metadata = self
             .txns
             .entry(transactional_id.to_string())
@@ -129,11 +166,11 @@ impl TransactionCoordinator {
                 || (producer_id == metadata.prev_producer_id
                     && TransactionMetadata::is_epoch_exhausted(epoch));
             if !valid {
-                return InitProducerIdResult::error(PRODUCER_FENCED);
+                return (InitProducerIdResult::error(PRODUCER_FENCED), None);
             }
         }
 
-        match metadata.state {
+        let result = match metadata.state {
             TransactionState::PrepareCommit | TransactionState::PrepareAbort => {
                 InitProducerIdResult::error(CONCURRENT_TRANSACTIONS)
             }
@@ -166,7 +203,7 @@ impl TransactionCoordinator {
                         Some(e) if e == metadata.last_producer_epoch => {
                             (metadata.producer_epoch, metadata.last_producer_epoch)
                         }
-                        Some(_) => return InitProducerIdResult::error(PRODUCER_FENCED),
+                        Some(_) => return (InitProducerIdResult::error(PRODUCER_FENCED), None),
                     };
                     metadata.producer_epoch = epoch;
                     metadata.last_producer_epoch = last_epoch;
@@ -178,16 +215,196 @@ impl TransactionCoordinator {
                 metadata.txn_last_update_ms = now_ms;
                 InitProducerIdResult::ok(metadata.producer_id, metadata.producer_epoch)
             }
-            // Fencing an open transaction aborts it with markers and answers
-            // CONCURRENT_TRANSACTIONS; it arrives with AddPartitionsToTxn and markers.
-            TransactionState::Ongoing
+            // A new instance of the producer fences the open transaction: the epoch rises
+            // (PrepareEpochFence, never persisted), the transaction is aborted with markers at
+            // the new epoch, and the answer is CONCURRENT_TRANSACTIONS, never the epoch; the
+            // client's retry then bumps again from CompleteAbort (TCT
+            // `shouldAbortTransactionOnHandleInitPidWhenExistingTransactionInOngoingState`).
+            TransactionState::Ongoing => {
+                let job =
+                    fence_and_prepare_abort(transactional_id, metadata, coordinator_epoch, now_ms);
+                return (
+                    InitProducerIdResult::error(CONCURRENT_TRANSACTIONS),
+                    Some(job),
+                );
+            }
+            // Never stored by this model (no pending states, no expiry of transactional ids).
+            TransactionState::PrepareEpochFence | TransactionState::Dead => {
+                InitProducerIdResult::error(CONCURRENT_TRANSACTIONS)
+            }
+        };
+        (result, None)
+    }
+
+    /// AddPartitionsToTxn v0-v3 and AddOffsetsToTxn (TV1), the coordinator part of
+    /// `handleAddPartitionsToTransaction`, after the request-level and per-partition checks of
+    /// `KafkaApis`. One code for the whole request.
+    pub fn add_partitions(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+        now_ms: i64,
+    ) -> i16 {
+        let Some(metadata) = self.txns.get_mut(transactional_id) else {
+            return INVALID_PRODUCER_ID_MAPPING;
+        };
+        if metadata.producer_id != producer_id {
+            return INVALID_PRODUCER_ID_MAPPING;
+        }
+        if metadata.producer_epoch != producer_epoch {
+            return PRODUCER_FENCED;
+        }
+        match metadata.state {
+            // The previous transaction's markers are still being written.
+            TransactionState::PrepareCommit
+            | TransactionState::PrepareAbort
             | TransactionState::PrepareEpochFence
-            | TransactionState::Dead => InitProducerIdResult::error(CONCURRENT_TRANSACTIONS),
+            | TransactionState::Dead => return CONCURRENT_TRANSACTIONS,
+            TransactionState::Ongoing
+                if partitions
+                    .iter()
+                    .all(|p| metadata.topic_partitions.contains(p)) =>
+            {
+                return NONE;
+            }
+            TransactionState::Ongoing => {}
+            TransactionState::Empty
+            | TransactionState::CompleteCommit
+            | TransactionState::CompleteAbort => {
+                // The transaction starts here, and so does its timeout.
+                metadata.topic_partitions.clear();
+                metadata.txn_start_ms = now_ms;
+            }
+        }
+        metadata.topic_partitions.extend(partitions.iter().cloned());
+        metadata.state = TransactionState::Ongoing;
+        metadata.txn_last_update_ms = now_ms;
+        NONE
+    }
+
+    /// EndTxn v0-v4 (`endTransactionWithTV1`). `Ok(Some(job))`: the transaction entered
+    /// PrepareCommit/PrepareAbort and its markers are to be written; `Ok(None)`: a retry of an
+    /// end that already completed, answered NONE with no write. The epoch never changes under
+    /// TV1. PRODUCER_FENCED is sent as INVALID_PRODUCER_EPOCH below v2 by the protocol layer.
+    pub fn end_txn(
+        &mut self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<Option<MarkerJob>, i16> {
+        let coordinator_epoch = self.coordinator_epoch;
+        let metadata = self
+            .txns
+            .get_mut(transactional_id)
+            .ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        if metadata.producer_id != producer_id {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if metadata.producer_epoch != producer_epoch {
+            return Err(PRODUCER_FENCED);
+        }
+        use TransactionState::*;
+        match (metadata.state, commit) {
+            (Ongoing, _) => Ok(Some(prepare_end(
+                transactional_id,
+                metadata,
+                coordinator_epoch,
+                commit,
+                now_ms,
+            ))),
+            // The same end still writing its markers: retry later.
+            (PrepareCommit, true) | (PrepareAbort, false) => Err(CONCURRENT_TRANSACTIONS),
+            // A retry of an end whose answer was lost.
+            (CompleteCommit, true) | (CompleteAbort, false) => Ok(None),
+            (PrepareCommit, false)
+            | (PrepareAbort, true)
+            | (CompleteCommit, false)
+            | (CompleteAbort, true)
+            | (Empty, _) => Err(INVALID_TXN_STATE),
+            (PrepareEpochFence | Dead, _) => Err(CONCURRENT_TRANSACTIONS),
         }
     }
 
-    /// KIP-890 part 1 verification of a transactional produce (TV1, `verifyOnly`), as
-    /// `TransactionCoordinator.handleVerifyPartitionsInTransaction` answers it, already
+    /// `abortTimedOutTransactions`: every Ongoing transaction with `txn_start_ms +
+    /// txn_timeout_ms < now_ms` is fenced (epoch + 1, `lastProducerEpoch` -1 under TV1) and
+    /// aborted, so the timed-out producer is fenced for good (TCT
+    /// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`). Ordered by transactional id.
+    pub fn abort_timed_out_transactions(&mut self, now_ms: i64) -> Vec<MarkerJob> {
+        let coordinator_epoch = self.coordinator_epoch;
+        let mut expired: Vec<(&String, &mut TransactionMetadata)> = self
+            .txns
+            .iter_mut()
+            .filter(|(_, m)| {
+                m.state == TransactionState::Ongoing
+                    && m.txn_start_ms + i64::from(m.txn_timeout_ms) < now_ms
+            })
+            .collect();
+        expired.sort_by(|a, b| a.0.cmp(b.0));
+        expired
+            .into_iter()
+            .map(|(id, metadata)| fence_and_prepare_abort(id, metadata, coordinator_epoch, now_ms))
+            .collect()
+    }
+
+    /// Every marker of `job` is written: PrepareCommit/PrepareAbort → CompleteCommit /
+    /// CompleteAbort, the partition set is emptied and the timeout clock stops.
+    pub fn complete_markers(&mut self, job: &MarkerJob, now_ms: i64) {
+        let Some(metadata) = self.txns.get_mut(&job.transactional_id) else {
+            return;
+        };
+        metadata.state = match metadata.state {
+            TransactionState::PrepareCommit => TransactionState::CompleteCommit,
+            TransactionState::PrepareAbort => TransactionState::CompleteAbort,
+            // Only a Prepare state has markers in flight.
+            other => other,
+        };
+        metadata.topic_partitions.clear();
+        metadata.txn_start_ms = -1;
+        metadata.txn_last_update_ms = now_ms;
+    }
+
+    /// `handleVerifyPartitionsInTransaction` (KIP-890 part 1, `verifyOnly`): whether
+    /// `topic`-`partition` is in the open transaction of this (pid, epoch), in coordinator codes
+    /// (no pending-transition check: the model has none).
+    pub fn check_in_transaction(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), i16> {
+        let metadata = self
+            .txns
+            .get(transactional_id)
+            .ok_or(INVALID_PRODUCER_ID_MAPPING)?;
+        if metadata.producer_id != producer_id {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if metadata.producer_epoch != producer_epoch {
+            return Err(PRODUCER_FENCED);
+        }
+        if matches!(
+            metadata.state,
+            TransactionState::PrepareCommit | TransactionState::PrepareAbort
+        ) {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
+        if metadata.state == TransactionState::Ongoing
+            && metadata
+                .topic_partitions
+                .contains(&(topic.to_string(), partition))
+        {
+            return Ok(());
+        }
+        Err(TRANSACTION_ABORTABLE)
+    }
+
+    /// KIP-890 part 1 verification of a transactional produce (TV1, `verifyOnly`), already
     /// translated to the produce error (`AddPartitionsToTxnManager`, Produce v10 and below).
     pub fn verify_partition(
         &self,
@@ -197,35 +414,66 @@ impl TransactionCoordinator {
         topic: &str,
         partition: i32,
     ) -> Result<(), (i16, &'static str)> {
-        let Some(metadata) = self.txns.get(transactional_id) else {
-            return Err((INVALID_PRODUCER_ID_MAPPING, "unknown transactional id"));
-        };
-        if metadata.producer_id != producer_id {
-            return Err((INVALID_PRODUCER_ID_MAPPING, "producer id does not match"));
-        }
-        if metadata.producer_epoch != producer_epoch {
-            // PRODUCER_FENCED from the coordinator reaches the producer as INVALID_PRODUCER_EPOCH.
-            return Err((INVALID_PRODUCER_EPOCH, "producer epoch is not current"));
-        }
-        if matches!(
-            metadata.state,
-            TransactionState::PrepareCommit | TransactionState::PrepareAbort
-        ) {
-            return Err((
+        self.check_in_transaction(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            topic,
+            partition,
+        )
+        .map_err(|code| match code {
+            INVALID_PRODUCER_ID_MAPPING => (code, "producer id does not match"),
+            // PRODUCER_FENCED from the coordinator reaches the producer as
+            // INVALID_PRODUCER_EPOCH.
+            PRODUCER_FENCED => (INVALID_PRODUCER_EPOCH, "producer epoch is not current"),
+            CONCURRENT_TRANSACTIONS => (
                 NOT_ENOUGH_REPLICAS,
                 "Unable to verify the partition has been added to the transaction",
-            ));
-        }
-        if metadata.state == TransactionState::Ongoing
-            && metadata
-                .topic_partitions
-                .contains(&(topic.to_string(), partition))
-        {
-            return Ok(());
-        }
-        Err((
-            INVALID_TXN_STATE,
-            "Partition was not added to the transaction",
-        ))
+            ),
+            _ => (
+                INVALID_TXN_STATE,
+                "Partition was not added to the transaction",
+            ),
+        })
+    }
+}
+
+/// Ongoing → (PrepareEpochFence) → PrepareAbort at epoch + 1, as InitProducerId's fence and
+/// the timeout do under TV1: `lastProducerEpoch` becomes -1, so a KIP-360 InitProducerId with
+/// the old epoch is PRODUCER_FENCED.
+fn fence_and_prepare_abort(
+    transactional_id: &str,
+    metadata: &mut TransactionMetadata,
+    coordinator_epoch: i32,
+    now_ms: i64,
+) -> MarkerJob {
+    // 32767 is never handed to a client, so the coordinator can always fence
+    // (TCT `shouldUseLastEpochToFenceWhenEpochsAreExhausted`).
+    metadata.producer_epoch = metadata.producer_epoch.saturating_add(1);
+    metadata.last_producer_epoch = -1;
+    prepare_end(transactional_id, metadata, coordinator_epoch, false, now_ms)
+}
+
+/// Ongoing → PrepareCommit / PrepareAbort (`prepareAbortOrCommit`, TV1: epoch unchanged).
+fn prepare_end(
+    transactional_id: &str,
+    metadata: &mut TransactionMetadata,
+    coordinator_epoch: i32,
+    commit: bool,
+    now_ms: i64,
+) -> MarkerJob {
+    metadata.state = if commit {
+        TransactionState::PrepareCommit
+    } else {
+        TransactionState::PrepareAbort
+    };
+    metadata.txn_last_update_ms = now_ms;
+    MarkerJob {
+        transactional_id: transactional_id.to_string(),
+        producer_id: metadata.producer_id,
+        producer_epoch: metadata.producer_epoch,
+        coordinator_epoch,
+        commit,
+        partitions: metadata.topic_partitions.iter().cloned().collect(),
     }
 }

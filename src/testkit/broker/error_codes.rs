@@ -2,3 +2,8 @@
 //! tests and rulebook read alike: the same table the producer uses.
 
 pub use crate::protocol::error_code::code::*;
+
+/// Group coordinator codes the producer's table does not carry (Kafka `Errors`).
+pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const INVALID_GROUP_ID: i16 = 24;

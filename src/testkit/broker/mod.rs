@@ -12,16 +12,25 @@
 pub mod error_codes;
 
 mod coordinator;
+mod group_offsets;
 mod partition;
 mod producer_state;
+mod transactions;
 
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::{Bytes, BytesMut};
 
-pub use coordinator::{TransactionMetadata, TransactionState, TRANSACTION_MAX_TIMEOUT_MS};
-pub use partition::StoredBatch;
+pub use coordinator::{
+    MarkerJob, TransactionMetadata, TransactionState, TRANSACTION_MAX_TIMEOUT_MS,
+};
+pub use group_offsets::{offsets_partition_for, CONSUMER_OFFSETS_TOPIC};
+pub use partition::{AbortedTxn, StoredBatch};
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
+pub use transactions::{
+    OffsetFetchPartition, TxnOffsetCommitGroup, TxnOffsetCommitInput, COORDINATOR_KEY_GROUP,
+    COORDINATOR_KEY_TRANSACTION,
+};
 
 use crate::testkit::batch::{self, BatchError, BatchHeader};
 use coordinator::{ProducerIdManager, TransactionCoordinator};
@@ -235,6 +244,15 @@ pub struct Cluster {
     duplicates_answered: u64,
     producer_ids: ProducerIdManager,
     coordinator: TransactionCoordinator,
+    group_offsets: group_offsets::GroupOffsets,
+    /// Transactional ids whose coordinator was moved off its default broker.
+    txn_coordinator_moved: HashMap<String, i32>,
+    /// See [`Cluster::hold_transaction_markers`].
+    hold_markers: bool,
+    /// Transactions in PrepareCommit/PrepareAbort whose markers wait for release, oldest
+    /// first; at most one per transactional id, since a Prepare state admits no new end.
+    held_markers: Vec<MarkerJob>,
+    markers_rejected: u64,
 }
 
 impl Cluster {
@@ -248,6 +266,11 @@ impl Cluster {
             topics_created: 0,
             duplicates_answered: 0,
             coordinator: TransactionCoordinator::default(),
+            group_offsets: group_offsets::GroupOffsets::default(),
+            txn_coordinator_moved: HashMap::new(),
+            hold_markers: false,
+            held_markers: Vec::new(),
+            markers_rejected: 0,
         }
     }
 
@@ -381,13 +404,17 @@ impl Cluster {
             (-1, _) | (_, -1) => return InitProducerIdResult::error(INVALID_REQUEST),
             (id, epoch) => Some((id, epoch)),
         };
-        self.coordinator.init_producer_id(
+        let (result, fence) = self.coordinator.init_producer_id(
             &mut self.producer_ids,
             transactional_id,
             transaction_timeout_ms,
             expected,
             now_ms,
-        )
+        );
+        if let Some(job) = fence {
+            self.send_markers(job, now_ms);
+        }
+        result
     }
 
     pub fn transaction_metadata(&self, transactional_id: &str) -> Option<&TransactionMetadata> {
@@ -661,6 +688,8 @@ impl Cluster {
             p.high_watermark()
         };
         let mut records = BytesMut::new();
+        // End of the returned data: the aborted list covers exactly what is returned.
+        let mut returned_end = fetch_offset;
         if max_bytes > 0 {
             for stored in &p.log()[p.batch_index_for(fetch_offset)..] {
                 if stored.base_offset >= upper_bound {
@@ -670,6 +699,7 @@ impl Cluster {
                     break;
                 }
                 records.extend_from_slice(&stored.bytes);
+                returned_end = stored.last_offset + 1;
             }
         }
         FetchPartitionResult {
@@ -677,9 +707,10 @@ impl Cluster {
             high_watermark: p.high_watermark(),
             last_stable_offset: p.last_stable_offset(),
             log_start_offset: p.log_start_offset,
-            // No transaction is ever aborted yet, so the list is empty; read_uncommitted
-            // carries none at all.
-            aborted_transactions: read_committed.then(Vec::new),
+            // `LocalLog.addAbortedTransactions` for read_committed; read_uncommitted carries
+            // none at all (null).
+            aborted_transactions: read_committed
+                .then(|| p.aborted_transactions(fetch_offset, returned_end)),
             records: records.freeze(),
             current_leader: None,
         }

@@ -28,6 +28,17 @@ pub struct StoredBatch {
     pub bytes: Bytes,
 }
 
+/// One aborted transaction of a partition (Kafka `AbortedTxn`, the transaction index entry):
+/// its data lies in `first_offset..last_offset`, `last_offset` being the ABORT marker's offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
+    /// The last stable offset once the marker was written.
+    pub last_stable_offset: i64,
+}
+
 #[derive(Debug)]
 pub struct Partition {
     pub(super) leader: i32,
@@ -40,6 +51,9 @@ pub struct Partition {
     pub(super) log_end_offset: i64,
     pub(super) log_bytes: usize,
     pub(super) producers: ProducerStateManager,
+    /// Aborted transactions, by increasing marker offset (the transaction index); entries
+    /// wholly below the log start are dropped with their batches.
+    aborted_txns: Vec<AbortedTxn>,
 }
 
 impl Partition {
@@ -53,6 +67,7 @@ impl Partition {
             log_end_offset: 0,
             log_bytes: 0,
             producers: ProducerStateManager::default(),
+            aborted_txns: Vec::new(),
         }
     }
 
@@ -165,6 +180,79 @@ impl Partition {
         result
     }
 
+    /// Appends a transaction marker written by the coordinator (origin COORDINATOR, so none of
+    /// the client checks apply), after `ProducerAppendInfo.appendEndTxnMarker`'s epoch checks.
+    /// An ABORT that closes an open transaction adds an index entry (`UnifiedLog
+    /// .updateProducers`, `TransactionIndex.append`). Returns the marker's offset.
+    pub(super) fn append_end_txn_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        now_ms: i64,
+    ) -> Result<i64, i16> {
+        self.producers
+            .check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)?;
+        let offset = self.log_end_offset;
+        let mut stored = batch::encode_end_txn_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            commit,
+            now_ms,
+        );
+        batch::set_base_offset(&mut stored, offset);
+        batch::set_partition_leader_epoch(&mut stored, self.leader_epoch);
+        self.log_bytes += stored.len();
+        self.batches.push(StoredBatch {
+            base_offset: offset,
+            last_offset: offset,
+            producer_id,
+            producer_epoch,
+            base_sequence: -1,
+            last_sequence: -1,
+            record_count: 1,
+            max_timestamp: now_ms,
+            transactional: true,
+            control: true,
+            bytes: Bytes::from(stored),
+        });
+        self.log_end_offset = offset + 1;
+        let closed =
+            self.producers
+                .complete_txn(producer_id, producer_epoch, coordinator_epoch, now_ms);
+        if let (Some(first_offset), false) = (closed, commit) {
+            self.aborted_txns.push(AbortedTxn {
+                producer_id,
+                first_offset,
+                last_offset: offset,
+                last_stable_offset: self.last_stable_offset(),
+            });
+        }
+        Ok(offset)
+    }
+
+    /// Kafka `TransactionIndex.collectAbortedTxns`: every aborted transaction whose range
+    /// `[first_offset, last_offset]` overlaps `[fetch_offset, upper_bound)`, as
+    /// (producer id, first offset).
+    pub(super) fn aborted_transactions(
+        &self,
+        fetch_offset: i64,
+        upper_bound: i64,
+    ) -> Vec<(i64, i64)> {
+        self.aborted_txns
+            .iter()
+            .filter(|t| t.last_offset >= fetch_offset && t.first_offset < upper_bound)
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect()
+    }
+
+    /// The aborted-transaction index, oldest first.
+    pub(super) fn aborted_txns(&self) -> &[AbortedTxn] {
+        &self.aborted_txns
+    }
+
     /// Batch checks of `UnifiedLog.analyzeAndValidateRecords` and `LogValidator.validateBatch`,
     /// in Kafka's order. Works on the header only: no per-record work on the produce path, so
     /// per-record checks (compacted keys, each record's timestamp) are approximated from the
@@ -257,6 +345,7 @@ impl Partition {
             self.head = 0;
         }
         self.log_start_offset = new_start;
+        self.aborted_txns.retain(|t| t.last_offset >= new_start);
         self.producers
             .on_log_start_offset_incremented(new_start, rules.kafka_version);
     }

@@ -241,6 +241,52 @@ impl ProducerStateManager {
         self.producers.insert(entry.producer_id, entry);
     }
 
+    /// Kafka `ProducerAppendInfo.appendEndTxnMarker`, the checks: a TV0/TV1 marker may not
+    /// carry an epoch below the producer's (equal is allowed), and a marker from an older
+    /// coordinator epoch is a zombie coordinator's. No sequence check, no verification.
+    pub fn check_end_txn_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), i16> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if producer_epoch < entry.producer_epoch {
+            return Err(INVALID_PRODUCER_EPOCH);
+        }
+        if entry.coordinator_epoch > coordinator_epoch {
+            return Err(TRANSACTION_COORDINATOR_FENCED);
+        }
+        Ok(())
+    }
+
+    /// Kafka `ProducerAppendInfo.appendEndTxnMarker`, the effect, once the marker passed
+    /// [`check_end_txn_marker`](Self::check_end_txn_marker) and is in the log: the entry takes
+    /// the marker's epoch (forgetting the old epoch's batches if it rose), coordinator epoch and
+    /// time, and its open transaction closes. Returns the first offset of the transaction it
+    /// closed, `None` if the producer had none open here (a marker for a partition that got
+    /// no data still occupies an offset).
+    pub fn complete_txn(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        timestamp: i64,
+    ) -> Option<i64> {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerStateEntry::empty(producer_id));
+        entry.maybe_update_producer_epoch(producer_epoch);
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_timestamp = timestamp;
+        let first_offset = entry.current_txn_first_offset.take()?;
+        self.ongoing_txns.remove(&first_offset);
+        Some(first_offset)
+    }
+
     /// Retention or DeleteRecords moved the log start offset. Since 2.5 (KAFKA-7190) Kafka
     /// keeps producer state across it; brokers before 2.5 dropped every producer whose last
     /// batch lay below the new log start (`ProducerStateManager.truncateHead`), which is what
@@ -348,4 +394,58 @@ fn check_sequence(
 /// from `i32::MAX` to 0 (and only to 0).
 fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
     i64::from(next_seq) == i64::from(last_seq) + 1 || (next_seq == 0 && last_seq == i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_txn(manager: &mut ProducerStateManager, epoch: i16, first_offset: i64) {
+        let batch = IncomingBatch {
+            producer_id: 7,
+            producer_epoch: epoch,
+            first_seq: 0,
+            last_seq: 0,
+            first_offset,
+            last_offset: first_offset,
+            max_timestamp: 0,
+            transactional: true,
+        };
+        match manager.analyze(&batch, KafkaBehaviour::Current, 5, true) {
+            Ok(ProducerCheck::Accept(entry)) => manager.update(entry),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // PAI `appendEndTxnMarker` (TV1): a marker below the producer's epoch is
+    // INVALID_PRODUCER_EPOCH, the same epoch passes; a marker of an older coordinator epoch is
+    // TRANSACTION_COORDINATOR_FENCED (ULT `testZombieCoordinatorFenced`, scenario row 32).
+    #[test]
+    fn marker_with_an_older_producer_or_coordinator_epoch_is_refused() {
+        let mut m = ProducerStateManager::default();
+        open_txn(&mut m, 3, 10);
+        assert_eq!(m.check_end_txn_marker(7, 2, 0), Err(INVALID_PRODUCER_EPOCH));
+        assert_eq!(m.check_end_txn_marker(7, 3, 0), Ok(()));
+        assert_eq!(m.complete_txn(7, 3, 2, 0), Some(10));
+        assert_eq!(m.first_unstable_offset(), None);
+        assert_eq!(
+            m.check_end_txn_marker(7, 3, 1),
+            Err(TRANSACTION_COORDINATOR_FENCED)
+        );
+        assert_eq!(m.check_end_txn_marker(7, 3, 2), Ok(()));
+        // A marker for an unknown producer passes and closes nothing.
+        assert_eq!(m.check_end_txn_marker(8, 0, 0), Ok(()));
+        assert_eq!(m.complete_txn(8, 0, 0, 0), None);
+    }
+
+    // PAI `appendEndTxnMarker`: a marker with a higher epoch (a fence) forgets the old
+    // epoch's batches, so the next data must start the new epoch at sequence 0.
+    #[test]
+    fn marker_with_a_higher_epoch_forgets_the_old_epochs_batches() {
+        let mut m = ProducerStateManager::default();
+        open_txn(&mut m, 3, 10);
+        assert_eq!(m.complete_txn(7, 4, 0, 0), Some(10));
+        let entry = m.entry(7).unwrap();
+        assert_eq!((entry.producer_epoch, entry.last_seq()), (4, -1));
+    }
 }

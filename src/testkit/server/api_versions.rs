@@ -22,9 +22,16 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::FindCoordinator, 0, 3),
+    (ApiKey::OffsetFetch, 1, 7),
+    (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::InitProducerId, 0, 4),
+    // The client versions of the transaction APIs (TV1; TV2 starts at EndTxn v5 and
+    // TxnOffsetCommit v5, AddPartitionsToTxn v4+ is broker-to-broker).
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 4),
 ];
 
 /// One broker's advertised ranges, by API key.

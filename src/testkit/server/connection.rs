@@ -66,7 +66,8 @@ fn whole_frame_buffered(buffer: &[u8]) -> bool {
             .is_ok_and(|len: usize| buffer.len() >= 4 + len)
 }
 
-fn now_ms() -> i64 {
+/// Milliseconds since the epoch: the TCP face's clock (the simulator has its own).
+pub(super) fn wall_clock_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -113,7 +114,7 @@ fn serve_frame(
         _ => None,
     };
 
-    let (reply, out) = answer_request(shared, broker, closed, request, injected, now_ms());
+    let (reply, out) = answer_request(shared, broker, closed, request, injected, wall_clock_ms());
     drop(taken);
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,

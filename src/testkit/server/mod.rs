@@ -35,6 +35,15 @@ pub const MAX_FRAME_BYTES: usize = 100 * 1024 * 1024;
 /// A running multi-broker reference cluster.
 pub struct ReferenceCluster {
     shared: Arc<Shared>,
+    /// The coordinator's timer thread and its stop signal.
+    ticker: Mutex<Option<(JoinHandle<()>, Arc<TickerStop>)>>,
+}
+
+/// Stops the timer thread without making it sleep out its interval.
+#[derive(Default)]
+struct TickerStop {
+    stopped: Mutex<bool>,
+    signal: Condvar,
 }
 
 /// State shared by every thread of the face.
@@ -48,6 +57,10 @@ pub(crate) struct Shared {
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
 }
+
+/// How often the TCP face sweeps for timed-out transactions (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` is 10 s; tests want less).
+pub const TRANSACTION_TIMEOUT_SWEEP: Duration = Duration::from_millis(100);
 
 struct BrokerSlot {
     id: i32,
@@ -176,7 +189,11 @@ impl ReferenceCluster {
         for (id, listener) in ids.into_iter().zip(listeners) {
             start_acceptor(&shared, id, listener);
         }
-        ReferenceCluster { shared }
+        let ticker = start_ticker(&shared);
+        ReferenceCluster {
+            shared,
+            ticker: Mutex::new(Some(ticker)),
+        }
     }
 
     /// `host:port,host:port,...` of every broker.
@@ -252,6 +269,11 @@ impl ReferenceCluster {
 
     /// Stops every broker and joins every thread. Idempotent.
     pub fn shutdown(&self) {
+        if let Some((handle, stop)) = self.ticker.lock().unwrap().take() {
+            *stop.stopped.lock().unwrap() = true;
+            stop.signal.notify_all();
+            let _ = handle.join();
+        }
         for broker in self.shared.broker_addrs().into_iter().map(|(id, _)| id) {
             stop_broker(&self.shared, broker);
         }
@@ -277,6 +299,41 @@ fn bind_again(addr: SocketAddr) -> TcpListener {
             Err(e) => panic!("rebinding {addr}: {e}"),
         }
     }
+}
+
+/// The coordinator's timer: every [`TRANSACTION_TIMEOUT_SWEEP`] of wall-clock time it runs
+/// [`Cluster::abort_timed_out_transactions`] and wakes parked fetches if markers were written.
+/// (The simulator calls the same method on its virtual clock instead.)
+fn start_ticker(shared: &Arc<Shared>) -> (JoinHandle<()>, Arc<TickerStop>) {
+    let stop = Arc::new(TickerStop::default());
+    let handle = {
+        let shared = Arc::clone(shared);
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("ref-cluster-ticker".to_string())
+            .spawn(move || {
+                let mut stopped = stop.stopped.lock().unwrap();
+                loop {
+                    stopped = stop
+                        .signal
+                        .wait_timeout(stopped, TRANSACTION_TIMEOUT_SWEEP)
+                        .unwrap()
+                        .0;
+                    if *stopped {
+                        return;
+                    }
+                    if shared
+                        .cluster()
+                        .abort_timed_out_transactions(connection::wall_clock_ms())
+                        > 0
+                    {
+                        shared.notify_appended();
+                    }
+                }
+            })
+            .expect("spawn the ticker")
+    };
+    (handle, stop)
 }
 
 fn start_acceptor(shared: &Arc<Shared>, broker: i32, listener: TcpListener) {

@@ -1,12 +1,12 @@
-//! InitProducerId (v0-v4). Below v4 a PRODUCER_FENCED verdict is sent as
+//! InitProducerId (v0-v4), at the transaction coordinator for a transactional id, at any
+//! broker for an idempotent producer. Below v4 a PRODUCER_FENCED verdict is sent as
 //! INVALID_PRODUCER_EPOCH, which older clients know (`KafkaApis.handleInitProducerIdRequest`).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
-use super::{HandlerResult, Reply, RequestContext};
-use crate::testkit::broker::error_codes::{INVALID_PRODUCER_EPOCH, PRODUCER_FENCED};
+use super::{fenced_for_version, HandlerResult, Reply, RequestContext};
 
 pub(super) fn handle(
     ctx: &RequestContext<'_>,
@@ -18,7 +18,8 @@ pub(super) fn handle(
     let (error_code, producer_id, producer_epoch) = match injected {
         Some(code) => (code, -1, -1),
         None => {
-            let r = ctx.shared.cluster().init_producer_id(
+            let r = ctx.shared.cluster().init_producer_id_at(
+                ctx.broker,
                 request.transactional_id.as_ref().map(|t| t.0.as_str()),
                 request.transaction_timeout_ms,
                 request.producer_id.0,
@@ -28,11 +29,9 @@ pub(super) fn handle(
             (r.error_code, r.producer_id, r.producer_epoch)
         }
     };
-    let error_code = if error_code == PRODUCER_FENCED && ctx.version < 4 {
-        INVALID_PRODUCER_EPOCH
-    } else {
-        error_code
-    };
+    // A fence writes abort markers: wake read_committed fetches.
+    ctx.shared.notify_appended();
+    let error_code = fenced_for_version(error_code, ctx.version, 4);
     InitProducerIdResponse::default()
         .with_error_code(error_code)
         .with_producer_id(ProducerId(producer_id))

@@ -1,12 +1,17 @@
 //! Request handlers of the TCP face: decode with `kafka-protocol`, ask the sans-IO core,
 //! encode the answer. One module per API.
 
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod init_producer_id;
 mod list_offsets;
 mod metadata;
+mod offset_fetch;
 mod produce;
+mod txn_offset_commit;
 
 use std::sync::atomic::AtomicBool;
 
@@ -16,6 +21,7 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::api_versions;
 use super::Shared;
+use crate::testkit::broker::error_codes::{INVALID_PRODUCER_EPOCH, PRODUCER_FENCED};
 
 /// What the connection does after a handler ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +67,23 @@ pub(crate) fn dispatch(
         ApiKey::ListOffsets => list_offsets::handle(ctx, body, injected, out),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, body, injected, out),
         ApiKey::FindCoordinator => find_coordinator::handle(ctx, body, injected, out),
+        ApiKey::AddPartitionsToTxn => add_partitions_to_txn::handle(ctx, body, injected, out),
+        ApiKey::AddOffsetsToTxn => add_offsets_to_txn::handle(ctx, body, injected, out),
+        ApiKey::EndTxn => end_txn::handle(ctx, body, injected, out),
+        ApiKey::TxnOffsetCommit => txn_offset_commit::handle(ctx, body, injected, out),
+        ApiKey::OffsetFetch => offset_fetch::handle(ctx, body, injected, out),
         // Not advertised, so never dispatched.
         _ => Ok(Reply::Close),
+    }
+}
+
+/// Coordinator APIs older than `fenced_since` predate PRODUCER_FENCED (KIP-588, 2.7) and
+/// receive INVALID_PRODUCER_EPOCH instead (`KafkaApis`).
+pub(crate) fn fenced_for_version(code: i16, version: i16, fenced_since: i16) -> i16 {
+    if code == PRODUCER_FENCED && version < fenced_since {
+        INVALID_PRODUCER_EPOCH
+    } else {
+        code
     }
 }
 
