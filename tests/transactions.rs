@@ -1,0 +1,463 @@
+//! Transactions over TCP against the reference cluster (3 brokers, its transaction
+//! coordinator), with a producer of 2 shards. Every test reads the topic back with
+//! librdkafka's consumer: under `read_committed` exactly the records of committed transactions
+//! are visible, once and in send order per partition; aborted ones never are (and are, with the
+//! markers between, under `read_uncommitted`).
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::ReferenceCluster;
+use kacrab::testkit::server::ANY_BROKER;
+use kacrab::{
+    DeliveryFuture, GroupMetadata, OffsetAndMetadata, ProduceError, Producer, ProducerRecord,
+    TopicPartition, TransactionError,
+};
+use kafka_protocol::messages::ApiKey;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use common::{payload_ids, read_back, Isolation, ReadRecord};
+
+const PARTITIONS: i32 = 6;
+const BROKERS: i32 = 3;
+const CALL: Duration = Duration::from_secs(30);
+const READ: Duration = Duration::from_secs(30);
+
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+const NOT_COORDINATOR: i16 = 16;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+
+fn start_cluster(topics: &[&str]) -> ReferenceCluster {
+    let cluster = ReferenceCluster::start(BROKERS as usize, BrokerRules::default());
+    let leaders: Vec<i32> = (0..PARTITIONS).map(|p| 1 + p % BROKERS).collect();
+    for topic in topics {
+        cluster.create_topic(topic, &leaders);
+    }
+    cluster
+}
+
+fn producer(
+    cluster: &ReferenceCluster,
+    transactional_id: &str,
+    extra: &[(&str, &str)],
+) -> Producer {
+    let mut builder = Producer::builder()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("transactional.id", transactional_id)
+        .set("kacrab.shards", "2")
+        .set("linger.ms", "5")
+        .set("batch.size", "2048")
+        .set("reconnect.backoff.max.ms", "200");
+    for (key, value) in extra {
+        builder = builder.set(key, *value);
+    }
+    builder.build().expect("producer")
+}
+
+/// Sends record `id` (its payload: the id, big-endian) to `partition`.
+fn send(producer: &Producer, topic: &str, partition: i32, id: u64) -> DeliveryFuture {
+    let mut payload = id.to_be_bytes().to_vec();
+    payload.resize(24, b'.');
+    producer.send(ProducerRecord::new(topic, Bytes::from(payload)).with_partition(partition))
+}
+
+/// The ids of `ids` per partition, in send order (`partition = id % PARTITIONS`).
+fn by_partition(ids: impl IntoIterator<Item = u64>) -> Vec<Vec<u64>> {
+    let mut out = vec![Vec::new(); PARTITIONS as usize];
+    for id in ids {
+        out[(id % PARTITIONS as u64) as usize].push(id);
+    }
+    out
+}
+
+/// One transaction's records, sent across every partition.
+fn send_batch(producer: &Producer, topic: &str, ids: std::ops::Range<u64>) -> Vec<DeliveryFuture> {
+    ids.map(|id| send(producer, topic, (id % PARTITIONS as u64) as i32, id))
+        .collect()
+}
+
+fn wait_all(futures: Vec<DeliveryFuture>) -> Vec<Result<kacrab::RecordMetadata, ProduceError>> {
+    futures
+        .into_iter()
+        .map(|f| {
+            f.wait_timeout(CALL)
+                .expect("every send resolves within the call timeout")
+        })
+        .collect()
+}
+
+fn read_ids(cluster: &ReferenceCluster, topic: &str, isolation: Isolation) -> Vec<Vec<u64>> {
+    payload_ids(&read_back(
+        &cluster.bootstrap_servers(),
+        topic,
+        PARTITIONS,
+        isolation,
+        READ,
+    ))
+}
+
+#[test]
+fn committed_transactions_are_visible_once_in_order_and_aborted_ones_only_to_read_uncommitted() {
+    let topic = "txn-visibility";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "visibility", &[]);
+    p.init_transactions(CALL).expect("init_transactions");
+    let mut committed = Vec::new();
+    let mut aborted_acked = Vec::new();
+    let mut next = 0u64;
+    for txn in 0..6 {
+        p.begin_transaction().expect("begin_transaction");
+        let ids = next..next + 60;
+        next += 60;
+        let futures = send_batch(&p, topic, ids.clone());
+        if txn % 2 == 0 {
+            p.commit_transaction(CALL).expect("commit_transaction");
+            for (id, result) in ids.zip(wait_all(futures)) {
+                result.unwrap_or_else(|e| panic!("record {id} of a committed transaction: {e}"));
+                committed.push(id);
+            }
+        } else {
+            // A third of the records are acknowledged before the abort, the rest may fail
+            // unsent: both stay out of the read_committed view.
+            let mut futures = futures.into_iter();
+            let mut results: Vec<_> = futures
+                .by_ref()
+                .take(20)
+                .map(|f| f.wait_timeout(CALL).expect("resolved"))
+                .collect();
+            assert!(
+                results.iter().all(Result::is_ok),
+                "acknowledged before the abort"
+            );
+            p.abort_transaction(CALL).expect("abort_transaction");
+            results.extend(wait_all(futures.collect()));
+            for (id, result) in ids.zip(results) {
+                match result {
+                    Ok(_) => aborted_acked.push(id),
+                    Err(ProduceError::TransactionAborted) => {}
+                    Err(e) => panic!("record {id} of an aborted transaction: {e}"),
+                }
+            }
+        }
+    }
+    assert!(
+        aborted_acked.len() >= 60,
+        "the aborted records were written"
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(committed.iter().copied())
+    );
+
+    // read_uncommitted sees every written record, in send order, with an offset left between
+    // transactions for each marker.
+    let mut written: Vec<u64> = committed.iter().chain(&aborted_acked).copied().collect();
+    written.sort_unstable();
+    let records = read_back(
+        &cluster.bootstrap_servers(),
+        topic,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        READ,
+    );
+    assert_eq!(payload_ids(&records), by_partition(written));
+    for (partition, records) in records.iter().enumerate() {
+        check_markers(records);
+        // The last transaction's marker ends the log.
+        let end = cluster.with_cluster(|c| c.high_watermark(topic, partition as i32));
+        assert_eq!(end, Some(records.last().expect("records").offset + 2));
+    }
+}
+
+/// The transaction a record of the visibility test belongs to.
+fn txn_of(record: &ReadRecord) -> i64 {
+    let payload = record.payload.as_deref().expect("payload");
+    (u64::from_be_bytes(payload[..8].try_into().unwrap()) / 60) as i64
+}
+
+/// Between the records of two consecutive transactions on a partition there is one offset,
+/// the first one's marker; within a transaction none.
+fn check_markers(records: &[ReadRecord]) {
+    for pair in records.windows(2) {
+        let (a, b) = (txn_of(&pair[0]), txn_of(&pair[1]));
+        assert_eq!(
+            pair[1].offset - pair[0].offset - 1,
+            b - a,
+            "partition {}: offsets {} (transaction {a}) and {} (transaction {b})",
+            pair[0].partition,
+            pair[0].offset,
+            pair[1].offset
+        );
+    }
+}
+
+fn committed_offsets(cluster: &ReferenceCluster, group: &str, topic: &str) -> Vec<Offset> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for partition in 0..2 {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .expect("committed offsets");
+    (0..2)
+        .map(|p| {
+            committed
+                .find_partition(topic, p)
+                .expect("partition")
+                .offset()
+        })
+        .collect()
+}
+
+#[test]
+fn offsets_sent_in_a_transaction_are_the_groups_committed_offsets_only_after_it_commits() {
+    let (input, output) = ("txn-offsets-in", "txn-offsets-out");
+    let cluster = start_cluster(&[input, output]);
+    let p = producer(&cluster, "offsets", &[]);
+    p.init_transactions(CALL).expect("init_transactions");
+    let group = GroupMetadata::new("copier");
+    let offsets = |a: i64, b: i64| {
+        [(0, a), (1, b)].map(|(partition, offset)| {
+            (
+                TopicPartition {
+                    topic: input.into(),
+                    partition,
+                },
+                OffsetAndMetadata::new(offset),
+            )
+        })
+    };
+
+    p.begin_transaction().unwrap();
+    let sent = send_batch(&p, output, 0..12);
+    p.send_offsets_to_transaction(offsets(10, 20), &group, CALL)
+        .expect("send_offsets_to_transaction");
+    p.commit_transaction(CALL).expect("commit");
+    assert!(wait_all(sent).iter().all(Result::is_ok));
+    assert_eq!(
+        committed_offsets(&cluster, "copier", input),
+        vec![Offset::Offset(10), Offset::Offset(20)]
+    );
+
+    p.begin_transaction().unwrap();
+    let sent = send_batch(&p, output, 12..24);
+    p.send_offsets_to_transaction(offsets(30, 40), &group, CALL)
+        .expect("send_offsets_to_transaction");
+    p.abort_transaction(CALL).expect("abort");
+    wait_all(sent);
+    assert_eq!(
+        committed_offsets(&cluster, "copier", input),
+        vec![Offset::Offset(10), Offset::Offset(20)],
+        "an aborted transaction's offsets are not committed"
+    );
+    assert_eq!(
+        read_ids(&cluster, output, Isolation::ReadCommitted),
+        by_partition(0..12)
+    );
+}
+
+#[test]
+fn a_second_producer_with_the_same_transactional_id_fences_the_first() {
+    let topic = "txn-fencing";
+    let cluster = start_cluster(&[topic]);
+    let first = producer(&cluster, "fenced", &[]);
+    first.init_transactions(CALL).unwrap();
+    first.begin_transaction().unwrap();
+    for result in wait_all(send_batch(&first, topic, 0..12)) {
+        result.expect("written before the fence");
+    }
+
+    let second = producer(&cluster, "fenced", &[]);
+    second
+        .init_transactions(CALL)
+        .expect("the second producer takes over (the first's transaction is aborted)");
+
+    // The first producer's next records and its commit fail with the fenced error.
+    let late = wait_all(send_batch(&first, topic, 12..24));
+    for (id, result) in (12..24).zip(&late) {
+        assert!(
+            result.is_err(),
+            "record {id} sent by the fenced producer was acknowledged"
+        );
+    }
+    let commit = first.commit_transaction(CALL);
+    assert!(
+        matches!(commit, Err(TransactionError::Fenced(_))),
+        "commit of a fenced producer: {commit:?}"
+    );
+    let after = send(&first, topic, 0, 99)
+        .wait_timeout(CALL)
+        .expect("resolved");
+    assert!(
+        matches!(
+            after,
+            Err(ProduceError::Transaction(TransactionError::Fenced(_)))
+                | Err(ProduceError::Fatal(_))
+        ),
+        "a send after the fence: {after:?}"
+    );
+
+    second.begin_transaction().unwrap();
+    let sent = send_batch(&second, topic, 100..112);
+    second
+        .commit_transaction(CALL)
+        .expect("commit of the new producer");
+    assert!(wait_all(sent).iter().all(Result::is_ok));
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(100..112),
+        "nothing the first producer wrote is visible"
+    );
+}
+
+#[test]
+fn a_coordinator_move_and_coordinator_errors_mid_commit_end_in_exactly_one_outcome() {
+    let topic = "txn-coordinator-faults";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "moving", &[("request.timeout.ms", "1500")]);
+    p.init_transactions(CALL).unwrap();
+    let faults = cluster.faults();
+    let mut committed = Vec::new();
+    for txn in 0..6u64 {
+        p.begin_transaction().unwrap();
+        let ids = txn * 40..txn * 40 + 40;
+        let futures = send_batch(&p, topic, ids.clone());
+        let mut coordinator = cluster.with_cluster(|c| c.transaction_coordinator("moving"));
+        if txn >= 1 {
+            // The coordinator moves before the commit: the old one answers NOT_COORDINATOR.
+            coordinator = 1 + coordinator % BROKERS;
+            cluster.with_cluster(|c| c.move_transaction_coordinator("moving", coordinator));
+        }
+        match txn {
+            0 => faults.inject_error(ANY_BROKER, ApiKey::EndTxn, COORDINATOR_NOT_AVAILABLE, 2),
+            1 => faults.inject_error(ANY_BROKER, ApiKey::EndTxn, NOT_COORDINATOR, 1),
+            2 => faults.inject_error(ANY_BROKER, ApiKey::EndTxn, CONCURRENT_TRANSACTIONS, 3),
+            // The commit is done, its answer lost: the retry must not be a second outcome.
+            3 => faults.drop_response_after_append(coordinator, ApiKey::EndTxn, 1),
+            4 => faults.reset_connection(coordinator, ApiKey::EndTxn, 1, false),
+            _ => {}
+        }
+        p.commit_transaction(CALL)
+            .unwrap_or_else(|e| panic!("commit of transaction {txn}: {e}"));
+        for (id, result) in ids.zip(wait_all(futures)) {
+            result.unwrap_or_else(|e| panic!("record {id}: {e}"));
+            committed.push(id);
+        }
+        assert_eq!(
+            faults.pending(),
+            0,
+            "transaction {txn}: every fault was hit"
+        );
+    }
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(committed)
+    );
+    let state = cluster.with_cluster(|c| c.transaction_metadata("moving").map(|m| m.state));
+    assert_eq!(
+        state,
+        Some(kacrab::testkit::broker::TransactionState::CompleteCommit)
+    );
+}
+
+#[test]
+fn a_commit_that_timed_out_goes_on_and_the_same_call_again_takes_its_result() {
+    let topic = "txn-timeout";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "slow", &[]);
+    p.init_transactions(CALL).unwrap();
+    p.begin_transaction().unwrap();
+    let futures = send_batch(&p, topic, 0..12);
+    let coordinator = cluster.with_cluster(|c| c.transaction_coordinator("slow"));
+    cluster
+        .faults()
+        .delay_response(coordinator, ApiKey::EndTxn, 1, Duration::from_secs(2));
+    let first = p.commit_transaction(Duration::from_millis(200));
+    assert!(
+        matches!(
+            first,
+            Err(TransactionError::Timeout {
+                operation: "commit_transaction",
+                ..
+            })
+        ),
+        "{first:?}"
+    );
+    let other = p.begin_transaction();
+    assert!(
+        matches!(other, Err(TransactionError::PendingOperation { .. })),
+        "another call while the commit is pending: {other:?}"
+    );
+    p.commit_transaction(CALL)
+        .expect("the same call again takes the commit's result");
+    assert!(wait_all(futures).iter().all(Result::is_ok));
+    // The next transaction goes through as usual.
+    p.begin_transaction().unwrap();
+    let futures = send_batch(&p, topic, 12..24);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(futures).iter().all(Result::is_ok));
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..24)
+    );
+}
+
+#[test]
+fn calls_in_a_wrong_state_are_typed_errors_and_change_nothing() {
+    let topic = "txn-states";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "states", &[]);
+    let early = send(&p, topic, 0, 0).wait_timeout(CALL).expect("resolved");
+    assert!(
+        matches!(
+            early,
+            Err(ProduceError::Transaction(TransactionError::InvalidState {
+                operation: "send",
+                ..
+            }))
+        ),
+        "send before init_transactions: {early:?}"
+    );
+    assert!(matches!(
+        p.begin_transaction(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    p.init_transactions(CALL).unwrap();
+    assert!(matches!(
+        p.commit_transaction(CALL),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    p.begin_transaction().unwrap();
+    assert!(matches!(
+        p.begin_transaction(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    let sent = send_batch(&p, topic, 0..6);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(sent).iter().all(Result::is_ok));
+
+    let plain = Producer::builder()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .build()
+        .unwrap();
+    assert_eq!(
+        plain.begin_transaction(),
+        Err(TransactionError::NotTransactional)
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..6)
+    );
+}
