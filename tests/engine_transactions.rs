@@ -819,14 +819,16 @@ fn invalid_producer_epoch_on_produce_is_abortable_and_abort_bumps_the_epoch() {
         rejected_code(&rig.result(a)),
         Some(code::INVALID_PRODUCER_EPOCH)
     );
+    // Abortable (KIP-588), and reported as the fencing it is: Java re-throws
+    // InvalidProducerEpochException from commit and send.
     assert_eq!(rig.state(), TransactionState::AbortableError);
     assert!(matches!(
         rig.engine.commit_transaction(),
-        Err(TransactionError::Abortable(_))
+        Err(TransactionError::Fenced(_))
     ));
     assert!(matches!(
         rig.engine.txn_check_send(),
-        Err(TransactionError::Abortable(_))
+        Err(TransactionError::Fenced(_))
     ));
     let handle = rig.engine.abort_transaction().unwrap();
     assert_eq!(rig.wait(handle), Ok(()));
