@@ -362,6 +362,7 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
         spec.records,
         &mut payloads,
         pacer.as_ref(),
+        None,
         |seq| Some(spec.partition(seq)),
     );
     let elapsed = start.elapsed();

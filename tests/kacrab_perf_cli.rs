@@ -1,5 +1,5 @@
 //! The `kacrab-perf` binary end to end: a run against the embedded cluster read back in full,
-//! machine-readable output, and the flags it refuses.
+//! machine-readable output, transactional runs, and the flags it refuses.
 
 use std::process::Command;
 
@@ -94,33 +94,51 @@ fn json_output_is_one_object_with_the_verification() {
 }
 
 #[test]
-fn transactions_are_refused_plainly() {
-    for args in [
-        &[
-            "--num-records",
-            "1",
-            "--record-size",
-            "8",
-            "--transactional-id",
-            "t",
-        ][..],
-        &[
-            "--num-records",
-            "1",
-            "--record-size",
-            "8",
-            "--transaction-duration-ms",
-            "100",
-        ][..],
-    ] {
-        let out = perf(args);
-        assert!(!out.status.success());
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains("transactions are not supported yet"),
-            "{stderr}"
-        );
-    }
+fn a_transactional_run_commits_every_duration_and_is_read_back_exactly_once() {
+    // Paced to last about a second, so transactions of 100 ms each commit several times.
+    let out = perf(&[
+        "--num-records",
+        "20000",
+        "--record-size",
+        "64",
+        "--throughput",
+        "20000",
+        "--transactional-id",
+        "perf-txn",
+        "--transaction-duration-ms",
+        "100",
+        "--verify",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let committed: u64 = stdout
+        .lines()
+        .find_map(|l| l.strip_suffix(" transactions committed"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no commit count in {stdout}"));
+    assert!(committed >= 3, "{committed} transactions in {stdout}");
+    assert!(
+        stdout.contains("verified: 20000 of 20000, 0 duplicates, 0 out of order"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_transaction_duration_of_zero_is_refused() {
+    let out = perf(&[
+        "--num-records",
+        "1",
+        "--record-size",
+        "8",
+        "--transaction-duration-ms",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--transaction-duration-ms"));
 }
 
 #[test]

@@ -29,10 +29,17 @@ bootstrap.servers in the producer properties) it starts the embedded reference c
   --verify-fetch                 --verify with Fetch requests, also for the embedded cluster
   --json                         print the results as one JSON object on stdout (progress
                                  lines go to stderr)
-  --transactional-id ID          not supported yet: rejected
-  --transaction-duration-ms MS   not supported yet: rejected
+  --transactional-id ID          send in transactions with this transactional.id (default, when
+                                 only --transaction-duration-ms is given:
+                                 performance-producer-default-transactional-id)
+  --transaction-duration-ms MS   commit and begin the next transaction every MS (default 3000
+                                 when transactional); the last one commits at the end
   --help                         this text
 ";
+
+/// Kafka's `ProducerPerformance` defaults.
+pub const DEFAULT_TRANSACTIONAL_ID: &str = "performance-producer-default-transactional-id";
+pub const DEFAULT_TRANSACTION_DURATION_MS: u64 = 3000;
 
 #[derive(Debug, Clone)]
 pub struct Args {
@@ -53,8 +60,8 @@ pub struct Args {
     /// Verify with Fetch requests even against the embedded cluster.
     pub verify_fetch: bool,
     pub json: bool,
-    pub transactional_id: Option<String>,
-    pub transaction_duration_ms: Option<String>,
+    /// Transactions: the transactional id and how long each transaction lasts.
+    pub transactions: Option<(String, u64)>,
 }
 
 /// What the command line asks for.
@@ -172,7 +179,13 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
             }
             "--json" => json = true,
             "--transactional-id" => transactional_id = Some(take(&mut it)?),
-            "--transaction-duration-ms" => transaction_duration_ms = Some(take(&mut it)?),
+            "--transaction-duration-ms" => {
+                let ms: u64 = number(&flag, &take(&mut it)?)?;
+                if ms < 1 {
+                    bail!("--transaction-duration-ms must be at least 1");
+                }
+                transaction_duration_ms = Some(ms);
+            }
             "--broker-process" => broker_process = true,
             "--retention-bytes" => retention = Some(number(&flag, &take(&mut it)?)?),
             other => bail!("unknown argument `{other}` (see --help)"),
@@ -207,8 +220,13 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
         verify,
         verify_fetch,
         json,
-        transactional_id,
-        transaction_duration_ms,
+        transactions: match (transactional_id, transaction_duration_ms) {
+            (None, None) => None,
+            (id, ms) => Some((
+                id.unwrap_or_else(|| DEFAULT_TRANSACTIONAL_ID.to_string()),
+                ms.unwrap_or(DEFAULT_TRANSACTION_DURATION_MS),
+            )),
+        },
     })))
 }
 

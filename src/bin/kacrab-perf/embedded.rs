@@ -106,7 +106,8 @@ pub fn broker_process_main(
                     let mut decoded = Vec::with_capacity(partitions as usize);
                     for p in 0..partitions {
                         let mut records = Vec::new();
-                        for batch in c.partition_log(topic, p) {
+                        // Transaction markers carry no records of the run.
+                        for batch in c.partition_log(topic, p).iter().filter(|b| !b.control) {
                             records.extend(
                                 decode_records(&batch.bytes)
                                     .map_err(|e| anyhow!("partition {p}: {e}"))?,

@@ -93,11 +93,22 @@ impl Pacer {
     }
 }
 
+/// Transactions of a run (Kafka's `ProducerPerformance --transaction-duration-ms`): one is
+/// committed, and the next begun, once `duration` has passed since it began; the last one
+/// commits at the end.
+#[derive(Debug, Clone, Copy)]
+pub struct TransactionPacing {
+    pub duration: Duration,
+    /// The timeout of each transactional call.
+    pub call_timeout: Duration,
+}
+
 /// What a run's deliveries came to.
 #[derive(Debug, Default)]
 pub struct Deliveries {
     pub errors: u64,
     pub first_error: Option<String>,
+    pub transactions_committed: u64,
 }
 
 /// Sends `records` records of `payloads` through `producer`, paced by `pacer` if any, to
@@ -109,6 +120,7 @@ pub fn drive_kacrab(
     records: u64,
     payloads: &mut Payloads,
     pacer: Option<&Pacer>,
+    transactions: Option<TransactionPacing>,
     partition: impl Fn(u64) -> Option<i32>,
 ) -> Deliveries {
     use std::collections::VecDeque;
@@ -121,20 +133,41 @@ pub fn drive_kacrab(
     let topic: std::sync::Arc<str> = std::sync::Arc::from(topic);
     let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
     let mut out = Deliveries::default();
-    let mut check = |result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
+    let check = |out: &mut Deliveries,
+                 result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
         if let Err(e) = result {
             out.errors += 1;
             out.first_error.get_or_insert_with(|| e.to_string());
         }
     };
+    let mut txn_began = Instant::now();
+    if let Some(t) = transactions {
+        let began = producer
+            .init_transactions(t.call_timeout)
+            .and_then(|()| producer.begin_transaction());
+        if let Err(e) = began {
+            // Every send then fails with the transaction manager's error, and is counted.
+            out.first_error.get_or_insert_with(|| e.to_string());
+        }
+        txn_began = Instant::now();
+    }
     for seq in 0..records {
+        if let Some(t) = transactions {
+            if txn_began.elapsed() >= t.duration {
+                end_transaction(producer, t, &mut out);
+                if let Err(e) = producer.begin_transaction() {
+                    out.first_error.get_or_insert_with(|| e.to_string());
+                }
+                txn_began = Instant::now();
+            }
+        }
         if let Some(p) = pacer {
             p.wait_for(seq);
         }
         while !tracker.slot_free(seq) {
             // The ring wrapped onto a record still in flight: retire in order until it is done.
             match pending.pop_front() {
-                Some(f) => check(f.wait()),
+                Some(f) => check(&mut out, f.wait()),
                 None => std::thread::yield_now(),
             }
         }
@@ -147,20 +180,24 @@ pub fn drive_kacrab(
         match std::pin::Pin::new(&mut future).poll(&mut cx) {
             Poll::Ready(result) => {
                 tracker.complete_index(seq as usize & (tracker.capacity() - 1));
-                check(result);
+                check(&mut out, result);
             }
             Poll::Pending => pending.push_back(future),
         }
         if seq % 64 == 0 {
             while let Some(result) = pending.front().and_then(DeliveryFuture::try_result) {
                 pending.pop_front();
-                check(result);
+                check(&mut out, result);
             }
         }
     }
-    producer.flush();
+    match transactions {
+        // A commit sends everything first.
+        Some(t) => end_transaction(producer, t, &mut out),
+        None => producer.flush(),
+    }
     for f in pending.drain(..) {
-        check(f.wait());
+        check(&mut out, f.wait());
     }
     // Every delivery is complete; wakers may still be finishing their bookkeeping.
     let settle = Instant::now();
@@ -168,4 +205,18 @@ pub fn drive_kacrab(
         std::thread::yield_now();
     }
     out
+}
+
+/// Commits the open transaction; an abortable failure aborts it (its records then fail and are
+/// counted as errors).
+fn end_transaction(producer: &kacrab::Producer, t: TransactionPacing, out: &mut Deliveries) {
+    match producer.commit_transaction(t.call_timeout) {
+        Ok(()) => out.transactions_committed += 1,
+        Err(e) => {
+            out.first_error.get_or_insert_with(|| e.to_string());
+            if e.is_abortable() {
+                let _ = producer.abort_transaction(t.call_timeout);
+            }
+        }
+    }
 }

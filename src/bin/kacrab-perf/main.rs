@@ -34,7 +34,7 @@ use kacrab::{ConfigError, Producer, ProducerConfigBuilder};
 use args::{Args, Mode};
 use embedded::{BrokerChild, Verification};
 use latency::Tracker;
-use load::{drive_kacrab, Deliveries, Pacer, Payloads};
+use load::{drive_kacrab, Deliveries, Pacer, Payloads, TransactionPacing};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -136,13 +136,10 @@ fn needs_bootstrap(err: &ConfigError) -> bool {
 }
 
 fn run(a: &Args) -> Result<()> {
-    if a.transactional_id.is_some() || a.transaction_duration_ms.is_some() {
-        bail!(
-            "transactions are not supported yet: kacrab's producer has no transactional API, \
-             so --transactional-id and --transaction-duration-ms cannot be honoured"
-        );
+    let mut builder = build_config(a)?;
+    if let Some((id, _)) = &a.transactions {
+        builder = builder.set("transactional.id", id.as_str());
     }
-    let builder = build_config(a)?;
     let (builder, config, mut broker) = match builder.clone().build() {
         Ok(config) => (builder, config, None),
         Err(e) if needs_bootstrap(&e) => {
@@ -153,9 +150,15 @@ fn run(a: &Args) -> Result<()> {
         }
         Err(e) => return Err(anyhow!("{e}")),
     };
-    if config.transactional_id.is_some() {
-        bail!("transactions are not supported yet: remove transactional.id from the producer properties");
-    }
+    // transactional.id among the producer properties alone also makes the run transactional.
+    let transactions = config.transactional_id.as_ref().map(|_| TransactionPacing {
+        duration: Duration::from_millis(
+            a.transactions
+                .as_ref()
+                .map_or(args::DEFAULT_TRANSACTION_DURATION_MS, |(_, ms)| *ms),
+        ),
+        call_timeout: config.delivery_timeout.max(config.max_block),
+    });
     let log = |line: &str| {
         if a.json {
             eprintln!("{line}");
@@ -203,14 +206,19 @@ fn run(a: &Args) -> Result<()> {
     let Deliveries {
         errors,
         first_error,
+        transactions_committed,
     } = drive_kacrab(
         &producer,
         &a.topic,
         a.num_records,
         &mut payloads,
         pacer.as_ref(),
+        transactions,
         |_| None,
     );
+    if transactions.is_some() {
+        log(&format!("{transactions_committed} transactions committed"));
+    }
     let elapsed = start.elapsed();
     let client_cpu = procstat::process_cpu().saturating_sub(cpu_start);
     let threads = procstat::own_threads_breakdown(sender_tid);
