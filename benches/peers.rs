@@ -65,6 +65,8 @@ struct RunSpec {
     shards: usize,
     /// kacrab.spin.before.park.us (kacrab only); 0 is off.
     spin_us: u64,
+    /// Transactions of this many ms each (commit, then begin the next); 0 is none.
+    txn_ms: u64,
 }
 
 impl RunSpec {
@@ -80,6 +82,7 @@ impl RunSpec {
             ("--batch-size", self.batch_size.to_string()),
             ("--shards", self.shards.to_string()),
             ("--spin-us", self.spin_us.to_string()),
+            ("--txn-ms", self.txn_ms.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -107,6 +110,7 @@ impl RunSpec {
             batch_size: get("batch-size")?.parse()?,
             shards: get("shards")?.parse()?,
             spin_us: get("spin-us")?.parse()?,
+            txn_ms: get("txn-ms")?.parse()?,
         })
     }
 
@@ -234,7 +238,7 @@ fn main() {
             // A criterion-style filter (`cargo bench FILTER`): run the scenarios it names, or
             // nothing when it names none of them.
             let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-            let names = ["small", "large", "latency", "shards"];
+            let names = ["small", "large", "latency", "shards", "txn"];
             let selected: Vec<&str> = names
                 .iter()
                 .copied()
@@ -342,12 +346,30 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     if spec.spin_us > 0 {
         builder = builder.set("kacrab.spin.before.park.us", spec.spin_us.to_string());
     }
+    if spec.txn_ms > 0 {
+        builder = builder.set("transactional.id", "peers-kacrab");
+    }
     let producer = builder.build()?;
-    // Warm-up: connections, metadata, producer id.
-    for p in 0..spec.partitions {
-        producer
-            .send(ProducerRecord::new(spec.topic.as_str(), vec![0u8; 8]).with_partition(p))
-            .wait()?;
+    let call = Duration::from_secs(30);
+    let transactions = (spec.txn_ms > 0).then(|| load::TransactionPacing {
+        duration: Duration::from_millis(spec.txn_ms),
+        call_timeout: call,
+    });
+    // Warm-up: connections, metadata, producer id (and the coordinator, in a transaction).
+    if transactions.is_some() {
+        producer.init_transactions(call)?;
+        producer.begin_transaction()?;
+    }
+    let warm: Vec<_> = (0..spec.partitions)
+        .map(|p| {
+            producer.send(ProducerRecord::new(spec.topic.as_str(), vec![0u8; 8]).with_partition(p))
+        })
+        .collect();
+    if transactions.is_some() {
+        producer.commit_transaction(call)?;
+    }
+    for f in warm {
+        f.wait()?;
     }
     let reserve = kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD
         + kacrab::engine::batch::record_size_upper_bound(None, Some(&vec![0; spec.size]), &[]);
@@ -362,7 +384,7 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
         spec.records,
         &mut payloads,
         pacer.as_ref(),
-        None,
+        transactions,
         |seq| Some(spec.partition(seq)),
     );
     let elapsed = start.elapsed();
@@ -401,7 +423,11 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
     use rdkafka::util::Timeout;
 
-    let producer: ThreadedProducer<RdContext> = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    if spec.txn_ms > 0 {
+        config.set("transactional.id", "peers-librdkafka");
+    }
+    let producer: ThreadedProducer<RdContext> = config
         .set("bootstrap.servers", &spec.bootstrap)
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -421,6 +447,12 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
         )
         .create_with_context(RdContext)?;
     let tracker = Tracker::install(1024);
+    let call = Duration::from_secs(30);
+    let txn = spec.txn_ms > 0;
+    if txn {
+        producer.init_transactions(call)?;
+        producer.begin_transaction()?;
+    }
     let warm = [0u8; 8];
     for p in 0..spec.partitions {
         producer
@@ -431,7 +463,11 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
             )
             .map_err(|(e, _)| e)?;
     }
-    producer.flush(Timeout::After(Duration::from_secs(30)))?;
+    if txn {
+        producer.commit_transaction(call)?;
+    } else {
+        producer.flush(Timeout::After(Duration::from_secs(30)))?;
+    }
     tracker.histogram.reset();
     RD_ERRORS.store(0, Ordering::Relaxed);
 
@@ -439,9 +475,18 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
     let pacer = spec.pacer();
     let cpu0 = procstat::process_cpu();
     let start = Instant::now();
+    if txn {
+        producer.begin_transaction()?;
+    }
+    let mut txn_began = Instant::now();
     for seq in 0..spec.records {
         if let Some(p) = &pacer {
             p.wait_for(seq);
+        }
+        if txn && txn_began.elapsed() >= Duration::from_millis(spec.txn_ms) {
+            producer.commit_transaction(call)?;
+            producer.begin_transaction()?;
+            txn_began = Instant::now();
         }
         if payload.len() >= 8 {
             payload[..8].copy_from_slice(&seq.to_be_bytes());
@@ -465,7 +510,12 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
             }
         }
     }
-    producer.flush(Timeout::After(Duration::from_secs(120)))?;
+    if txn {
+        // A commit flushes first.
+        producer.commit_transaction(Duration::from_secs(120))?;
+    } else {
+        producer.flush(Timeout::After(Duration::from_secs(120)))?;
+    }
     let elapsed = start.elapsed();
     let cpu = procstat::process_cpu() - cpu0;
     Ok(Outcome::from_histogram(
@@ -728,6 +778,8 @@ struct Scenario {
     batch_size: usize,
     /// (label, client, shards, spin µs)
     clients: Vec<(&'static str, &'static str, usize, u64)>,
+    /// Transactions of this many ms; 0 is none.
+    txn_ms: u64,
 }
 
 fn scenarios(scale: f64) -> Vec<Scenario> {
@@ -749,6 +801,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             linger_ms: 5,
             batch_size: 16384,
             clients: peers.clone(),
+            txn_ms: 0,
         },
         Scenario {
             name: "large",
@@ -764,6 +817,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 c.push(("loopback TCP", "loopback", 0, 0));
                 c
             },
+            txn_ms: 0,
         },
         Scenario {
             name: "latency",
@@ -782,6 +836,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 c.push(("loopback TCP RTT", "loopback-rtt", 0, 0));
                 c
             },
+            txn_ms: 0,
         },
         Scenario {
             name: "shards",
@@ -796,6 +851,24 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 ("kacrab 1 shard", "kacrab", 1, 0),
                 ("kacrab 2 shards", "kacrab", 2, 0),
             ],
+            txn_ms: 0,
+        },
+        Scenario {
+            name: "txn",
+            title:
+                "transactions of 100 ms: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5",
+            records: n(1_000_000),
+            size: 100,
+            partitions: 6,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 16384,
+            // rskafka has no transactions; the Java runner does not take the flag.
+            clients: vec![
+                ("kacrab", "kacrab", 2, 0),
+                ("librdkafka", "librdkafka", 0, 0),
+            ],
+            txn_ms: 100,
         },
     ]
 }
@@ -951,6 +1024,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
                         batch_size: scenario.batch_size,
                         shards,
                         spin_us: spin,
+                        txn_ms: scenario.txn_ms,
                     };
                     let outcome = if client.starts_with("loopback") {
                         run_client(&spec, None)

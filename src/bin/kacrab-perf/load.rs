@@ -95,7 +95,7 @@ impl Pacer {
 
 /// Transactions of a run (Kafka's `ProducerPerformance --transaction-duration-ms`): one is
 /// committed, and the next begun, once `duration` has passed since it began; the last one
-/// commits at the end.
+/// commits at the end. The producer's `init_transactions` is the caller's.
 #[derive(Debug, Clone, Copy)]
 pub struct TransactionPacing {
     pub duration: Duration,
@@ -140,17 +140,14 @@ pub fn drive_kacrab(
             out.first_error.get_or_insert_with(|| e.to_string());
         }
     };
-    let mut txn_began = Instant::now();
-    if let Some(t) = transactions {
-        let began = producer
-            .init_transactions(t.call_timeout)
-            .and_then(|()| producer.begin_transaction());
-        if let Err(e) = began {
+    // The caller has called `init_transactions`.
+    if transactions.is_some() {
+        if let Err(e) = producer.begin_transaction() {
             // Every send then fails with the transaction manager's error, and is counted.
             out.first_error.get_or_insert_with(|| e.to_string());
         }
-        txn_began = Instant::now();
     }
+    let mut txn_began = Instant::now();
     for seq in 0..records {
         if let Some(t) = transactions {
             if txn_began.elapsed() >= t.duration {

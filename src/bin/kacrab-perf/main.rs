@@ -191,6 +191,11 @@ fn run(a: &Args) -> Result<()> {
         None
     };
     let producer = Producer::builder().config(|_| builder).build()?;
+    if let Some(t) = transactions {
+        producer
+            .init_transactions(t.call_timeout)
+            .context("init_transactions")?;
+    }
     let shards = producer.shard_cores().len();
     let sender_tid = procstat::current_tid();
     let broker_cpu_start = broker.as_mut().map(|b| b.cpu()).transpose()?;
