@@ -133,6 +133,8 @@ pub struct TxnRunReport {
     pub repeated_calls: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
+    /// Transactions the coordinator aborted for outliving their timeout.
+    pub timed_out: u64,
 }
 
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
@@ -425,6 +427,7 @@ impl<'a> Runner<'a> {
             repeated_calls: self.repeated_calls,
             leader_moves: self.leader_moves,
             broker_failures: self.broker_failures,
+            timed_out: sim.txn_world().timed_out,
         }
     }
 }
