@@ -121,7 +121,6 @@ fn run_seeds(first: u64, count: u64) -> (Totals, Vec<(u64, String)>) {
 }
 
 #[test]
-#[ignore = "needs the reference broker's transaction coordinator (AddPartitionsToTxn, EndTxn, markers); run with --ignored once it answers them"]
 fn random_transactions_are_atomic_and_visible_only_when_committed() {
     if let Some(seed) = env_u64("KACRAB_SIM_SEED") {
         println!("KACRAB_SIM_SEED={seed} is set: see the replay test");
