@@ -186,3 +186,42 @@ fn a_transaction_without_sends_commits_without_end_txn() {
     let stats = sim.check_transactions();
     assert_eq!(stats.committed, 1);
 }
+
+#[test]
+fn a_batch_of_unknown_outcome_failing_during_an_abort_makes_the_abort_bump_the_epoch() {
+    let mut sim = transactional(1);
+    assert_eq!(init(&mut sim), Ok(()));
+    let before = sim.identity();
+    sim.begin_transaction().unwrap();
+    // Every Produce answer is lost on a connection that stays open: the batch is in flight
+    // until delivery.timeout.ms ends it with an unknown outcome, after the abort began (and
+    // queued its EndTxn without a bump).
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::Produce),
+            Fault::DropResponse { close: false },
+        )
+        .times(usize::MAX),
+    );
+    let id = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(SECOND);
+    assert!(
+        sim.requests_served(ApiKey::Produce) >= 1,
+        "the batch went out"
+    );
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 120 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert!(
+        matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+        "the batch ended with an unknown outcome: {:?}",
+        sim.result(id)
+    );
+    // The abort's result came after the bump, not after EndTxn alone.
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    assert_eq!(sim.identity().producer_id, before.producer_id);
+    assert_eq!(sim.identity().epoch, before.epoch + 1);
+    assert_eq!(sim.requests_served(ApiKey::InitProducerId), 2);
+    sim.begin_transaction()
+        .expect("the next transaction begins after the abort");
+}

@@ -922,8 +922,20 @@ impl TransactionManager {
 
     /// EndTxn succeeded (`resetTransactionState`): READY, or INITIALIZING when the epoch bump
     /// follows.
+    ///
+    /// The bump can become owed after the abort began and queued its EndTxn with the call's
+    /// handle: a batch of unknown outcome that fails while the abort flushes always requires
+    /// it (the deviation in the module docs; Java sets no bump while completing). The bump is
+    /// queued here then and the call completes with it, so the call never reports success while
+    /// the manager sits in INITIALIZING with nothing to leave it.
     pub fn on_end_txn(&mut self, request: &QueuedRequest) {
         self.reset_transaction_state();
+        let bump = TxnRequest::InitProducerId { bump: true };
+        let bump_queued = self.queue.iter().any(|q| q.request == bump);
+        if self.state == TransactionState::Initializing && !bump_queued {
+            self.enqueue(bump, request.op, 0);
+            return;
+        }
         if let Some(op) = request.op {
             self.complete(op, Ok(()));
         }
