@@ -11,7 +11,7 @@
 use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
 use kacrab::error::TransactionError;
 use kacrab::protocol::error_code::code;
-use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, SECOND};
+use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, MS, SECOND};
 use kafka_protocol::messages::ApiKey;
 
 fn tp(partition: i32) -> TopicPartition {
@@ -224,4 +224,57 @@ fn a_batch_of_unknown_outcome_failing_during_an_abort_makes_the_abort_bump_the_e
     assert_eq!(sim.requests_served(ApiKey::InitProducerId), 2);
     sim.begin_transaction()
         .expect("the next transaction begins after the abort");
+}
+
+#[test]
+fn a_definite_failure_with_a_later_batch_on_the_wire_makes_the_abort_bump_the_epoch() {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    let before = sim.identity();
+    sim.begin_transaction().unwrap();
+    // The partition's first batch (sequence 0) is refused, late; the second (sequence 1) goes
+    // out before that answer and is written: the producer has no state on the partition yet,
+    // so the broker takes any sequence. The client gives sequence 0 back and moves the second
+    // batch down to it, while the broker holds it as 1.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::Inject(code::INVALID_RECORD),
+        )
+        .delayed(50 * MS),
+    );
+    let refused = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let written = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    // The commit begins before the refusal arrives: a failure while completing sets no bump
+    // by itself (Java's `maybeTransitionToErrorState`).
+    let commit = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert!(matches!(
+        sim.wait_txn(commit, limit),
+        Some(Err(TransactionError::Abortable(_)))
+    ));
+    assert!(matches!(sim.result(refused), Some(Err(_))));
+    assert!(matches!(sim.result(written), Some(Ok(_))));
+    assert_eq!(sim.txn_state(), Some(TransactionState::AbortableError));
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    // Without a new epoch the next batch would reuse sequence 1, which the broker answers as a
+    // duplicate of the aborted record: acknowledged, never written.
+    assert_eq!(sim.identity().epoch, before.epoch + 1);
+    sim.begin_transaction().unwrap();
+    let next = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert!(matches!(sim.result(next), Some(Ok(_))));
+    let stats = sim.check_transactions();
+    assert_eq!((stats.committed, stats.aborted), (1, 1));
+    assert_eq!(stats.visible_records, 1);
 }

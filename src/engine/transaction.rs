@@ -45,7 +45,9 @@
 //! Java, each on purpose: requests of one priority go out FIFO (§6.4 quirk); produce requests
 //! are not paused while a transactional request is in flight (§0 quirk, see `sender/txn.rs`);
 //! an unknown-outcome produce failure always makes the abort bump the epoch, also while
-//! committing.
+//! committing, and so does a definite failure of a batch whose partition had later batches on
+//! the wire (their sequences are moved down, while the broker may hold them under the old
+//! ones).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

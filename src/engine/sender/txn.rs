@@ -45,6 +45,11 @@ pub struct TxnParticipant {
     pub fail_unsent: Option<ProduceError>,
     /// A flush the owner waits for.
     pub flush_round: Option<u64>,
+    /// A definitely failed batch had later batches of its partition on the wire: their
+    /// sequences were moved down, but the broker may already hold them under the old ones
+    /// (a producer's first write to a partition is accepted at any sequence), so only an
+    /// epoch bump brings client and broker back in line. Consumed by the failure's report.
+    pub sequences_diverged: bool,
 }
 
 impl<D: Delivery> Engine<D> {
@@ -260,9 +265,10 @@ impl<D: Delivery> Engine<D> {
         {
             return;
         }
+        let diverged = std::mem::take(&mut self.participant.sequences_diverged);
         self.txn_actions.push_back(TxnAction::ProduceFailed {
             error: error.clone(),
-            needs_bump: error.is_outcome_unknown(),
+            needs_bump: error.is_outcome_unknown() || diverged,
             fatal,
         });
     }
@@ -283,6 +289,14 @@ impl<D: Delivery> Engine<D> {
         }
         let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
         let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
+        if slot
+            .entry
+            .inflight_batches_by_sequence
+            .iter()
+            .any(|s| s.producer == stamp.producer && after(s.base_sequence))
+        {
+            self.participant.sequences_diverged = true;
+        }
         slot.entry.next_sequence = moved(slot.entry.next_sequence);
         for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
             if s.producer == stamp.producer && after(s.base_sequence) {
