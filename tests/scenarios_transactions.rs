@@ -1,8 +1,9 @@
 //! Transactional scenarios on the deterministic simulator: the transactional engine (shard 0
 //! owns the transaction manager), the reference broker behind its in-memory face (its
-//! FindCoordinator and transactional InitProducerId), a 1 ms network and a virtual clock.
+//! transaction coordinator: FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn and
+//! markers), a 1 ms network and a virtual clock.
 //!
-//! The scenarios that need the coordinator's AddPartitionsToTxn, EndTxn and markers are pinned
+//! Scenarios that script the coordinator's answers one by one are pinned
 //! against a scripted broker in `tests/engine_transactions.rs` (a partition's first batch waits
 //! for AddPartitionsToTxn, CONCURRENT_TRANSACTIONS retried, NOT_COORDINATOR on EndTxn, commit
 //! flushes lingering batches, abort fails unsent batches, fencing on EndTxn, an abortable
