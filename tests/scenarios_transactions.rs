@@ -279,3 +279,48 @@ fn a_definite_failure_with_a_later_batch_on_the_wire_makes_the_abort_bump_the_ep
     assert_eq!((stats.committed, stats.aborted), (1, 1));
     assert_eq!(stats.visible_records, 1);
 }
+
+#[test]
+fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_definitely() {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    sim.begin_transaction().unwrap();
+    let first = RequestMatch::produce().partition(&tp(0)).base_sequence(0);
+    // The first batch (sequence 0) is answered NOT_LEADER_OR_FOLLOWER late, then refused for
+    // good on its retry.
+    sim.add_fault(
+        FaultRule::new(first.clone(), Fault::Inject(code::NOT_LEADER_OR_FOLLOWER)).delayed(50 * MS),
+    );
+    sim.add_fault(FaultRule::new(first, Fault::Inject(code::INVALID_RECORD)));
+    // The second (sequence 1) goes out meanwhile and is written, but its answer is cut: its
+    // outcome is unknown, and it waits behind the first's retry.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(1),
+        Fault::ResetMidFrame,
+    ));
+    let refused = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let unknown = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let limit = sim.now() + 60 * SECOND;
+    assert!(sim.run_while_not(limit, |s| s.result(refused).is_some()
+        && s.result(unknown).is_some()));
+    assert_eq!(sim.pending_faults(), 0, "every scripted fault was met");
+    assert!(matches!(sim.result(refused), Some(Err(e)) if !e.is_outcome_unknown()));
+    // Re-stamped to sequence 0, its retry would be refused out of order and the record
+    // reported of unknown outcome; under its own sequence the broker recognises it.
+    assert!(
+        matches!(sim.result(unknown), Some(Ok(_))),
+        "the batch of unknown outcome: {:?}",
+        sim.result(unknown)
+    );
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    let stats = sim.check_transactions();
+    assert_eq!((stats.aborted, stats.visible_records), (1, 0));
+}

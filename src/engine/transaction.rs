@@ -47,7 +47,8 @@
 //! an unknown-outcome produce failure always makes the abort bump the epoch, also while
 //! committing, and so does a definite failure of a batch whose partition had later batches on
 //! the wire (their sequences are moved down, while the broker may hold them under the old
-//! ones).
+//! ones); and when one of those later batches is of unknown outcome, no sequence moves at all
+//! (Java's `adjustSequencesDueToFailedBatch` would re-stamp it).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
