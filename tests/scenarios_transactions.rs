@@ -1,8 +1,9 @@
 //! Transactional scenarios on the deterministic simulator: the transactional engine (shard 0
 //! owns the transaction manager), the reference broker behind its in-memory face (its
-//! FindCoordinator and transactional InitProducerId), a 1 ms network and a virtual clock.
+//! transaction coordinator: FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn and
+//! markers), a 1 ms network and a virtual clock.
 //!
-//! The scenarios that need the coordinator's AddPartitionsToTxn, EndTxn and markers are pinned
+//! Scenarios that script the coordinator's answers one by one are pinned
 //! against a scripted broker in `tests/engine_transactions.rs` (a partition's first batch waits
 //! for AddPartitionsToTxn, CONCURRENT_TRANSACTIONS retried, NOT_COORDINATOR on EndTxn, commit
 //! flushes lingering batches, abort fails unsent batches, fencing on EndTxn, an abortable
@@ -11,7 +12,7 @@
 use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
 use kacrab::error::TransactionError;
 use kacrab::protocol::error_code::code;
-use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, SECOND};
+use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, MS, SECOND};
 use kafka_protocol::messages::ApiKey;
 
 fn tp(partition: i32) -> TopicPartition {
@@ -185,4 +186,141 @@ fn a_transaction_without_sends_commits_without_end_txn() {
     assert_eq!(sim.requests_served(ApiKey::EndTxn), 0);
     let stats = sim.check_transactions();
     assert_eq!(stats.committed, 1);
+}
+
+#[test]
+fn a_batch_of_unknown_outcome_failing_during_an_abort_makes_the_abort_bump_the_epoch() {
+    let mut sim = transactional(1);
+    assert_eq!(init(&mut sim), Ok(()));
+    let before = sim.identity();
+    sim.begin_transaction().unwrap();
+    // Every Produce answer is lost on a connection that stays open: the batch is in flight
+    // until delivery.timeout.ms ends it with an unknown outcome, after the abort began (and
+    // queued its EndTxn without a bump).
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::Produce),
+            Fault::DropResponse { close: false },
+        )
+        .times(usize::MAX),
+    );
+    let id = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(SECOND);
+    assert!(
+        sim.requests_served(ApiKey::Produce) >= 1,
+        "the batch went out"
+    );
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 120 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert!(
+        matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+        "the batch ended with an unknown outcome: {:?}",
+        sim.result(id)
+    );
+    // The abort's result came after the bump, not after EndTxn alone.
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    assert_eq!(sim.identity().producer_id, before.producer_id);
+    assert_eq!(sim.identity().epoch, before.epoch + 1);
+    assert_eq!(sim.requests_served(ApiKey::InitProducerId), 2);
+    sim.begin_transaction()
+        .expect("the next transaction begins after the abort");
+}
+
+#[test]
+fn a_definite_failure_with_a_later_batch_on_the_wire_makes_the_abort_bump_the_epoch() {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    let before = sim.identity();
+    sim.begin_transaction().unwrap();
+    // The partition's first batch (sequence 0) is refused, late; the second (sequence 1) goes
+    // out before that answer and is written: the producer has no state on the partition yet,
+    // so the broker takes any sequence. The client gives sequence 0 back and moves the second
+    // batch down to it, while the broker holds it as 1.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::Inject(code::INVALID_RECORD),
+        )
+        .delayed(50 * MS),
+    );
+    let refused = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let written = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    // The commit begins before the refusal arrives: a failure while completing sets no bump
+    // by itself (Java's `maybeTransitionToErrorState`).
+    let commit = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert!(matches!(
+        sim.wait_txn(commit, limit),
+        Some(Err(TransactionError::Abortable(_)))
+    ));
+    assert!(matches!(sim.result(refused), Some(Err(_))));
+    assert!(matches!(sim.result(written), Some(Ok(_))));
+    assert_eq!(sim.txn_state(), Some(TransactionState::AbortableError));
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    // Without a new epoch the next batch would reuse sequence 1, which the broker answers as a
+    // duplicate of the aborted record: acknowledged, never written.
+    assert_eq!(sim.identity().epoch, before.epoch + 1);
+    sim.begin_transaction().unwrap();
+    let next = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert!(matches!(sim.result(next), Some(Ok(_))));
+    let stats = sim.check_transactions();
+    assert_eq!((stats.committed, stats.aborted), (1, 1));
+    assert_eq!(stats.visible_records, 1);
+}
+
+#[test]
+fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_definitely() {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    sim.begin_transaction().unwrap();
+    let first = RequestMatch::produce().partition(&tp(0)).base_sequence(0);
+    // The first batch (sequence 0) is answered NOT_LEADER_OR_FOLLOWER late, then refused for
+    // good on its retry.
+    sim.add_fault(
+        FaultRule::new(first.clone(), Fault::Inject(code::NOT_LEADER_OR_FOLLOWER)).delayed(50 * MS),
+    );
+    sim.add_fault(FaultRule::new(first, Fault::Inject(code::INVALID_RECORD)));
+    // The second (sequence 1) goes out meanwhile and is written, but its answer is cut: its
+    // outcome is unknown, and it waits behind the first's retry.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(1),
+        Fault::ResetMidFrame,
+    ));
+    let refused = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let unknown = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let limit = sim.now() + 60 * SECOND;
+    assert!(sim.run_while_not(limit, |s| s.result(refused).is_some()
+        && s.result(unknown).is_some()));
+    assert_eq!(sim.pending_faults(), 0, "every scripted fault was met");
+    assert!(matches!(sim.result(refused), Some(Err(e)) if !e.is_outcome_unknown()));
+    // Re-stamped to sequence 0, its retry would be refused out of order and the record
+    // reported of unknown outcome; under its own sequence the broker recognises it.
+    assert!(
+        matches!(sim.result(unknown), Some(Ok(_))),
+        "the batch of unknown outcome: {:?}",
+        sim.result(unknown)
+    );
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
+    let stats = sim.check_transactions();
+    assert_eq!((stats.aborted, stats.visible_records), (1, 0));
 }

@@ -62,6 +62,7 @@ struct Totals {
     repeated_calls: u64,
     leader_moves: u64,
     broker_failures: u64,
+    timed_out: u64,
     events: u64,
 }
 
@@ -82,6 +83,7 @@ impl Totals {
         self.repeated_calls += r.repeated_calls;
         self.leader_moves += r.leader_moves;
         self.broker_failures += r.broker_failures;
+        self.timed_out += r.timed_out;
         self.events += r.events;
     }
 }
@@ -119,7 +121,6 @@ fn run_seeds(first: u64, count: u64) -> (Totals, Vec<(u64, String)>) {
 }
 
 #[test]
-#[ignore = "needs the reference broker's transaction coordinator (AddPartitionsToTxn, EndTxn, markers); run with --ignored once it answers them"]
 fn random_transactions_are_atomic_and_visible_only_when_committed() {
     if let Some(seed) = env_u64("KACRAB_SIM_SEED") {
         println!("KACRAB_SIM_SEED={seed} is set: see the replay test");
@@ -135,7 +136,7 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
          {} of unknown outcome ({} runs ended fatal); {} records ({} acked, {} failed definitely, \
          {} outcome unknown); read_committed showed {} records, {} aborted records stayed \
          hidden, {} markers; {} repeated calls after a caller timeout, {} leader moves, \
-         {} broker failures, {} events",
+         {} broker failures, {} transactions aborted by the coordinator's timeout, {} events",
         first + count,
         totals.committed,
         totals.aborted,
@@ -151,6 +152,7 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         totals.repeated_calls,
         totals.leader_moves,
         totals.broker_failures,
+        totals.timed_out,
         totals.events
     );
     if !failures.is_empty() {

@@ -45,7 +45,10 @@
 //! Java, each on purpose: requests of one priority go out FIFO (§6.4 quirk); produce requests
 //! are not paused while a transactional request is in flight (§0 quirk, see `sender/txn.rs`);
 //! an unknown-outcome produce failure always makes the abort bump the epoch, also while
-//! committing.
+//! committing, and so does a definite failure of a batch whose partition had later batches on
+//! the wire (their sequences are moved down, while the broker may hold them under the old
+//! ones); and when one of those later batches is of unknown outcome, no sequence moves at all
+//! (Java's `adjustSequencesDueToFailedBatch` would re-stamp it).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -922,8 +925,20 @@ impl TransactionManager {
 
     /// EndTxn succeeded (`resetTransactionState`): READY, or INITIALIZING when the epoch bump
     /// follows.
+    ///
+    /// The bump can become owed after the abort began and queued its EndTxn with the call's
+    /// handle: a batch of unknown outcome that fails while the abort flushes always requires
+    /// it (the deviation in the module docs; Java sets no bump while completing). The bump is
+    /// queued here then and the call completes with it, so the call never reports success while
+    /// the manager sits in INITIALIZING with nothing to leave it.
     pub fn on_end_txn(&mut self, request: &QueuedRequest) {
         self.reset_transaction_state();
+        let bump = TxnRequest::InitProducerId { bump: true };
+        let bump_queued = self.queue.iter().any(|q| q.request == bump);
+        if self.state == TransactionState::Initializing && !bump_queued {
+            self.enqueue(bump, request.op, 0);
+            return;
+        }
         if let Some(op) = request.op {
             self.complete(op, Ok(()));
         }

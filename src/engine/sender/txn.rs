@@ -45,6 +45,12 @@ pub struct TxnParticipant {
     pub fail_unsent: Option<ProduceError>,
     /// A flush the owner waits for.
     pub flush_round: Option<u64>,
+    /// A definitely failed batch had later batches of its partition on the wire: their
+    /// sequences were moved down (or, with one of unknown outcome among them, left as they
+    /// are), but the broker may already hold them under the old ones (a producer's first write
+    /// to a partition is accepted at any sequence), so only an epoch bump brings client and
+    /// broker back in line. Consumed by the failure's report.
+    pub sequences_diverged: bool,
 }
 
 impl<D: Delivery> Engine<D> {
@@ -260,9 +266,10 @@ impl<D: Delivery> Engine<D> {
         {
             return;
         }
+        let diverged = std::mem::take(&mut self.participant.sequences_diverged);
         self.txn_actions.push_back(TxnAction::ProduceFailed {
             error: error.clone(),
-            needs_bump: error.is_outcome_unknown(),
+            needs_bump: error.is_outcome_unknown() || diverged,
             fatal,
         });
     }
@@ -283,6 +290,36 @@ impl<D: Delivery> Engine<D> {
         }
         let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
         let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
+        let later = |s: BatchStamp| s.producer == stamp.producer && after(s.base_sequence);
+        if slot
+            .entry
+            .inflight_batches_by_sequence
+            .iter()
+            .any(|s| s.producer == stamp.producer && after(s.base_sequence))
+        {
+            self.participant.sequences_diverged = true;
+        }
+        // A later batch of unknown outcome may be in the log under its current sequence, so it
+        // is never re-stamped (its retry would be answered as a duplicate of another batch and
+        // acknowledged at that batch's offset), and moving only the others would break their
+        // contiguity: nothing moves. The later batches meet the gap (retried until their
+        // delivery timeout; the transaction is abortable anyway) and the abort bumps the epoch.
+        let later_unknown = slot
+            .deque
+            .iter()
+            .any(|b| b.outcome_unknown && b.stamp.is_some_and(later))
+            || self.connections.values().any(|conn| {
+                conn.in_flight.iter().any(|(_, body)| match body {
+                    RequestBody::Produce(batches) => batches.iter().any(|(i, b)| {
+                        *i == slot_index && b.outcome_unknown && b.stamp.is_some_and(later)
+                    }),
+                    _ => false,
+                })
+            });
+        if later_unknown {
+            self.participant.sequences_diverged = true;
+            return;
+        }
         slot.entry.next_sequence = moved(slot.entry.next_sequence);
         for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
             if s.producer == stamp.producer && after(s.base_sequence) {

@@ -21,6 +21,12 @@ use super::world::{default_engine_config, Chaos, Sim, SimSetup, MS, SECOND};
 /// Transactions in a default run.
 pub const DEFAULT_TRANSACTIONS: usize = 12;
 
+/// The topic the application consumes from: the offsets it commits with its transactions name
+/// its partitions. It must exist, as the broker answers UNKNOWN_TOPIC_OR_PARTITION (retriable,
+/// so the call would never complete) for an offset of a partition it does not have.
+const INPUT_TOPIC: &str = "input";
+const INPUT_PARTITIONS: i32 = 3;
+
 /// The shape of one random transactional run, drawn from its seed.
 #[derive(Debug, Clone)]
 pub struct TxnPlan {
@@ -133,6 +139,8 @@ pub struct TxnRunReport {
     pub repeated_calls: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
+    /// Transactions the coordinator aborted for outliving their timeout.
+    pub timed_out: u64,
 }
 
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
@@ -335,9 +343,9 @@ impl<'a> Runner<'a> {
             }
         }
         if !must_commit && self.rng.chance(self.plan.offsets_chance) {
-            let p = self.rng.below(3) as i32;
+            let p = self.rng.below(INPUT_PARTITIONS as u64) as i32;
             let offset = self.rng.range(0, 1_000) as i64;
-            let offsets = [(TopicPartition::new("input", p), offset)];
+            let offsets = [(TopicPartition::new(INPUT_TOPIC, p), offset)];
             match self.call(sim, |sim| {
                 sim.send_offsets_to_transaction("group", &offsets)
             }) {
@@ -368,6 +376,11 @@ impl<'a> Runner<'a> {
     }
 
     fn run(mut self, sim: &mut Sim) -> TxnRunReport {
+        // Only the broker knows the input topic: the producer never writes to it.
+        let leaders: Vec<i32> = (0..INPUT_PARTITIONS as usize)
+            .map(|i| self.plan.setup.brokers[i % self.plan.setup.brokers.len()])
+            .collect();
+        assert!(sim.cluster().create_topic(INPUT_TOPIC, &leaders));
         sim.set_chaos(Some(self.plan.chaos.clone()));
         sim.start();
         let mut alive = match self.call(sim, |sim| sim.init_transactions()) {
@@ -425,6 +438,7 @@ impl<'a> Runner<'a> {
             repeated_calls: self.repeated_calls,
             leader_moves: self.leader_moves,
             broker_failures: self.broker_failures,
+            timed_out: sim.txn_world().timed_out,
         }
     }
 }

@@ -978,6 +978,7 @@ impl Sim {
         debug_assert!(entry.at >= self.now);
         self.now = entry.at;
         self.events_handled += 1;
+        self.maybe_abort_timed_out_transactions();
         self.handle(entry.event);
         true
     }

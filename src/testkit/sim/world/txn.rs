@@ -18,6 +18,10 @@ use super::{Event, Sim};
 /// The owner of the transaction manager.
 pub const OWNER: usize = 0;
 
+/// How often the coordinator looks for transactions open past their timeout (Kafka's
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms` default).
+pub const TXN_TIMEOUT_SWEEP_INTERVAL: crate::engine::Micros = 10 * super::SECOND;
+
 /// The driver's transactional state.
 #[derive(Debug, Default)]
 pub struct TxnWorld {
@@ -28,6 +32,10 @@ pub struct TxnWorld {
     /// The flush round in progress and which shards reported it.
     flush: Option<(u64, Vec<bool>)>,
     pub completed: Vec<TxnHandle>,
+    /// When the coordinator next sweeps for timed-out transactions.
+    next_timeout_sweep: crate::engine::Micros,
+    /// Transactions the coordinator aborted because they outlived their timeout.
+    pub timed_out: u64,
 }
 
 impl Sim {
@@ -40,6 +48,22 @@ impl Sim {
             .engine
             .transaction_manager()
             .map(|tm| tm.state())
+    }
+
+    /// The coordinator's periodic `abortTimedOutTransactions` on the virtual clock: at the
+    /// first event after each interval, as a broker's scheduler would have run it by then.
+    /// Nothing can observe the broker between two events, so the run is the same.
+    pub(super) fn maybe_abort_timed_out_transactions(&mut self) {
+        if self.now < self.txn.next_timeout_sweep {
+            return;
+        }
+        self.txn.next_timeout_sweep = self.now + TXN_TIMEOUT_SWEEP_INTERVAL;
+        let now_ms = super::EPOCH_MS + (self.now / super::MS) as i64;
+        let aborted = self.shared.cluster().abort_timed_out_transactions(now_ms);
+        if aborted > 0 {
+            self.txn.timed_out += aborted as u64;
+            self.observe_logs();
+        }
     }
 
     /// Routes one transactional action emitted by `shard` (the driver's half of the protocol).
