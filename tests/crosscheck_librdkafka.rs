@@ -21,7 +21,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kacrab::testkit::broker::error_codes::{
     CONCURRENT_TRANSACTIONS, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
@@ -281,16 +281,6 @@ fn source_offsets(index: u64) -> Vec<(i32, i64)> {
         .collect()
 }
 
-/// Waits, without a fixed sleep, until `condition` holds; panics after `WAIT`.
-fn wait_for(what: &str, condition: impl Fn() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
 /// What one transaction meets and how it ends.
 struct Step {
     faults: &'static [(ApiKey, Fault)],
@@ -462,9 +452,14 @@ fn librdkafka_transactional_producer_commits_exactly_the_committed_records_under
             // The previous transaction's markers are held, so its state is PrepareCommit and
             // this transaction's AddPartitionsToTxn gets CONCURRENT_TRANSACTIONS, which
             // librdkafka retries. Two more requests prove a retry; then the markers land.
-            wait_for("AddPartitionsToTxn retried during PrepareCommit", || {
-                cluster.stats().requests(ApiKey::AddPartitionsToTxn) >= add_partitions_before + 2
-            });
+            assert!(
+                cluster.stats().wait_for_requests(
+                    ApiKey::AddPartitionsToTxn,
+                    add_partitions_before + 2,
+                    WAIT
+                ),
+                "timed out waiting for AddPartitionsToTxn retried during PrepareCommit"
+            );
             let state = cluster.with_cluster(|c| {
                 let state = c.transaction_metadata(TRANSACTIONAL_ID).unwrap().state;
                 c.hold_transaction_markers(false);
@@ -715,10 +710,12 @@ fn librdkafka_transaction_open_past_its_timeout_is_aborted_by_the_coordinator() 
     send_acked(&producer, &deliveries, TOPIC_TIMEOUT, &ids);
     let epoch_before = cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().producer_epoch);
 
-    wait_for("the coordinator's timer to abort the transaction", || {
-        cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().state)
-            == TransactionState::CompleteAbort
-    });
+    assert!(
+        cluster.wait_until(WAIT, |c| {
+            c.transaction_metadata(ID).unwrap().state == TransactionState::CompleteAbort
+        }),
+        "timed out waiting for the coordinator's timer to abort the transaction"
+    );
     let epoch_after = cluster.with_cluster(|c| c.transaction_metadata(ID).unwrap().producer_epoch);
     assert_eq!(epoch_after, epoch_before + 1);
 

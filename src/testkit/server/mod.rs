@@ -228,6 +228,26 @@ impl ReferenceCluster {
         result
     }
 
+    /// Waits until `condition` holds of the cluster state, re-checked whenever it changes
+    /// (an append, a marker, a timer's abort, a `with_cluster` call); false if `timeout`
+    /// passed first.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&Cluster) -> bool,
+    ) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut cluster = self.shared.cluster();
+        while !condition(&cluster) {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            cluster = self.shared.wait_for_append(cluster, deadline - now);
+        }
+        true
+    }
+
     pub fn faults(&self) -> &FaultPlan {
         &self.shared.faults
     }

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
@@ -11,6 +12,8 @@ use kafka_protocol::messages::ApiKey;
 pub struct ServerStats {
     /// (broker, api key, version) → requests read.
     requests: Mutex<BTreeMap<(i32, i16, i16), u64>>,
+    /// Signalled on every request counted, for [`wait_for_requests`](Self::wait_for_requests).
+    counted: Condvar,
     connections_accepted: AtomicU64,
     connections_open: AtomicU64,
     unsupported_closed: AtomicU64,
@@ -26,6 +29,7 @@ impl ServerStats {
             .unwrap()
             .entry((broker, api_key, version))
             .or_default() += 1;
+        self.counted.notify_all();
         self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
@@ -55,6 +59,32 @@ impl ServerStats {
             .filter(|((_, key, _), _)| *key == api as i16)
             .map(|(_, n)| n)
             .sum()
+    }
+
+    /// Waits, woken by each request read, until `at_least` requests of `api` have been read
+    /// on every broker together; false if `timeout` passed first.
+    pub fn wait_for_requests(&self, api: ApiKey, at_least: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let count = |requests: &BTreeMap<(i32, i16, i16), u64>| -> u64 {
+            requests
+                .iter()
+                .filter(|((_, key, _), _)| *key == api as i16)
+                .map(|(_, n)| n)
+                .sum()
+        };
+        let mut requests = self.requests.lock().unwrap();
+        while count(&requests) < at_least {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            requests = self
+                .counted
+                .wait_timeout(requests, deadline - now)
+                .unwrap()
+                .0;
+        }
+        true
     }
 
     /// Requests of `api` read on `broker`.
