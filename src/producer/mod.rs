@@ -21,7 +21,7 @@ use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
-use crate::runtime::txn_driver::{TxnCommand, TxnStatus};
+use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus};
 use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
@@ -94,7 +94,7 @@ struct Inner {
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
     /// Each shard's control queue; the owner's takes the transaction calls.
-    control: Vec<flume::Sender<TxnCommand>>,
+    control: Vec<ControlSender>,
     txn_status: Arc<TxnStatus>,
     /// The last barrier token handed out (`txn_driver`).
     barriers: std::sync::atomic::AtomicU64,
@@ -144,7 +144,7 @@ impl Producer {
         let mut control = Vec::with_capacity(shard_count);
         for _ in 0..shard_count {
             let (tx, rx) = flume::bounded(SHARD_QUEUE_CAPACITY);
-            let (control_tx, control_rx) = flume::unbounded();
+            let (control_tx, control_rx) = control_queue();
             senders.push(tx);
             receivers.push((rx, control_rx));
             control.push(control_tx);

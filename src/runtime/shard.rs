@@ -24,7 +24,9 @@ use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
 use super::ticket_ring::{Ticket, TicketRing};
-use super::txn_driver::{TxnCommand, TxnDriver, TxnPeers, TxnStatus};
+use super::txn_driver::{
+    ControlReceiver, ControlSender, TxnCommand, TxnDriver, TxnPeers, TxnStatus,
+};
 
 /// A record handed from an application thread to its partition's shard.
 pub(crate) struct OwnedRecord {
@@ -99,7 +101,7 @@ pub(crate) struct ShardContext {
     pub peers: Vec<flume::Sender<ShardCommand>>,
     /// Each shard's control queue (transaction protocol messages), drained before every
     /// data command.
-    pub control: Vec<flume::Sender<TxnCommand>>,
+    pub control: Vec<ControlSender>,
     pub txn_status: Arc<TxnStatus>,
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
@@ -240,7 +242,7 @@ pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
     commands: flume::Receiver<ShardCommand>,
-    control: flume::Receiver<TxnCommand>,
+    control: ControlReceiver,
     ctx: Arc<ShardContext>,
 ) {
     let start = Instant::now();
@@ -313,7 +315,7 @@ pub(crate) async fn run_shard(
             if let Some(cmd) = first {
                 txn.handle(cmd, engine, &*ctx);
             }
-            while let Ok(cmd) = control.try_recv() {
+            while let Some(cmd) = control.try_recv() {
                 txn.handle(cmd, engine, &*ctx);
             }
         };
@@ -338,7 +340,7 @@ pub(crate) async fn run_shard(
         while handled < COMMANDS_PER_TURN {
             match commands.try_recv() {
                 Ok(cmd) => {
-                    if !control.is_empty() {
+                    if control.has_waiting() {
                         drain_control(&mut engine, &mut txn, None);
                     }
                     handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
@@ -474,7 +476,7 @@ pub(crate) async fn run_shard(
             Wake::Timer
         };
         let command = async { Wake::Command(commands.recv_async().await.ok()) };
-        let control_command = async { Wake::Control(control.recv_async().await.ok()) };
+        let control_command = async { Wake::Control(control.recv().await) };
         let event = async { Wake::Event(events_rx.recv().await) };
         pending = Some(
             future::or(

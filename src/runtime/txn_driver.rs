@@ -19,7 +19,9 @@
 //! A call's caller may time out; the operation goes on, its result stays with the transaction
 //! manager, and the same call made again picks it up (Java's cached `TransactionalRequestResult`).
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -75,6 +77,72 @@ pub(crate) enum TxnCommand {
     },
     Ended,
     Fatal(ProduceError),
+}
+
+/// The sending side of one shard's control queue (unbounded; see [`TxnCommand`]).
+#[derive(Clone)]
+pub(crate) struct ControlSender {
+    tx: flume::Sender<TxnCommand>,
+    /// Commands queued, counted after each is in the queue.
+    sent: Arc<AtomicU64>,
+}
+
+/// The shard's side of its control queue. The data path asks [`has_waiting`] before every
+/// data command: an atomic load, where the channel's own `is_empty` takes its lock.
+///
+/// Invariant: a command queued before a data command was queued is counted in `sent` by the
+/// time the shard dequeues that data command (the count is raised before the sender goes on),
+/// so `has_waiting` never misses one the protocol orders before it.
+///
+/// [`has_waiting`]: ControlReceiver::has_waiting
+pub(crate) struct ControlReceiver {
+    rx: flume::Receiver<TxnCommand>,
+    sent: Arc<AtomicU64>,
+    received: Cell<u64>,
+}
+
+pub(crate) fn control_queue() -> (ControlSender, ControlReceiver) {
+    let (tx, rx) = flume::unbounded();
+    let sent = Arc::new(AtomicU64::new(0));
+    (
+        ControlSender {
+            tx,
+            sent: sent.clone(),
+        },
+        ControlReceiver {
+            rx,
+            sent,
+            received: Cell::new(0),
+        },
+    )
+}
+
+impl ControlSender {
+    /// Fails only when the shard has stopped.
+    pub(crate) fn send(&self, command: TxnCommand) -> Result<(), TxnCommand> {
+        self.tx.send(command).map_err(|e| e.into_inner())?;
+        self.sent.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl ControlReceiver {
+    /// Whether a command is queued that this shard has not taken yet.
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.sent.load(Ordering::Acquire) > self.received.get()
+    }
+
+    pub(crate) fn try_recv(&self) -> Option<TxnCommand> {
+        let command = self.rx.try_recv().ok()?;
+        self.received.set(self.received.get() + 1);
+        Some(command)
+    }
+
+    pub(crate) async fn recv(&self) -> Option<TxnCommand> {
+        let command = self.rx.recv_async().await.ok()?;
+        self.received.set(self.received.get() + 1);
+        Some(command)
+    }
 }
 
 /// Where one call's result meets its caller.
