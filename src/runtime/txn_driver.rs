@@ -404,18 +404,18 @@ impl TxnDriver {
                 peers,
             ),
             TxnAction::PartitionsAdded { partitions } => self.send_to_all(
-                |_| TxnCommand::PartitionsAdded(partitions.clone()),
+                || TxnCommand::PartitionsAdded(partitions.clone()),
                 engine,
                 peers,
             ),
             TxnAction::Abortable { error } => {
-                self.send_to_all(|_| TxnCommand::Abortable(error.clone()), engine, peers)
+                self.send_to_all(|| TxnCommand::Abortable(error.clone()), engine, peers)
             }
             TxnAction::Flush { round, abort } => {
                 self.flush = Some((round, vec![false; peers.shard_count()]));
                 let barrier = self.barrier;
                 self.send_to_all(
-                    |_| TxnCommand::Flush {
+                    || TxnCommand::Flush {
                         round,
                         abort,
                         barrier,
@@ -424,9 +424,9 @@ impl TxnDriver {
                     peers,
                 );
             }
-            TxnAction::Ended => self.send_to_all(|_| TxnCommand::Ended, engine, peers),
+            TxnAction::Ended => self.send_to_all(|| TxnCommand::Ended, engine, peers),
             TxnAction::Fatal { error } => {
-                self.send_to_all(|_| TxnCommand::Fatal(error.clone()), engine, peers)
+                self.send_to_all(|| TxnCommand::Fatal(error.clone()), engine, peers)
             }
             TxnAction::IdentityReplaced { from, to } => publish_identity(engine, from, to),
             TxnAction::Completed { handle } => {
@@ -456,14 +456,14 @@ impl TxnDriver {
     /// Every shard, this one last (its effects then come with its next poll).
     fn send_to_all(
         &mut self,
-        command: impl Fn(usize) -> TxnCommand,
+        command: impl Fn() -> TxnCommand,
         engine: &mut Engine<DeliveryHandle>,
         peers: &impl TxnPeers,
     ) {
         for shard in (0..peers.shard_count()).filter(|&s| s != self.shard) {
-            peers.send_txn(shard, command(shard));
+            peers.send_txn(shard, command());
         }
-        self.handle(command(self.shard), engine, peers);
+        self.handle(command(), engine, peers);
     }
 
     /// Owner: publishes what `send` checks when it changed.
