@@ -35,16 +35,7 @@ fn start_cluster(topic: &str) -> ReferenceCluster {
 }
 
 fn producer(cluster: &ReferenceCluster, extra: &[(&str, &str)]) -> Producer {
-    let mut builder = Producer::builder()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("kacrab.shards", "2")
-        .set("linger.ms", "5")
-        .set("batch.size", "2048")
-        .set("reconnect.backoff.max.ms", "200");
-    for (key, value) in extra {
-        builder = builder.set(key, *value);
-    }
-    builder.build().expect("producer")
+    common::kacrab_producer(&cluster.bootstrap_servers(), extra)
 }
 
 /// Waits until `condition` holds, re-checking every few milliseconds; false if `timeout`
@@ -73,6 +64,21 @@ fn wait_until(what: &str, timeout: Duration, condition: impl FnMut() -> bool) {
     assert!(
         eventually(timeout, condition),
         "timed out waiting for {what}"
+    );
+}
+
+/// Waits until `condition` holds of the producer's runtime stats, re-checked on each change
+/// the runtime signals; panics after `timeout`.
+fn wait_for_stats(
+    producer: &Producer,
+    what: &str,
+    timeout: Duration,
+    condition: impl FnMut(&RuntimeStats) -> bool,
+) {
+    assert!(
+        producer.wait_for_runtime_stats(timeout, condition),
+        "timed out waiting for {what}: {:?}",
+        producer.runtime_stats().shards
     );
 }
 
@@ -353,10 +359,11 @@ fn assert_closed_cleanly(cluster: &ReferenceCluster, producer: &Producer) {
     assert_eq!(stats.sockets_open, 0, "sockets left open after close");
     assert_eq!(stats.connection_tasks, 0, "tasks left alive after close");
     assert_eq!(producer.buffered_bytes(), 0);
-    wait_until(
-        "the broker to see every connection closed",
-        Duration::from_secs(10),
-        || cluster.stats().connections_open() == 0,
+    assert!(
+        cluster
+            .stats()
+            .wait_for_connections_open(0, Duration::from_secs(10)),
+        "timed out waiting for the broker to see every connection closed"
     );
 }
 
@@ -415,9 +422,7 @@ fn broker_down_with_five_requests_in_flight_loses_and_duplicates_nothing() {
                 .sum::<u64>()
         };
         let seen = written(&producer.runtime_stats());
-        eventually(Duration::from_millis(200), || {
-            written(&producer.runtime_stats()) > seen
-        });
+        producer.wait_for_runtime_stats(Duration::from_millis(200), |s| written(s) > seen);
     }
     let stats = producer.runtime_stats();
     println!(
@@ -461,10 +466,11 @@ fn broker_down_with_five_requests_in_flight_loses_and_duplicates_nothing() {
     }
     // The dead broker is retried under the reconnect backoff meanwhile, and nothing of it
     // has resolved: its records wait for it, they do not fail or time out.
-    wait_until(
+    wait_for_stats(
+        &producer,
         "reconnects to broker 2 to be refused",
         Duration::from_secs(30),
-        || producer.runtime_stats().connect_failures >= connect_failures_at_down + 2,
+        |s| s.connect_failures >= connect_failures_at_down + 2,
     );
     for id in burst_start..burst_end {
         if on_2(ledger.partitions[id]) {
@@ -628,9 +634,8 @@ fn partitions_by_shard(
     by_shard
 }
 
-fn identities(producer: &Producer) -> Vec<Option<(i64, i16)>> {
-    producer
-        .runtime_stats()
+fn identities(stats: &RuntimeStats) -> Vec<Option<(i64, i16)>> {
+    stats
         .shards
         .iter()
         .map(|s| s.identity.map(|i| (i.producer_id, i.epoch)))
@@ -656,8 +661,13 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
     let on_2 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 2);
     // (shard, broker, partition)
     let targets = [(0usize, 1i32, on_1[0][0]), (1, 2, on_2[1][0])];
-    let pid = identities(&producer)[0].expect("identity").0;
-    assert_eq!(identities(&producer), vec![Some((pid, 0)); 2]);
+    let pid = identities(&producer.runtime_stats())[0]
+        .expect("identity")
+        .0;
+    assert_eq!(
+        identities(&producer.runtime_stats()),
+        vec![Some((pid, 0)); 2]
+    );
 
     for &(_, broker, _) in &targets {
         cluster
@@ -668,8 +678,7 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
             .inject_error(broker, ApiKey::Produce, OUT_OF_ORDER_SEQUENCE_NUMBER, 1);
     }
     // Per shard: in flight to its broker, and whether the shard is still on epoch 0.
-    let view = |shard: usize, broker: i32| {
-        let stats = producer.runtime_stats();
+    let view = |stats: &RuntimeStats, shard: usize, broker: i32| {
         let report = &stats.shards[shard];
         let in_flight = report
             .connections
@@ -683,19 +692,23 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
         .map(|&(_, _, p)| ledger.send(&producer, p))
         .collect();
     for &(shard, broker, _) in &targets {
-        wait_until("the held request", Duration::from_secs(10), || {
-            view(shard, broker).0 >= 1
-        });
+        wait_for_stats(
+            &producer,
+            "the held request",
+            Duration::from_secs(10),
+            |s| view(s, shard, broker).0 >= 1,
+        );
     }
     let second: Vec<usize> = targets
         .iter()
         .map(|&(_, _, p)| ledger.send(&producer, p))
         .collect();
     for &(shard, broker, _) in &targets {
-        wait_until(
+        wait_for_stats(
+            &producer,
             "the second request written under epoch 0",
             Duration::from_secs(10),
-            || view(shard, broker) == (2, true),
+            |s| view(s, shard, broker) == (2, true),
         );
     }
     ledger.wait_for("the four records", Duration::from_secs(30), |id, _| {
@@ -711,13 +724,11 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
             ledger.outcome(id)
         );
     }
-    let on_new_epoch = eventually(Duration::from_secs(10), || {
-        identities(&producer) == vec![Some((pid, 1)); 2]
-    });
-    assert!(
-        on_new_epoch,
-        "identities {:?}",
-        producer.runtime_stats().shards
+    wait_for_stats(
+        &producer,
+        "both shards on the new epoch",
+        Duration::from_secs(10),
+        |s| identities(s) == vec![Some((pid, 1)); 2],
     );
     cluster.with_cluster(|c| {
         for &(_, _, p) in &targets {
@@ -781,7 +792,9 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
     let on_1 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 1);
     let on_2 = partitions_by_shard(&producer, &mut ledger, |p| leader_of(p) == 2);
     let (pa, pb) = (on_1[0][0], on_2[1][0]);
-    let pid = identities(&producer)[0].expect("identity").0;
+    let pid = identities(&producer.runtime_stats())[0]
+        .expect("identity")
+        .0;
 
     // Shard 1's batch for pb: stamped under epoch 0, refused by broker 2 as no longer the
     // leader, and held back: the new leader, broker 3, is down.
@@ -806,9 +819,12 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
         "{:?}",
         ledger.outcome(a)
     );
-    wait_until("both shards on epoch 1", Duration::from_secs(10), || {
-        identities(&producer) == vec![Some((pid, 1)); 2]
-    });
+    wait_for_stats(
+        &producer,
+        "both shards on epoch 1",
+        Duration::from_secs(10),
+        |s| identities(s) == vec![Some((pid, 1)); 2],
+    );
     assert!(!ledger.is_resolved(b), "shard 1's batch is still waiting");
 
     cluster
@@ -828,7 +844,7 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
     ledger.send_rounds(&producer, 20);
     ledger.wait_all(Duration::from_secs(60));
     assert_eq!(
-        identities(&producer),
+        identities(&producer.runtime_stats()),
         vec![Some((pid, 1)); 2],
         "no second bump"
     );
@@ -1197,26 +1213,30 @@ fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite
     warm_up(&mut ledger, &producer);
     let partition = 0;
     assert_eq!(leader_of(partition), 1);
-    let pid = identities(&producer)[0].expect("identity").0;
+    let pid = identities(&producer.runtime_stats())[0]
+        .expect("identity")
+        .0;
     let faults = cluster.faults();
     faults.delay_response(1, ApiKey::Produce, 1, Duration::from_secs(2));
     faults.inject_error(1, ApiKey::Produce, INVALID_RECORD, 1);
     faults.delay_response(1, ApiKey::Produce, 1, Duration::from_millis(1));
     faults.drop_response_after_append(1, ApiKey::Produce, 1);
-    let written = || -> u64 {
-        producer
-            .runtime_stats()
+    let written = |stats: &RuntimeStats| -> u64 {
+        stats
             .connections_to(1)
             .map(|(_, c)| c.requests_written)
             .sum()
     };
     let mut ids = Vec::new();
     for _ in 0..4 {
-        let before = written();
+        let before = written(&producer.runtime_stats());
         ids.push(ledger.send(&producer, partition));
-        wait_until("the record's own request", Duration::from_secs(10), || {
-            written() > before
-        });
+        wait_for_stats(
+            &producer,
+            "the record's own request",
+            Duration::from_secs(10),
+            |s| written(s) > before,
+        );
     }
     ledger.wait_for("the four records", Duration::from_secs(60), |id, _| {
         ids.contains(&id)

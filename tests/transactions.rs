@@ -47,17 +47,9 @@ fn producer(
     transactional_id: &str,
     extra: &[(&str, &str)],
 ) -> Producer {
-    let mut builder = Producer::builder()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("transactional.id", transactional_id)
-        .set("kacrab.shards", "2")
-        .set("linger.ms", "5")
-        .set("batch.size", "2048")
-        .set("reconnect.backoff.max.ms", "200");
-    for (key, value) in extra {
-        builder = builder.set(key, *value);
-    }
-    builder.build().expect("producer")
+    let mut settings = vec![("transactional.id", transactional_id)];
+    settings.extend_from_slice(extra);
+    common::kacrab_producer(&cluster.bootstrap_servers(), &settings)
 }
 
 /// Sends record `id` (its payload: the id, big-endian) to `partition`.

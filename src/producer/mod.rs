@@ -223,6 +223,17 @@ impl Producer {
         self.inner.counters.snapshot()
     }
 
+    /// Waits until `condition` holds of [`runtime_stats`](Self::runtime_stats), checked
+    /// again whenever the runtime's counters change (no polling); false if `timeout` passed
+    /// first. For readiness checks: say, every shard connected.
+    pub fn wait_for_runtime_stats(
+        &self,
+        timeout: Duration,
+        condition: impl FnMut(&RuntimeStats) -> bool,
+    ) -> bool {
+        self.inner.counters.wait_until(timeout, condition)
+    }
+
     /// The shard that owns a partition: stable for the producer's life.
     fn shard_for(&self, tp: &TopicPartition) -> usize {
         let mut hash: u32 = 0x811c9dc5;

@@ -5,8 +5,9 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::engine::sender::EngineStats;
 use crate::engine::{NodeId, ProducerIdAndEpoch};
@@ -187,6 +188,12 @@ pub(crate) struct RuntimeCounters {
     io_errors: AtomicU64,
     recent_failures: Mutex<VecDeque<ConnectionFailure>>,
     shards: Vec<Mutex<ShardReport>>,
+    /// Raised on every change a snapshot could show, for [`wait_until`](Self::wait_until).
+    generation: AtomicU64,
+    /// Threads in `wait_until`: a change takes the lock and wakes them only when there are
+    /// any, so the shards' hot path pays one atomic load otherwise.
+    waiters: AtomicUsize,
+    wake: (Mutex<()>, Condvar),
 }
 
 impl RuntimeCounters {
@@ -204,7 +211,56 @@ impl RuntimeCounters {
             io_errors: AtomicU64::new(0),
             recent_failures: Mutex::new(VecDeque::with_capacity(RECENT_FAILURES)),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
+            generation: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            wake: (Mutex::new(()), Condvar::new()),
         })
+    }
+
+    /// Something a snapshot shows changed.
+    ///
+    /// Invariant (no lost wake-up): the generation is raised before `waiters` is read, and a
+    /// waiter counts itself before it reads the generation, so with sequentially consistent
+    /// order either the waiter sees the new generation or this sees the waiter; the wake is
+    /// sent under the lock the waiter re-checks the generation under.
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = self.wake.0.lock().expect("stats lock");
+            self.wake.1.notify_all();
+        }
+    }
+
+    /// Waits until `condition` holds of a snapshot, taken again after each change; false if
+    /// `timeout` passed first.
+    pub(crate) fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&RuntimeStats) -> bool,
+    ) -> bool {
+        let deadline = Instant::now() + timeout;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let held = 'check: loop {
+            let seen = self.generation.load(Ordering::SeqCst);
+            if condition(&self.snapshot()) {
+                break true;
+            }
+            let mut guard = self.wake.0.lock().expect("stats lock");
+            while self.generation.load(Ordering::SeqCst) == seen {
+                let now = Instant::now();
+                if now >= deadline {
+                    break 'check false;
+                }
+                guard = self
+                    .wake
+                    .1
+                    .wait_timeout(guard, deadline - now)
+                    .expect("stats lock")
+                    .0;
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        held
     }
 
     pub(crate) fn snapshot(&self) -> RuntimeStats {
@@ -237,10 +293,12 @@ impl RuntimeCounters {
 
     pub(crate) fn connect_started(&self) {
         self.connects_started.fetch_add(1, Ordering::Relaxed);
+        self.changed();
     }
 
     pub(crate) fn connection_established(&self) {
         self.connections_established.fetch_add(1, Ordering::Relaxed);
+        self.changed();
     }
 
     pub(crate) fn record_failure(&self, failure: ConnectionFailure) {
@@ -260,6 +318,8 @@ impl RuntimeCounters {
             recent.pop_front();
         }
         recent.push_back(failure);
+        drop(recent);
+        self.changed();
     }
 
     pub(crate) fn publish_shard(&self, shard: usize, report: &ShardReport) {
@@ -267,6 +327,8 @@ impl RuntimeCounters {
             let mut slot = slot.lock().expect("stats lock");
             if *slot != *report {
                 *slot = report.clone();
+                drop(slot);
+                self.changed();
             }
         }
     }
@@ -291,6 +353,7 @@ pub(crate) struct LiveGuard {
 impl LiveGuard {
     fn new(counters: Arc<RuntimeCounters>, gauge: fn(&RuntimeCounters) -> &AtomicU64) -> Self {
         gauge(&counters).fetch_add(1, Ordering::Relaxed);
+        counters.changed();
         LiveGuard { counters, gauge }
     }
 }
@@ -298,5 +361,6 @@ impl LiveGuard {
 impl Drop for LiveGuard {
     fn drop(&mut self) {
         (self.gauge)(&self.counters).fetch_sub(1, Ordering::Relaxed);
+        self.counters.changed();
     }
 }

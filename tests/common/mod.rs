@@ -288,3 +288,18 @@ pub fn send_id(producer: &IdProducer, topic: &str, partition: i32, id: u64, fill
         }
     }
 }
+
+/// A kacrab producer for the reference cluster tests: 2 shards, small batches (so a burst
+/// spreads over many requests), short reconnect backoff; `extra` adds or overrides settings.
+pub fn kacrab_producer(bootstrap: &str, extra: &[(&str, &str)]) -> kacrab::Producer {
+    let mut builder = kacrab::Producer::builder()
+        .set("bootstrap.servers", bootstrap)
+        .set("kacrab.shards", "2")
+        .set("linger.ms", "5")
+        .set("batch.size", "2048")
+        .set("reconnect.backoff.max.ms", "200");
+    for (key, value) in extra {
+        builder = builder.set(key, *value);
+    }
+    builder.build().expect("producer")
+}

@@ -12,8 +12,9 @@ use kafka_protocol::messages::ApiKey;
 pub struct ServerStats {
     /// (broker, api key, version) → requests read.
     requests: Mutex<BTreeMap<(i32, i16, i16), u64>>,
-    /// Signalled on every request counted, for [`wait_for_requests`](Self::wait_for_requests).
-    counted: Condvar,
+    /// Signalled, under the `requests` lock, on every request counted and every connection
+    /// opened or closed: the waits below re-check under that lock, so none is missed.
+    changed: Condvar,
     connections_accepted: AtomicU64,
     connections_open: AtomicU64,
     unsupported_closed: AtomicU64,
@@ -29,7 +30,7 @@ impl ServerStats {
             .unwrap()
             .entry((broker, api_key, version))
             .or_default() += 1;
-        self.counted.notify_all();
+        self.changed.notify_all();
         self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
@@ -40,10 +41,36 @@ impl ServerStats {
     pub(crate) fn connection_opened(&self) {
         self.connections_accepted.fetch_add(1, Ordering::Relaxed);
         self.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.signal_connections();
     }
 
     pub(crate) fn connection_closed(&self) {
         self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.signal_connections();
+    }
+
+    fn signal_connections(&self) {
+        let _requests = self.requests.lock().unwrap();
+        self.changed.notify_all();
+    }
+
+    /// Waits, woken by each connection opened or closed, until exactly `open` are open; false
+    /// if `timeout` passed first.
+    pub fn wait_for_connections_open(&self, open: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut requests = self.requests.lock().unwrap();
+        while self.connections_open.load(Ordering::Relaxed) != open {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            requests = self
+                .changed
+                .wait_timeout(requests, deadline - now)
+                .unwrap()
+                .0;
+        }
+        true
     }
 
     pub(crate) fn count_unsupported(&self) {
@@ -52,34 +79,21 @@ impl ServerStats {
 
     /// Requests of `api` read on every broker, unsupported ones included.
     pub fn requests(&self, api: ApiKey) -> u64 {
-        self.requests
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|((_, key, _), _)| *key == api as i16)
-            .map(|(_, n)| n)
-            .sum()
+        requests_of(&self.requests.lock().unwrap(), api)
     }
 
     /// Waits, woken by each request read, until `at_least` requests of `api` have been read
     /// on every broker together; false if `timeout` passed first.
     pub fn wait_for_requests(&self, api: ApiKey, at_least: u64, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        let count = |requests: &BTreeMap<(i32, i16, i16), u64>| -> u64 {
-            requests
-                .iter()
-                .filter(|((_, key, _), _)| *key == api as i16)
-                .map(|(_, n)| n)
-                .sum()
-        };
         let mut requests = self.requests.lock().unwrap();
-        while count(&requests) < at_least {
+        while requests_of(&requests, api) < at_least {
             let now = Instant::now();
             if now >= deadline {
                 return false;
             }
             requests = self
-                .counted
+                .changed
                 .wait_timeout(requests, deadline - now)
                 .unwrap()
                 .0;
@@ -144,4 +158,13 @@ impl ServerStats {
     pub fn bytes_out(&self) -> u64 {
         self.bytes_out.load(Ordering::Relaxed)
     }
+}
+
+/// Requests of `api` in `requests`, summed over brokers and versions.
+fn requests_of(requests: &BTreeMap<(i32, i16, i16), u64>, api: ApiKey) -> u64 {
+    requests
+        .iter()
+        .filter(|((_, key, _), _)| *key == api as i16)
+        .map(|(_, n)| n)
+        .sum()
 }
