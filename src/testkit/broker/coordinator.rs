@@ -87,6 +87,19 @@ pub struct MarkerJob {
 }
 
 impl TransactionMetadata {
+    /// The request's producer id and epoch against this transactional id's
+    /// (`TransactionCoordinator`'s first checks of AddPartitionsToTxn, EndTxn and the
+    /// verification): another id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED.
+    pub fn check_identity(&self, producer_id: i64, producer_epoch: i16) -> Result<(), i16> {
+        if self.producer_id != producer_id {
+            return Err(INVALID_PRODUCER_ID_MAPPING);
+        }
+        if self.producer_epoch != producer_epoch {
+            return Err(PRODUCER_FENCED);
+        }
+        Ok(())
+    }
+
     /// Kafka `TransactionMetadata.isEpochExhausted`: 32766 and up; 32767 stays free so the
     /// coordinator can always fence.
     pub fn is_epoch_exhausted(epoch: i16) -> bool {
@@ -250,11 +263,8 @@ impl TransactionCoordinator {
         let Some(metadata) = self.txns.get_mut(transactional_id) else {
             return INVALID_PRODUCER_ID_MAPPING;
         };
-        if metadata.producer_id != producer_id {
-            return INVALID_PRODUCER_ID_MAPPING;
-        }
-        if metadata.producer_epoch != producer_epoch {
-            return PRODUCER_FENCED;
+        if let Err(code) = metadata.check_identity(producer_id, producer_epoch) {
+            return code;
         }
         match metadata.state {
             // The previous transaction's markers are still being written.
@@ -301,12 +311,7 @@ impl TransactionCoordinator {
             .txns
             .get_mut(transactional_id)
             .ok_or(INVALID_PRODUCER_ID_MAPPING)?;
-        if metadata.producer_id != producer_id {
-            return Err(INVALID_PRODUCER_ID_MAPPING);
-        }
-        if metadata.producer_epoch != producer_epoch {
-            return Err(PRODUCER_FENCED);
-        }
+        metadata.check_identity(producer_id, producer_epoch)?;
         use TransactionState::*;
         match (metadata.state, commit) {
             (Ongoing, _) => Ok(Some(prepare_end(
@@ -382,12 +387,7 @@ impl TransactionCoordinator {
             .txns
             .get(transactional_id)
             .ok_or(INVALID_PRODUCER_ID_MAPPING)?;
-        if metadata.producer_id != producer_id {
-            return Err(INVALID_PRODUCER_ID_MAPPING);
-        }
-        if metadata.producer_epoch != producer_epoch {
-            return Err(PRODUCER_FENCED);
-        }
+        metadata.check_identity(producer_id, producer_epoch)?;
         if matches!(
             metadata.state,
             TransactionState::PrepareCommit | TransactionState::PrepareAbort

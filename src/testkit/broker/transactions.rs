@@ -99,6 +99,19 @@ impl Cluster {
     }
 
     /// Whether `broker` may serve a coordinator request for `key`.
+    /// A request of a transactional id's transaction: it names one, and `broker` is its
+    /// coordinator.
+    fn check_transaction_coordinator(
+        &self,
+        broker: i32,
+        transactional_id: &str,
+    ) -> Result<(), i16> {
+        if transactional_id.is_empty() {
+            return Err(INVALID_REQUEST);
+        }
+        self.check_coordinator(broker, COORDINATOR_KEY_TRANSACTION, transactional_id)
+    }
+
     fn check_coordinator(&self, broker: i32, key_type: i8, key: &str) -> Result<(), i16> {
         if !self.is_broker_up(broker) {
             return Err(NETWORK_EXCEPTION);
@@ -153,12 +166,7 @@ impl Cluster {
         now_ms: i64,
     ) -> Vec<i16> {
         let all = |code| vec![code; partitions.len()];
-        if transactional_id.is_empty() {
-            return all(INVALID_REQUEST);
-        }
-        if let Err(code) =
-            self.check_coordinator(broker, COORDINATOR_KEY_TRANSACTION, transactional_id)
-        {
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
             return all(code);
         }
         let unknown: Vec<bool> = partitions
@@ -197,12 +205,7 @@ impl Cluster {
         group_id: &str,
         now_ms: i64,
     ) -> i16 {
-        if transactional_id.is_empty() {
-            return INVALID_REQUEST;
-        }
-        if let Err(code) =
-            self.check_coordinator(broker, COORDINATOR_KEY_TRANSACTION, transactional_id)
-        {
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
             return code;
         }
         let offsets_partition = (
@@ -229,12 +232,7 @@ impl Cluster {
         commit: bool,
         now_ms: i64,
     ) -> i16 {
-        if transactional_id.is_empty() {
-            return INVALID_REQUEST;
-        }
-        if let Err(code) =
-            self.check_coordinator(broker, COORDINATOR_KEY_TRANSACTION, transactional_id)
-        {
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
             return code;
         }
         match self.coordinator.end_txn(
