@@ -10,9 +10,21 @@ fn perf(args: &[&str]) -> std::process::Output {
         .expect("run kacrab-perf")
 }
 
+/// Runs kacrab-perf, which must succeed; its standard output.
+fn perf_ok(args: &[&str]) -> String {
+    let out = perf(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn a_run_is_read_back_exactly_once_and_in_order() {
-    let out = perf(&[
+    let stdout = perf_ok(&[
         "--num-records",
         "20000",
         "--record-size",
@@ -21,12 +33,6 @@ fn a_run_is_read_back_exactly_once_and_in_order() {
         "4",
         "--verify",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(stdout.contains("20000 records sent"), "{stdout}");
     assert!(stdout.contains("99.9th"), "{stdout}");
     assert!(stdout.contains("client cpu:"), "{stdout}");
@@ -41,7 +47,7 @@ fn a_run_is_read_back_exactly_once_and_in_order() {
 fn fetch_based_verification_reads_the_same_records() {
     // The reader used for external clusters (Metadata, ListOffsets, Fetch), pointed at the
     // embedded cluster.
-    let out = perf(&[
+    let stdout = perf_ok(&[
         "--num-records",
         "20000",
         "--record-size",
@@ -50,12 +56,6 @@ fn fetch_based_verification_reads_the_same_records() {
         "3",
         "--verify-fetch",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         stdout.contains("verified: 20000 of 20000, 0 duplicates, 0 out of order"),
         "{stdout}"
@@ -64,7 +64,7 @@ fn fetch_based_verification_reads_the_same_records() {
 
 #[test]
 fn json_output_is_one_object_with_the_verification() {
-    let out = perf(&[
+    let stdout = perf_ok(&[
         "--num-records",
         "5000",
         "--record-size",
@@ -76,12 +76,6 @@ fn json_output_is_one_object_with_the_verification() {
         "--json",
         "--verify",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.trim();
     assert!(line.starts_with('{') && line.ends_with('}'), "{stdout}");
     assert!(line.contains("\"records\":5000"), "{line}");
@@ -96,7 +90,7 @@ fn json_output_is_one_object_with_the_verification() {
 #[test]
 fn a_transactional_run_commits_every_duration_and_is_read_back_exactly_once() {
     // Paced to last about a second, so transactions of 100 ms each commit several times.
-    let out = perf(&[
+    let stdout = perf_ok(&[
         "--num-records",
         "20000",
         "--record-size",
@@ -109,12 +103,6 @@ fn a_transactional_run_commits_every_duration_and_is_read_back_exactly_once() {
         "100",
         "--verify",
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let committed: u64 = stdout
         .lines()
         .find_map(|l| l.strip_suffix(" transactions committed"))
