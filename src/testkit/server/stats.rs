@@ -57,9 +57,21 @@ impl ServerStats {
     /// Waits, woken by each connection opened or closed, until exactly `open` are open; false
     /// if `timeout` passed first.
     pub fn wait_for_connections_open(&self, open: u64, timeout: Duration) -> bool {
+        self.wait_until(timeout, |_| {
+            self.connections_open.load(Ordering::Relaxed) == open
+        })
+    }
+
+    /// Waits until `condition` holds, re-checked under the `requests` lock each time
+    /// `changed` is signalled; false if `timeout` passed first.
+    fn wait_until(
+        &self,
+        timeout: Duration,
+        mut condition: impl FnMut(&BTreeMap<(i32, i16, i16), u64>) -> bool,
+    ) -> bool {
         let deadline = Instant::now() + timeout;
         let mut requests = self.requests.lock().unwrap();
-        while self.connections_open.load(Ordering::Relaxed) != open {
+        while !condition(&requests) {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -85,20 +97,7 @@ impl ServerStats {
     /// Waits, woken by each request read, until `at_least` requests of `api` have been read
     /// on every broker together; false if `timeout` passed first.
     pub fn wait_for_requests(&self, api: ApiKey, at_least: u64, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        let mut requests = self.requests.lock().unwrap();
-        while requests_of(&requests, api) < at_least {
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            requests = self
-                .changed
-                .wait_timeout(requests, deadline - now)
-                .unwrap()
-                .0;
-        }
-        true
+        self.wait_until(timeout, |requests| requests_of(requests, api) >= at_least)
     }
 
     /// Requests of `api` read on `broker`.
