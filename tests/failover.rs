@@ -634,6 +634,27 @@ fn partitions_by_shard(
     by_shard
 }
 
+/// Every record acknowledged and read back exactly once, the log holding epochs 0 and 1 of
+/// `pid` only (one bump), contiguous, and the producer closing cleanly.
+fn assert_exact_with_one_new_epoch(
+    cluster: &ReferenceCluster,
+    ledger: &Ledger,
+    producer: &Producer,
+    topic: &str,
+    pid: i64,
+) {
+    let verdict = verify(cluster, ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len());
+    assert_eq!(
+        log_epochs(cluster, topic),
+        BTreeSet::from([(pid, 0), (pid, 1)]),
+        "exactly one new epoch"
+    );
+    assert_broker_logs_contiguous(cluster, topic);
+    assert_closed_cleanly(cluster, producer);
+}
+
 fn identities(stats: &RuntimeStats) -> Vec<Option<(i64, i16)>> {
     stats
         .shards
@@ -761,16 +782,7 @@ fn both_shards_bumping_the_same_epoch_make_one_new_epoch() {
 
     ledger.send_rounds(&producer, 50);
     ledger.wait_all(Duration::from_secs(60));
-    let verdict = verify(&cluster, &ledger);
-    println!("{verdict:?}");
-    assert_eq!(verdict.acked, ledger.len());
-    assert_eq!(
-        log_epochs(&cluster, topic),
-        BTreeSet::from([(pid, 0), (pid, 1)]),
-        "exactly one new epoch"
-    );
-    assert_broker_logs_contiguous(&cluster, topic);
-    assert_closed_cleanly(&cluster, &producer);
+    assert_exact_with_one_new_epoch(&cluster, &ledger, &producer, topic, pid);
 }
 
 // The same request for a bump, late: shard 0 bumps the epoch (OUT_OF_ORDER_SEQUENCE_NUMBER on
@@ -857,16 +869,7 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
         .map(|s| s.identity_tickets)
         .collect();
     assert_eq!(tickets, vec![3, 3]);
-    let verdict = verify(&cluster, &ledger);
-    println!("{verdict:?}");
-    assert_eq!(verdict.acked, ledger.len());
-    assert_eq!(
-        log_epochs(&cluster, topic),
-        BTreeSet::from([(pid, 0), (pid, 1)]),
-        "exactly one new epoch"
-    );
-    assert_broker_logs_contiguous(&cluster, topic);
-    assert_closed_cleanly(&cluster, &producer);
+    assert_exact_with_one_new_epoch(&cluster, &ledger, &producer, topic, pid);
 }
 
 // A broker holds its answer longer than request.timeout.ms: the shard's timer closes the
