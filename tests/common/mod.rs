@@ -33,7 +33,9 @@ pub struct ReadRecord {
 /// Reads every partition of `topic` from the beginning up to its end (librdkafka's partition
 /// EOF), with a consumer that assigns partitions itself: `group.id` is set only because
 /// librdkafka's `assign()` needs one; nothing is committed. Records come back per partition,
-/// ordered by offset. Panics if some partition has not reached its end within `timeout`.
+/// ordered by offset. The consumer checks every batch's CRC32C (`check.crcs`), and any error it
+/// reports fails the read: the log is read after the faults stopped, so a healthy cluster owes
+/// the reader no errors. Panics if some partition has not reached its end within `timeout`.
 pub fn read_back(
     bootstrap: &str,
     topic: &str,
@@ -55,6 +57,7 @@ pub fn read_back(
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("fetch.wait.max.ms", "50")
+        .set("check.crcs", "true")
         .set(
             "isolation.level",
             match isolation {
@@ -104,8 +107,7 @@ pub fn read_back(
                 });
             }
             Some(Err(KafkaError::PartitionEOF(partition))) => at_end[partition as usize] = true,
-            // Transient client-side errors (a broker restarting, ...) are retried by librdkafka.
-            Some(Err(_)) => {}
+            Some(Err(error)) => panic!("read-back of {topic}: the consumer reported {error}"),
         }
     }
     for partition in &records {
