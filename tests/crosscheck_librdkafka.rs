@@ -37,8 +37,8 @@ use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
 use common::{
-    check_exactly_once, idempotent_producer, payload_ids, read_back, send_id, Deliveries,
-    IdProducer, Isolation,
+    check_acked_offsets, check_exactly_once, idempotent_producer, payload_ids, read_back, send_id,
+    Deliveries, IdProducer, Isolation,
 };
 
 const TOPIC: &str = "crosscheck";
@@ -201,7 +201,8 @@ fn librdkafka_idempotent_producer_comes_out_exactly_once_under_faults() {
     producer.flush(WAIT).expect("flush");
     traffic.wait_all_acked("the last records");
 
-    let acked = deliveries.snapshot().acked;
+    let delivered = deliveries.snapshot();
+    let acked = delivered.acked;
     let sent: Vec<u64> = (0..traffic.next_id).collect();
     assert_eq!(acked.len(), sent.len());
     let records = read_back(
@@ -213,6 +214,7 @@ fn librdkafka_idempotent_producer_comes_out_exactly_once_under_faults() {
     );
     let ids = payload_ids(&records);
     println!("{}", check_exactly_once(&ids, &acked, &sent));
+    check_acked_offsets(&records, &delivered.acked_at);
 
     // The broker side of the same claim: per partition, offsets are contiguous and each batch
     // continues its producer's sequence (or starts a higher epoch at 0).
@@ -501,7 +503,8 @@ fn librdkafka_transactional_producer_commits_exactly_the_committed_records_under
         );
     }
     assert!(!held_end_txn_seen, "the held markers were released");
-    let failed = deliveries.snapshot().failed;
+    let delivered = deliveries.snapshot();
+    let failed = delivered.failed;
     assert!(
         failed.is_empty(),
         "failed deliveries {:?}",
@@ -535,6 +538,7 @@ fn librdkafka_transactional_producer_commits_exactly_the_committed_records_under
         "read_uncommitted: {}",
         check_exactly_once(&uncommitted_read, &all_ids, &all_ids)
     );
+    check_acked_offsets(&uncommitted, &delivered.acked_at);
     assert!(!aborted_ids.is_empty());
 
     let mut wanted = TopicPartitionList::new();

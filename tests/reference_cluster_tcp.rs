@@ -21,7 +21,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use rdkafka::producer::Producer;
 
-use common::{check_exactly_once, idempotent_producer, payload_ids, read_back, send_id, Isolation};
+use common::{
+    check_acked_offsets, check_exactly_once, idempotent_producer, payload_ids, read_back, send_id,
+    DeliveryState, Isolation,
+};
 
 const PARTITIONS: i32 = 6;
 const LEADERS: [i32; 6] = [1, 2, 3, 1, 2, 3];
@@ -33,8 +36,8 @@ fn started_cluster(topic: &str) -> ReferenceCluster {
 }
 
 /// Produces ids `0..count` with record `i` on partition `i % 6`, waits for every delivery
-/// report, and returns the ids acked.
-fn produce_ids(cluster: &ReferenceCluster, topic: &str, count: u64) -> Vec<u64> {
+/// report, and returns the ids acked with the (partition, offset) each report gave.
+fn produce_ids(cluster: &ReferenceCluster, topic: &str, count: u64) -> DeliveryState {
     let (producer, deliveries) =
         idempotent_producer(&cluster.bootstrap_servers(), &[("batch.size", "16384")]);
     for id in 0..count {
@@ -50,7 +53,7 @@ fn produce_ids(cluster: &ReferenceCluster, topic: &str, count: u64) -> Vec<u64> 
         "failed deliveries: {:?}",
         &state.failed[..3.min(state.failed.len())]
     );
-    state.acked
+    state
 }
 
 /// The broker's own view: each partition's log is one producer's batches with contiguous
@@ -86,7 +89,8 @@ fn librdkafka_producer_and_consumer_round_trip_50000_records_exactly_once_in_ord
     let topic = "round-trip";
     let cluster = started_cluster(topic);
     let count = 50_000;
-    let acked = produce_ids(&cluster, topic, count);
+    let delivered = produce_ids(&cluster, topic, count);
+    let acked = delivered.acked;
     assert_eq!(acked.len(), count as usize);
 
     let records = read_back(
@@ -99,6 +103,7 @@ fn librdkafka_producer_and_consumer_round_trip_50000_records_exactly_once_in_ord
     let ids = payload_ids(&records);
     let sent: Vec<u64> = (0..count).collect();
     println!("{}", check_exactly_once(&ids, &acked, &sent));
+    check_acked_offsets(&records, &delivered.acked_at);
     for (partition, partition_ids) in ids.iter().enumerate() {
         assert!(partition_ids
             .iter()
@@ -148,7 +153,7 @@ fn librdkafka_negotiates_forced_down_api_versions() {
     cluster.set_api_versions(None, ApiKey::ListOffsets, Some((1, 5)));
 
     let count = 3_000;
-    let acked = produce_ids(&cluster, topic, count);
+    let delivered = produce_ids(&cluster, topic, count);
     let records = read_back(
         &cluster.bootstrap_servers(),
         topic,
@@ -159,8 +164,9 @@ fn librdkafka_negotiates_forced_down_api_versions() {
     let sent: Vec<u64> = (0..count).collect();
     println!(
         "{}",
-        check_exactly_once(&payload_ids(&records), &acked, &sent)
+        check_exactly_once(&payload_ids(&records), &delivered.acked, &sent)
     );
+    check_acked_offsets(&records, &delivered.acked_at);
 
     let stats = cluster.stats();
     assert_eq!(stats.unsupported_closed(), 0);

@@ -22,7 +22,7 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use common::{payload_ids, read_back, Isolation, ReadRecord};
+use common::{check_acked_offsets, payload_ids, read_back, Isolation, ReadRecord};
 
 const PARTITIONS: i32 = 6;
 const BROKERS: i32 = 3;
@@ -102,6 +102,7 @@ fn committed_transactions_are_visible_once_in_order_and_aborted_ones_only_to_rea
     p.init_transactions(CALL).expect("init_transactions");
     let mut committed = Vec::new();
     let mut aborted_acked = Vec::new();
+    let mut acked_at = Vec::new();
     let mut next = 0u64;
     for txn in 0..6 {
         p.begin_transaction().expect("begin_transaction");
@@ -111,7 +112,9 @@ fn committed_transactions_are_visible_once_in_order_and_aborted_ones_only_to_rea
         if txn % 2 == 0 {
             p.commit_transaction(CALL).expect("commit_transaction");
             for (id, result) in ids.zip(wait_all(futures)) {
-                result.unwrap_or_else(|e| panic!("record {id} of a committed transaction: {e}"));
+                let meta = result
+                    .unwrap_or_else(|e| panic!("record {id} of a committed transaction: {e}"));
+                acked_at.push((id, meta.partition, meta.offset));
                 committed.push(id);
             }
         } else {
@@ -131,7 +134,10 @@ fn committed_transactions_are_visible_once_in_order_and_aborted_ones_only_to_rea
             results.extend(wait_all(futures.collect()));
             for (id, result) in ids.zip(results) {
                 match result {
-                    Ok(_) => aborted_acked.push(id),
+                    Ok(meta) => {
+                        acked_at.push((id, meta.partition, meta.offset));
+                        aborted_acked.push(id);
+                    }
                     Err(ProduceError::TransactionAborted) => {}
                     Err(e) => panic!("record {id} of an aborted transaction: {e}"),
                 }
@@ -159,6 +165,7 @@ fn committed_transactions_are_visible_once_in_order_and_aborted_ones_only_to_rea
         READ,
     );
     assert_eq!(payload_ids(&records), by_partition(written));
+    check_acked_offsets(&records, &acked_at);
     for (partition, records) in records.iter().enumerate() {
         check_markers(records);
         // The last transaction's marker ends the log.

@@ -178,6 +178,24 @@ pub fn check_exactly_once(ids: &[Vec<u64>], acked: &[u64], sent: &[u64]) -> Stri
     )
 }
 
+/// Checks that each acknowledged `(id, partition, offset)` is where the log holds that id:
+/// an acknowledgement's offset is a promise about the log, not only the id's presence.
+pub fn check_acked_offsets(records: &[Vec<ReadRecord>], acked_at: &[(u64, i32, i64)]) {
+    let mut at: HashMap<(i32, i64), u64> = HashMap::new();
+    for record in records.iter().flatten() {
+        let payload = record.payload.as_deref().expect("payload");
+        let id = u64::from_be_bytes(payload[..8].try_into().expect("8-byte id"));
+        at.insert((record.partition, record.offset), id);
+    }
+    for &(id, partition, offset) in acked_at {
+        assert_eq!(
+            at.get(&(partition, offset)),
+            Some(&id),
+            "record {id} was acknowledged at partition {partition} offset {offset}, where the log holds another record or none"
+        );
+    }
+}
+
 /// Delivery reports of a librdkafka producer whose records carry 8-byte ids.
 #[derive(Debug, Default)]
 pub struct Deliveries {
@@ -188,6 +206,9 @@ pub struct Deliveries {
 #[derive(Debug, Default, Clone)]
 pub struct DeliveryState {
     pub acked: Vec<u64>,
+    /// Where each acknowledged id was written, as the delivery report said: (id, partition,
+    /// offset), in the order of `acked`.
+    pub acked_at: Vec<(u64, i32, i64)>,
     pub failed: Vec<(u64, String)>,
 }
 
@@ -238,7 +259,11 @@ impl rdkafka::producer::ProducerContext for TrackingContext {
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, id: Box<u64>) {
         match result {
-            Ok(_) => self.0.record(|s| s.acked.push(*id)),
+            Ok(message) => self.0.record(|s| {
+                s.acked.push(*id);
+                s.acked_at
+                    .push((*id, message.partition(), message.offset()));
+            }),
             Err((error, _)) => self.0.record(|s| s.failed.push((*id, error.to_string()))),
         }
     }
