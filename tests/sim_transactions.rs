@@ -63,6 +63,7 @@ struct Totals {
     leader_moves: u64,
     broker_failures: u64,
     timed_out: u64,
+    offsets_checked: u64,
     events: u64,
 }
 
@@ -84,6 +85,7 @@ impl Totals {
         self.leader_moves += r.leader_moves;
         self.broker_failures += r.broker_failures;
         self.timed_out += r.timed_out;
+        self.offsets_checked += r.txn.offsets_checked;
         self.events += r.events;
     }
 }
@@ -155,6 +157,10 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         totals.timed_out,
         totals.events
     );
+    println!(
+        "committed consumer offsets checked against the transactions that sent them: {} group partitions",
+        totals.offsets_checked
+    );
     if !failures.is_empty() {
         let mut report = format!("{} of {count} seeds failed:\n", failures.len());
         for (seed, message) in failures.iter().take(20) {
@@ -166,6 +172,10 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         panic!("{report}");
     }
     assert_eq!(totals.runs, count);
+    assert!(
+        count < 100 || totals.offsets_checked > 0,
+        "no run sent offsets in a transaction, so no committed offset was checked"
+    );
     // The runs must have exercised both outcomes, not ended fatal at the first request.
     assert!(
         totals.committed > count && totals.aborted > 0 && totals.markers > 0,

@@ -12,9 +12,13 @@
 //! - a transaction whose outcome the client could not know (fenced, fatal) is atomic: all of
 //!   its records are in the view, or none;
 //! - every record in the view belongs to a committed or unknown transaction;
-//! - the broker's LSO is never above the first offset still held open.
+//! - the broker's LSO is never above the first offset still held open;
+//! - each group's committed offset of a partition is the one sent in the last committed
+//!   transaction that sent one for it (or none), or, after a transaction of unknown outcome
+//!   that sent one, that transaction's offset: offsets commit and abort with their records
+//!   (`check_committed_offsets`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::engine::TopicPartition;
 use crate::testkit::broker::StoredBatch;
@@ -50,6 +54,8 @@ pub struct TxnStats {
     pub visible_records: u64,
     pub aborted_records_in_log: u64,
     pub markers: u64,
+    /// Group partitions whose committed offset was checked at the end of the run.
+    pub offsets_checked: u64,
 }
 
 /// Kafka's control record key: version (i16), type (i16: 0 ABORT, 1 COMMIT).
@@ -229,6 +235,44 @@ pub fn check_transactions(
     stats
 }
 
+/// Checks each group's committed offsets against the transactions that sent them, in the
+/// order the application ran them: a committed transaction's offset replaces the value, an
+/// aborted one's never does, and one of unknown outcome may have done either. Every offset a
+/// transaction sent is in `SimTxn::offsets` once the call was accepted, so a transaction whose
+/// `TxnOffsetCommit` never reached the coordinator cannot have committed (a failed call makes
+/// the transaction abortable). `committed` reads the coordinator's committed offset. Returns how
+/// many group partitions were checked.
+pub fn check_committed_offsets(
+    txns: &[SimTxn],
+    committed: impl Fn(&str, &TopicPartition) -> Option<i64>,
+) -> u64 {
+    // (group, partition) → every value the committed offset may hold now.
+    let mut allowed: BTreeMap<(String, TopicPartition), Vec<Option<i64>>> = BTreeMap::new();
+    for txn in txns {
+        // A transaction's last offset for a partition is the one it commits.
+        let mut sent: BTreeMap<(String, TopicPartition), i64> = BTreeMap::new();
+        for (group, tp, offset) in &txn.offsets {
+            sent.insert((group.clone(), tp.clone()), *offset);
+        }
+        for (key, offset) in sent {
+            let values = allowed.entry(key).or_insert_with(|| vec![None]);
+            match txn.verdict {
+                TxnVerdict::Committed => *values = vec![Some(offset)],
+                TxnVerdict::Aborted => {}
+                TxnVerdict::Unknown | TxnVerdict::Open => values.push(Some(offset)),
+            }
+        }
+    }
+    for ((group, tp), values) in &allowed {
+        let found = committed(group, tp);
+        assert!(
+            values.contains(&found),
+            "group {group} has committed offset {found:?} for {tp}; the transactions allow only {values:?}"
+        );
+    }
+    allowed.len() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use bytes::{BufMut, Bytes, BytesMut};
@@ -400,6 +444,62 @@ mod tests {
             ],
             &checker_with(2, &log, true),
         );
+    }
+
+    fn with_offsets(verdict: TxnVerdict, offsets: &[(i32, i64)]) -> SimTxn {
+        let mut t = txn(&[], verdict);
+        t.offsets = offsets
+            .iter()
+            .map(|&(p, o)| ("g".to_string(), TopicPartition::new("in", p), o))
+            .collect();
+        t
+    }
+
+    fn store(values: &[(i32, i64)]) -> impl Fn(&str, &TopicPartition) -> Option<i64> + '_ {
+        move |group, tp| {
+            assert_eq!(group, "g");
+            values
+                .iter()
+                .find(|(p, _)| *p == tp.partition)
+                .map(|&(_, o)| o)
+        }
+    }
+
+    #[test]
+    fn the_last_committed_offset_stands_and_an_aborted_one_never_replaces_it() {
+        let txns = [
+            with_offsets(TxnVerdict::Committed, &[(0, 5), (1, 7)]),
+            with_offsets(TxnVerdict::Committed, &[(0, 9), (0, 10)]),
+            with_offsets(TxnVerdict::Aborted, &[(0, 20), (1, 21)]),
+        ];
+        assert_eq!(check_committed_offsets(&txns, store(&[(0, 10), (1, 7)])), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "committed offset Some(20) for in-0")]
+    fn an_aborted_transactions_offset_that_was_committed_fails() {
+        let txns = [
+            with_offsets(TxnVerdict::Committed, &[(0, 5)]),
+            with_offsets(TxnVerdict::Aborted, &[(0, 20)]),
+        ];
+        check_committed_offsets(&txns, store(&[(0, 20)]));
+    }
+
+    #[test]
+    #[should_panic(expected = "committed offset None for in-0")]
+    fn a_committed_transactions_offset_that_is_missing_fails() {
+        let txns = [with_offsets(TxnVerdict::Committed, &[(0, 5)])];
+        check_committed_offsets(&txns, store(&[]));
+    }
+
+    #[test]
+    fn a_transaction_of_unknown_outcome_may_have_committed_its_offset_or_not() {
+        let txns = [
+            with_offsets(TxnVerdict::Committed, &[(0, 5)]),
+            with_offsets(TxnVerdict::Unknown, &[(0, 8)]),
+        ];
+        check_committed_offsets(&txns, store(&[(0, 5)]));
+        check_committed_offsets(&txns, store(&[(0, 8)]));
     }
 
     #[test]

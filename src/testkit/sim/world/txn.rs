@@ -12,7 +12,9 @@ use crate::engine::{
 use crate::error::TransactionError;
 
 use super::super::checker::RecordId;
-use super::super::txn_checker::{check_transactions, SimTxn, TxnStats, TxnVerdict};
+use super::super::txn_checker::{
+    check_committed_offsets, check_transactions, SimTxn, TxnStats, TxnVerdict,
+};
 use super::{Event, Sim};
 
 /// The owner of the transaction manager.
@@ -288,6 +290,10 @@ impl Sim {
                 )
             })
             .collect();
-        check_transactions(&self.partitions, &logs, &self.txn.txns, &self.checker)
+        let mut stats = check_transactions(&self.partitions, &logs, &self.txn.txns, &self.checker);
+        stats.offsets_checked = check_committed_offsets(&self.txn.txns, |group, tp| {
+            cluster.committed_offset(group, &tp.topic, tp.partition)
+        });
+        stats
     }
 }
