@@ -1,11 +1,11 @@
 //! kacrab against a fake broker that misbehaves on purpose: a plain std `TcpListener` in this
 //! test answers every API the producer speaks properly (encoded with `kafka-protocol`), and
 //! answers a scripted request with a 2 GiB frame length, garbage, a truncated frame, an
-//! undecodable body, a count of billions of elements or an answer to a request never made. Each
-//! time the
-//! connection must close with a typed error, the producer must reconnect and retry, and a later
-//! well-behaved answer must succeed. Nothing may panic, and nothing may allocate what a length
-//! prefix claims: a counting allocator records the largest single allocation of the process.
+//! undecodable body, a count of billions of elements or an answer to a request never made.
+//! Each time the connection must close with a typed error, the producer must reconnect and
+//! retry, and a later well-behaved answer must succeed. Nothing may panic, and nothing may
+//! allocate what a length prefix or a count claims: a counting allocator records the largest
+//! single allocation of the process.
 
 use std::alloc::System;
 use std::collections::{HashMap, VecDeque};
