@@ -227,6 +227,28 @@ mod tests {
     }
 
     #[test]
+    fn tag_zero_before_v10_is_kept_as_an_unknown_field() {
+        // current_leader is tag 0 from v10 on; at v9 the tag is not defined. kafka-protocol
+        // writes no unknown tag 0, so the answer is written with tag 1 and the tag rewritten.
+        let mut response = response(9, false);
+        let field = Bytes::from_static(b"\x00\x00\x00\x02");
+        let tags = &mut response.responses[0].partition_responses[0].unknown_tagged_fields;
+        tags.insert(1, field.clone());
+        let mut encoded = bytes::BytesMut::new();
+        kafka_protocol::protocol::Encodable::encode(&response, &mut encoded, 9).unwrap();
+        let at = encoded
+            .windows(7)
+            .position(|w| w == [0x01, 0x01, 0x04, 0x00, 0x00, 0x00, 0x02])
+            .expect("one tagged field, tag 1 of 4 bytes");
+        encoded[at + 1] = 0x00;
+        let tags = &mut response.responses[0].partition_responses[0].unknown_tagged_fields;
+        tags.clear();
+        tags.insert(0, field);
+        let ours = ProduceResponse::decode_versioned(encoded.freeze(), 9).expect("decodes");
+        assert_eq!(ours, response);
+    }
+
+    #[test]
     fn a_known_tagged_field_is_read_within_its_declared_size() {
         // current_leader declared 4 bytes long but holding 9 (two INT32 and a tag count):
         // reading past the declared size is an error, not a shift of what follows.

@@ -7,10 +7,12 @@
 //! `Vec::with_capacity(count)` before a single element is read, so a well-framed answer of a
 //! few bytes claiming 2^31 elements asks the allocator for hundreds of gigabytes, and the
 //! allocation failure aborts the process: no error, no unwinding, the embedding service ends.
-//! Its other length-prefixed reads are safe (strings and bytes read into `StrBytes`/`Bytes`
-//! check the remaining length first; tagged fields are read one by one), but a guard in front
-//! of it would need the full per-version schema of each answer to find the array counts, which
-//! is what a decoder is; so the decoders are ours.
+//! (Its strings and bytes read into `String`/`Vec<u8>` do the same with `vec![0; length]`;
+//! those read into `StrBytes`/`Bytes`, the types of every response field kacrab reads, check
+//! the remaining length first, and its tagged fields are read one by one.) A guard in front of
+//! it would have to walk each answer by its per-version schema to find the array counts, which
+//! is most of a decoder, and would then parse every answer twice; a `[patch]` of the crate would
+//! mean carrying a fork of it. So the decoders are ours.
 //!
 //! Invariants of [`Reader`], which every decoder reads through:
 //! - every length and count is checked against the bytes that remain before it is used: a
@@ -25,9 +27,12 @@
 //!
 //! For a valid answer the result equals `kafka-protocol`'s decode of the same bytes (fields
 //! absent at a version keep `kafka-protocol`'s defaults) and re-encodes to the same bytes; each
-//! decoder's tests check this for every version kacrab negotiates. One deliberate difference:
-//! a known tagged field is read inside the size it declares (`kafka-protocol` reads it from the
-//! rest of the message and ignores the size), so a lying size cannot shift what follows.
+//! decoder's tests check this for every version kacrab negotiates. Deliberate differences, all
+//! on input `kafka-protocol` never writes: a known tagged field is read inside the size it
+//! declares (`kafka-protocol` reads it from the rest of the message and ignores the size), so a
+//! lying size cannot shift what follows; a tag not defined at the version is kept as an unknown
+//! field instead of failing the answer; an `UNSIGNED_VARINT` of more than 5 bytes or above
+//! 2^32 - 1 is refused instead of cut short.
 
 use std::collections::BTreeMap;
 
@@ -181,17 +186,19 @@ impl Reader {
     /// An `UNSIGNED_VARINT` of at most 5 bytes whose value fits 32 bits.
     pub fn unsigned_varint(&mut self, what: &'static str) -> DecodeResult<u32> {
         let mut value: u32 = 0;
-        for i in 0..5 {
+        for i in 0..4 {
             let b = u32::from(self.i8(what)? as u8);
-            if i == 4 && b > 0x0f {
-                return Err(DecodeError::Varint { what });
-            }
             value |= (b & 0x7f) << (i * 7);
             if b < 0x80 {
                 return Ok(value);
             }
         }
-        unreachable!("the fifth byte either ends the varint or is refused above")
+        // The fifth byte holds the top 4 bits and must end the varint.
+        let b = u32::from(self.i8(what)? as u8);
+        if b > 0x0f {
+            return Err(DecodeError::Varint { what });
+        }
+        Ok(value | (b << 28))
     }
 
     /// A length prefix: `INT16` for strings / `INT32` for arrays in the classic encoding,
@@ -432,5 +439,88 @@ pub(crate) mod test_support {
             Err(DecodeError::CountTooLarge { what: w, .. }) if w == what => {}
             other => panic!("{context}: expected {what}'s count refused, got {other:?}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reader(bytes: &'static [u8], flexible: bool) -> Reader {
+        Reader::new(Bytes::from_static(bytes), flexible)
+    }
+
+    #[test]
+    fn an_unsigned_varint_takes_at_most_five_bytes_and_32_bits() {
+        let mut r = reader(&[0xff, 0xff, 0xff, 0xff, 0x0f], true);
+        assert_eq!(r.unsigned_varint("v"), Ok(u32::MAX));
+        let mut r = reader(&[0x80, 0x01], true);
+        assert_eq!(r.unsigned_varint("v"), Ok(128));
+        for refused in [
+            &[0xff, 0xff, 0xff, 0xff, 0x10][..],
+            &[0xff, 0xff, 0xff, 0xff, 0x8f, 0x00][..],
+        ] {
+            let mut r = Reader::new(Bytes::copy_from_slice(refused), true);
+            assert_eq!(
+                r.unsigned_varint("v"),
+                Err(DecodeError::Varint { what: "v" })
+            );
+        }
+    }
+
+    #[test]
+    fn a_string_longer_than_what_remains_is_refused_before_it_is_read() {
+        // Compact: 2^32 - 2 bytes claimed; classic: 32,767.
+        let mut r = reader(&[0xff, 0xff, 0xff, 0xff, 0x0f, b'a'], true);
+        assert!(matches!(
+            r.string("host"),
+            Err(DecodeError::Short { what: "host", .. })
+        ));
+        let mut r = reader(&[0x7f, 0xff, b'a'], false);
+        assert!(matches!(
+            r.string("host"),
+            Err(DecodeError::Short { what: "host", .. })
+        ));
+        let mut r = reader(&[0xff, 0xfe], false);
+        assert_eq!(
+            r.nullable_string("host"),
+            Err(DecodeError::InvalidLength {
+                what: "host",
+                length: -2
+            })
+        );
+    }
+
+    #[test]
+    fn a_tagged_field_longer_than_what_remains_is_refused() {
+        // One field, tag 5, of 2^32 - 1 bytes.
+        let mut r = reader(&[0x01, 0x05, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00], true);
+        assert!(matches!(
+            r.tagged_fields(|_, _| Ok(false)),
+            Err(DecodeError::Short {
+                what: "tagged_fields",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_array_is_refused_when_its_elements_cannot_fit() {
+        // Three elements of at least 4 bytes in 8 bytes.
+        let mut r = reader(&[0, 0, 0, 3, 0, 0, 0, 1, 0, 0, 0, 2], false);
+        assert_eq!(
+            r.i32_array::<i32>("replica_nodes"),
+            Err(DecodeError::CountTooLarge {
+                what: "replica_nodes",
+                count: 3,
+                min_size: 4,
+                remaining: 8
+            })
+        );
+        let mut r = reader(&[0x00], true);
+        assert_eq!(
+            r.i32_array::<i32>("isr_nodes"),
+            Err(DecodeError::Null { what: "isr_nodes" })
+        );
     }
 }
