@@ -361,6 +361,21 @@ fn bench_response_decode(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // The same body through kacrab's bounded decoder, the one the engine uses.
+    group.bench_function("16_partitions_v11_kacrab", |b| {
+        b.iter_batched(
+            || body.clone(),
+            |buf| {
+                kacrab::protocol::wire::decode_response::<ProduceResponse>(
+                    kacrab::protocol::api::ApiKey::Produce,
+                    11,
+                    buf,
+                )
+                .expect("decode")
+            },
+            BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 

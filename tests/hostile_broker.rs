@@ -1,10 +1,11 @@
 //! kacrab against a fake broker that misbehaves on purpose: a plain std `TcpListener` in this
-//! test answers ApiVersions, Metadata and InitProducerId properly (encoded with
-//! `kafka-protocol`), and answers a scripted request with a 2 GiB frame length, garbage, a
-//! truncated frame, an undecodable body or an answer to a request never made. Each time the
-//! connection must close with a typed error, the producer must reconnect and retry, and a later
-//! well-behaved answer must succeed. Nothing may panic, and nothing may allocate what a length
-//! prefix claims: a counting allocator records the largest single allocation of the process.
+//! test answers every API the producer speaks properly (encoded with `kafka-protocol`), and
+//! answers a scripted request with a 2 GiB frame length, garbage, a truncated frame, an
+//! undecodable body, a count of billions of elements or an answer to a request never made.
+//! Each time the connection must close with a typed error, the producer must reconnect and
+//! retry, and a later well-behaved answer must succeed. Nothing may panic, and nothing may
+//! allocate what a length prefix or a count claims: a counting allocator records the largest
+//! single allocation of the process.
 
 use std::alloc::System;
 use std::collections::{HashMap, VecDeque};
@@ -16,15 +17,24 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kacrab::runtime::{ConnectionError, FramePart, RuntimeStats};
-use kacrab::{Producer, ProducerRecord};
+use kacrab::{GroupMetadata, OffsetAndMetadata, Producer, ProducerRecord, TopicPartition};
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsResponse, BrokerId, InitProducerIdResponse, MetadataRequest,
-    MetadataResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader,
+    AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey,
+    ApiVersionsResponse, BrokerId, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestHeader, ResponseHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tracking_allocator::{AllocationGroupId, AllocationRegistry, AllocationTracker, Allocator};
@@ -79,9 +89,10 @@ enum Act {
     /// A well-framed answer with the right correlation id and a body that does not decode:
     /// its first array claims one element, whose first string claims more bytes than follow.
     Undecodable,
-    /// A well-framed answer whose first array claims some four billion elements in a few
-    /// bytes.
-    HugeArrayCount,
+    /// A well-framed answer cut after `at` bytes of the proper body, then a count claiming
+    /// some two (plain `INT32` count) or four (compact varint count) billion elements, then a
+    /// few bytes.
+    HugeCount { at: usize },
     /// A well-formed answer carrying a correlation id no request had.
     WrongCorrelation,
 }
@@ -226,9 +237,21 @@ fn serve(
                 // elements with none following. Either way the decoder runs out of bytes.
                 out.put_slice(&[0x02, 0x05, 0xff, 0xff]);
             }),
-            Some(Act::HugeArrayCount) => frame(response_header, header_version, |out| {
-                out.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x00]);
-            }),
+            Some(Act::HugeCount { at }) => {
+                let proper = answer(api, version, correlation_id, &mut request, port, produced);
+                // The proper frame: length, header, body; the body starts after the header.
+                let body_start = 4 + if header_version >= 1 { 5 } else { 4 };
+                let flexible = header_version >= 1 || (api == ApiKey::ApiVersions && version >= 3);
+                frame(response_header, header_version, |out| {
+                    out.put_slice(&proper[body_start..body_start + at]);
+                    if flexible {
+                        out.put_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+                    } else {
+                        out.put_i32(i32::MAX);
+                    }
+                    out.put_slice(&[0x00, 0x00, 0x00]);
+                })
+            }
             Some(Act::WrongCorrelation) => {
                 let mut proper = answer(api, version, correlation_id, &mut request, port, produced);
                 proper[4..8].copy_from_slice(&(correlation_id ^ 0x5555).to_be_bytes());
@@ -265,6 +288,11 @@ fn answer(
                 (ApiKey::Metadata, 1, 12),
                 (ApiKey::ApiVersions, 0, 3),
                 (ApiKey::InitProducerId, 0, 4),
+                (ApiKey::FindCoordinator, 0, 4),
+                (ApiKey::AddPartitionsToTxn, 0, 3),
+                (ApiKey::AddOffsetsToTxn, 0, 3),
+                (ApiKey::TxnOffsetCommit, 0, 3),
+                (ApiKey::EndTxn, 0, 3),
             ];
             let response = ApiVersionsResponse::default().with_api_keys(
                 ranges
@@ -349,6 +377,97 @@ fn answer(
                 response.encode(out, version).unwrap()
             })
         }
+        ApiKey::FindCoordinator => {
+            let requested =
+                FindCoordinatorRequest::decode(request, version).expect("find coordinator request");
+            let host = StrBytes::from_static_str("127.0.0.1");
+            let response = if version >= 4 {
+                FindCoordinatorResponse::default().with_coordinators(
+                    requested
+                        .coordinator_keys
+                        .into_iter()
+                        .map(|key| {
+                            Coordinator::default()
+                                .with_key(key)
+                                .with_node_id(BrokerId(1))
+                                .with_host(host.clone())
+                                .with_port(i32::from(port))
+                        })
+                        .collect(),
+                )
+            } else {
+                FindCoordinatorResponse::default()
+                    .with_node_id(BrokerId(1))
+                    .with_host(host)
+                    .with_port(i32::from(port))
+            };
+            frame(header, header_version, |out| {
+                response.encode(out, version).unwrap()
+            })
+        }
+        ApiKey::AddPartitionsToTxn => {
+            let requested = AddPartitionsToTxnRequest::decode(request, version)
+                .expect("add partitions request");
+            let response = AddPartitionsToTxnResponse::default()
+                .with_results_by_topic_v3_and_below(
+                    requested
+                        .v3_and_below_topics
+                        .into_iter()
+                        .map(|topic| {
+                            AddPartitionsToTxnTopicResult::default()
+                                .with_name(topic.name)
+                                .with_results_by_partition(
+                                    topic
+                                        .partitions
+                                        .into_iter()
+                                        .map(|p| {
+                                            AddPartitionsToTxnPartitionResult::default()
+                                                .with_partition_index(p)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+            frame(header, header_version, |out| {
+                response.encode(out, version).unwrap()
+            })
+        }
+        ApiKey::TxnOffsetCommit => {
+            let requested = TxnOffsetCommitRequest::decode(request, version)
+                .expect("txn offset commit request");
+            let response = TxnOffsetCommitResponse::default().with_topics(
+                requested
+                    .topics
+                    .into_iter()
+                    .map(|topic| {
+                        TxnOffsetCommitResponseTopic::default()
+                            .with_name(topic.name)
+                            .with_partitions(
+                                topic
+                                    .partitions
+                                    .into_iter()
+                                    .map(|p| {
+                                        TxnOffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            );
+            frame(header, header_version, |out| {
+                response.encode(out, version).unwrap()
+            })
+        }
+        ApiKey::AddOffsetsToTxn => frame(header, header_version, |out| {
+            AddOffsetsToTxnResponse::default()
+                .encode(out, version)
+                .unwrap()
+        }),
+        ApiKey::EndTxn => frame(header, header_version, |out| {
+            EndTxnResponse::default().encode(out, version).unwrap()
+        }),
         other => panic!("the producer sent {other:?}, which this broker does not advertise"),
     }
 }
@@ -508,15 +627,77 @@ fn an_undecodable_or_unexpected_answer_closes_the_connection() {
     assert!(protocol_errors >= 3, "{stats:?}");
 }
 
-// A well-framed answer of seven bytes whose first array claims 2^32 - 2 elements.
-// kafka-protocol 0.18, which decodes every response, sizes the array with `Vec::with_capacity`
-// from that count before reading an element: the allocation fails and the process aborts
-// (out of memory, not a panic). Upstream fixes are open (kafka-protocol-rs PRs #152, #161,
-// #200). Run with `--ignored` once the dependency bounds the count by the bytes that remain.
+/// Runs one transaction through a producer bootstrapped from `broker`: a record and consumer
+/// offsets, committed. It touches every API the producer decodes (ApiVersions, Metadata,
+/// FindCoordinator for the transaction and for the group, InitProducerId, AddPartitionsToTxn,
+/// Produce, AddOffsetsToTxn, TxnOffsetCommit, EndTxn). Each call must succeed after the hostile
+/// answers, and no single allocation may come near what a claimed count would need.
+fn transact_through(broker: &FakeBroker) -> RuntimeStats {
+    track_allocations();
+    const CALL: Duration = Duration::from_secs(30);
+    let producer = Producer::builder()
+        .set("bootstrap.servers", broker.bootstrap())
+        .set("kacrab.shards", "1")
+        .set("transactional.id", "hostile-txn")
+        .set("reconnect.backoff.ms", "10")
+        .set("reconnect.backoff.max.ms", "50")
+        .set("retry.backoff.ms", "10")
+        .set("request.timeout.ms", "3000")
+        .set("delivery.timeout.ms", "30000")
+        .build()
+        .expect("producer");
+    producer.init_transactions(CALL).expect("init_transactions");
+    producer.begin_transaction().expect("begin_transaction");
+    let delivery = producer
+        .send(ProducerRecord::new(TOPIC, Bytes::from_static(b"survives")).with_partition(0));
+    producer
+        .send_offsets_to_transaction(
+            [(TopicPartition::new(TOPIC, 0), OffsetAndMetadata::new(7))],
+            &GroupMetadata::new("hostile-group"),
+            CALL,
+        )
+        .expect("send_offsets_to_transaction");
+    producer
+        .commit_transaction(CALL)
+        .expect("commit_transaction");
+    let meta = delivery
+        .wait_timeout(CALL)
+        .expect("the record resolves")
+        .expect("acknowledged after the hostile answers");
+    assert_eq!(meta.partition, 0);
+    assert!(broker.script_done(), "every hostile act was played");
+    assert!(
+        broker.connections.load(Ordering::SeqCst) >= 2,
+        "the producer reconnected"
+    );
+    let stats = producer.runtime_stats();
+    producer.close(Duration::from_secs(5));
+    let protocol_errors: u64 = stats.shards.iter().map(|s| s.engine.protocol_errors).sum();
+    assert!(
+        protocol_errors >= 1,
+        "the hostile answer was judged: {stats:?}"
+    );
+    let largest = LARGEST_ALLOCATION.load(Ordering::Relaxed);
+    assert!(
+        largest < 1 << 30,
+        "largest single allocation {largest} bytes: a claimed count was allocated"
+    );
+    stats
+}
+
+// Each test below answers the first request of one API with a well-framed answer whose count
+// at the given body offset claims 2^31 - 1 (plain) or 2^32 - 2 (compact) elements in a few
+// bytes. The offset is that of the first array of the answer at the version this broker
+// negotiates (Produce v9, Metadata v12, ApiVersions v3, FindCoordinator v4, AddPartitionsToTxn
+// v3, TxnOffsetCommit v3); an answer without an array (InitProducerId v4, AddOffsetsToTxn v3,
+// EndTxn v3) gets the claim at its tagged-field count, its only count. A decoder that sizes a
+// vector from such a count before reading an element aborts the process (allocation failure,
+// not a panic); every answer must instead close the connection, and the retry succeed. The
+// nested arrays of each answer are covered by the decoders' unit tests in `src/protocol/`.
+
 #[test]
-#[ignore = "aborts the process: kafka-protocol 0.18 preallocates untrusted array counts"]
-fn an_answer_claiming_billions_of_elements_is_refused_without_allocating_them() {
-    let broker = FakeBroker::start(vec![(ApiKey::Produce, Act::HugeArrayCount)]);
+fn a_produce_answer_claiming_billions_of_topics_is_refused_without_allocating_them() {
+    let broker = FakeBroker::start(vec![(ApiKey::Produce, Act::HugeCount { at: 0 })]);
     let stats = send_through(&broker, &[]);
     assert!(
         stats
@@ -527,6 +708,58 @@ fn an_answer_claiming_billions_of_elements_is_refused_without_allocating_them() 
             >= 1
     );
     assert!(LARGEST_ALLOCATION.load(Ordering::Relaxed) < 1 << 30);
+}
+
+#[test]
+fn an_api_versions_answer_claiming_billions_of_apis_is_refused_without_allocating_them() {
+    let broker = FakeBroker::start(vec![(ApiKey::ApiVersions, Act::HugeCount { at: 2 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn a_metadata_answer_claiming_billions_of_brokers_is_refused_without_allocating_them() {
+    // Throttle time, then the brokers.
+    let broker = FakeBroker::start(vec![(ApiKey::Metadata, Act::HugeCount { at: 4 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn a_find_coordinator_answer_claiming_billions_of_coordinators_is_refused_without_allocating_them()
+{
+    let broker = FakeBroker::start(vec![(ApiKey::FindCoordinator, Act::HugeCount { at: 4 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn an_init_producer_id_answer_claiming_billions_of_tagged_fields_is_refused() {
+    // Throttle time, error code, producer id, epoch, then the tagged fields.
+    let broker = FakeBroker::start(vec![(ApiKey::InitProducerId, Act::HugeCount { at: 16 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn an_add_partitions_answer_claiming_billions_of_topics_is_refused_without_allocating_them() {
+    let broker = FakeBroker::start(vec![(ApiKey::AddPartitionsToTxn, Act::HugeCount { at: 4 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn an_add_offsets_answer_claiming_billions_of_tagged_fields_is_refused() {
+    // Throttle time, error code, then the tagged fields.
+    let broker = FakeBroker::start(vec![(ApiKey::AddOffsetsToTxn, Act::HugeCount { at: 6 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn a_txn_offset_commit_answer_claiming_billions_of_topics_is_refused_without_allocating_them() {
+    let broker = FakeBroker::start(vec![(ApiKey::TxnOffsetCommit, Act::HugeCount { at: 4 })]);
+    transact_through(&broker);
+}
+
+#[test]
+fn an_end_txn_answer_claiming_billions_of_tagged_fields_is_refused() {
+    let broker = FakeBroker::start(vec![(ApiKey::EndTxn, Act::HugeCount { at: 6 })]);
+    transact_through(&broker);
 }
 
 /// A listener that never completes another TCP handshake: its accept queue (backlog 0) is

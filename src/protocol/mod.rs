@@ -1,9 +1,20 @@
 //! The synchronous wire codec: record batch v2 (the hot path, our own encoder), request framing
-//! and API-version negotiation. Every message other than the record batch goes through the
-//! `kafka-protocol` crate.
+//! and API-version negotiation. Requests are encoded with the `kafka-protocol` crate; every
+//! response the producer reads is decoded by our own bounded decoders (`response` and the
+//! `*_response` files), into `kafka-protocol`'s message types.
 
+mod add_offsets_to_txn_response;
+mod add_partitions_to_txn_response;
 pub mod api;
+mod api_versions_response;
+mod end_txn_response;
 pub mod error_code;
+mod find_coordinator_response;
+mod init_producer_id_response;
+mod metadata_response;
+mod produce_response;
 pub mod record_batch;
+pub mod response;
+mod txn_offset_commit_response;
 pub mod varint;
 pub mod wire;

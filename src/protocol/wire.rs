@@ -1,14 +1,16 @@
-//! Request framing and response decoding over the `kafka-protocol` message types.
+//! Request framing over the `kafka-protocol` message types, and response decoding through our
+//! bounded decoders ([`super::response`]) into those types.
 //!
 //! A frame on the wire is a big-endian `i32` length followed by that many bytes. Requests carry
 //! a header (api key, version, correlation id, client id); responses start with the
 //! correlation id, which is all the connection layer needs to match them to requests.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::RequestHeader;
+use kafka_protocol::protocol::{Encodable, HeaderVersion, StrBytes};
 
 use super::api::ApiKey;
+use super::response::{self, ResponseBody};
 
 /// A broker frame that could not be used. Each closes the connection it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,20 +89,19 @@ pub fn response_correlation_id(body: &[u8]) -> Result<i32, WireError> {
 }
 
 /// Decodes a response body (correlation id included) of type `R` to a request sent at
-/// `version`. Trailing bytes are tolerated, as Kafka clients do for forward compatibility.
-pub fn decode_response<R: Decodable + HeaderVersion>(
+/// `version`, with our bounded decoder: no count or length from the broker is trusted before
+/// the bytes it claims are there. Trailing bytes are tolerated, as Kafka clients do for
+/// forward compatibility.
+pub fn decode_response<R: ResponseBody>(
     api: ApiKey,
     version: i16,
-    mut body: Bytes,
+    body: Bytes,
 ) -> Result<R, WireError> {
-    let malformed = |e: anyhow::Error| WireError::Malformed {
+    let malformed = |e: response::DecodeError| WireError::Malformed {
         api,
         version,
         reason: e.to_string(),
     };
-    let header_version = R::header_version(version);
-    ResponseHeader::decode(&mut body, header_version).map_err(malformed)?;
-    let response = R::decode(&mut body, version).map_err(malformed)?;
-    let _ = body.remaining();
-    Ok(response)
+    let body = response::skip_header(body, R::header_version(version)).map_err(malformed)?;
+    R::decode_versioned(body, version).map_err(malformed)
 }
