@@ -453,3 +453,91 @@ fn calls_in_a_wrong_state_are_typed_errors_and_change_nothing() {
         by_partition(0..6)
     );
 }
+
+#[test]
+fn a_send_racing_commit_is_either_in_the_committed_transaction_or_refused_and_the_producer_stays_usable(
+) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let topic = "txn-send-racing-commit";
+    let cluster = start_cluster(&[topic]);
+    // A record stranded outside every transaction would stall the next commit for
+    // delivery.timeout.ms and then fail it: keep that short so the test fails fast.
+    let p = producer(
+        &cluster,
+        "racing",
+        &[
+            ("request.timeout.ms", "2000"),
+            ("delivery.timeout.ms", "4000"),
+        ],
+    );
+    p.init_transactions(CALL).unwrap();
+    const COMMITS: usize = 30;
+    // An upper bound on the ids, far above what the commits take.
+    const RECORDS: u64 = 1_000_000;
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (p, sent, stop) = (p.clone(), sent.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut futures: Vec<(u64, DeliveryFuture)> = Vec::new();
+            for id in 0..RECORDS {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                futures.push((id, send(&p, topic, (id % PARTITIONS as u64) as i32, id)));
+                sent.store(id + 1, Ordering::Release);
+            }
+            futures
+        })
+    };
+    for commit in 0..COMMITS {
+        p.begin_transaction().expect("begin_transaction");
+        // Let the sender get some records into this transaction, then commit while it keeps
+        // sending.
+        let target = sent.load(Ordering::Acquire) + 50;
+        while sent.load(Ordering::Acquire) < target {
+            std::thread::yield_now();
+        }
+        p.commit_transaction(CALL)
+            .unwrap_or_else(|e| panic!("commit {commit} racing the sender: {e}"));
+    }
+    stop.store(true, Ordering::Release);
+    let futures = sender.join().expect("sender thread");
+    let (mut acked, mut refused) = (Vec::new(), 0);
+    for (id, future) in futures {
+        match future.wait_timeout(CALL).expect("every send resolves") {
+            Ok(_) => acked.push(id),
+            // Refused by the transaction manager (no transaction, or its commit began):
+            // never written.
+            Err(ProduceError::Transaction(
+                TransactionError::InvalidState {
+                    operation: "send", ..
+                }
+                | TransactionError::PendingOperation {
+                    operation: "send", ..
+                },
+            )) => refused += 1,
+            Err(e) => panic!("record {id}: neither acknowledged nor refused: {e}"),
+        }
+    }
+    assert!(!acked.is_empty(), "records were written");
+    // The producer is usable: the next transaction commits.
+    p.begin_transaction().expect("begin after the race");
+    let last = send_batch(&p, topic, RECORDS..RECORDS + 12);
+    p.commit_transaction(CALL).expect("commit after the race");
+    for result in wait_all(last) {
+        result.expect("record of the last transaction");
+    }
+    acked.extend(RECORDS..RECORDS + 12);
+    eprintln!(
+        "{COMMITS} commits, {} acknowledged, {refused} refused",
+        acked.len()
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(acked),
+        "exactly the acknowledged records are committed, once each"
+    );
+}
