@@ -541,3 +541,41 @@ fn a_send_racing_commit_is_either_in_the_committed_transaction_or_refused_and_th
         "exactly the acknowledged records are committed, once each"
     );
 }
+
+#[test]
+fn a_send_right_after_send_offsets_to_transaction_returns_is_not_refused() {
+    let (input, output) = ("txn-offsets-then-send-in", "txn-offsets-then-send-out");
+    let cluster = start_cluster(&[input, output]);
+    let p = producer(&cluster, "offsets-then-send", &[]);
+    p.init_transactions(CALL).unwrap();
+    let group = GroupMetadata::new("offsets-then-send");
+    let mut committed = Vec::new();
+    for round in 0..40u64 {
+        p.begin_transaction().unwrap();
+        // Half the rounds with an empty map (the call completes on the spot), half with one
+        // offset (AddOffsetsToTxn and TxnOffsetCommit first).
+        let offsets: Vec<(TopicPartition, OffsetAndMetadata)> = if round % 2 == 0 {
+            Vec::new()
+        } else {
+            vec![(
+                TopicPartition {
+                    topic: input.into(),
+                    partition: 0,
+                },
+                OffsetAndMetadata::new(round as i64),
+            )]
+        };
+        p.send_offsets_to_transaction(offsets, &group, CALL)
+            .expect("send_offsets_to_transaction");
+        let result = send(&p, output, (round % PARTITIONS as u64) as i32, round)
+            .wait_timeout(CALL)
+            .expect("resolved");
+        result.unwrap_or_else(|e| panic!("round {round}: a send right after send_offsets: {e}"));
+        p.commit_transaction(CALL).expect("commit");
+        committed.push(round);
+    }
+    assert_eq!(
+        read_ids(&cluster, output, Isolation::ReadCommitted),
+        by_partition(committed)
+    );
+}
