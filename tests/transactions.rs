@@ -579,3 +579,38 @@ fn a_send_right_after_send_offsets_to_transaction_returns_is_not_refused() {
         by_partition(committed)
     );
 }
+
+#[test]
+fn close_aborts_an_open_transaction_and_its_records_stay_invisible() {
+    let topic = "txn-close-open";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "closing", &[]);
+    p.init_transactions(CALL).unwrap();
+    p.begin_transaction().unwrap();
+    let committed = send_batch(&p, topic, 0..12);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(committed).iter().all(Result::is_ok));
+    p.begin_transaction().unwrap();
+    let open = send_batch(&p, topic, 12..24);
+    // Half acknowledged (written in the open transaction), the rest maybe not sent yet.
+    for result in wait_all(open.into_iter().take(6).collect()) {
+        result.expect("written in the open transaction");
+    }
+    p.close(CALL);
+    let state = cluster.with_cluster(|c| c.transaction_metadata("closing").map(|m| m.state));
+    assert_eq!(
+        state,
+        Some(kacrab::testkit::broker::TransactionState::CompleteAbort),
+        "close ended the open transaction with an abort"
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..12),
+        "nothing of the open transaction is visible"
+    );
+    let uncommitted = read_ids(&cluster, topic, Isolation::ReadUncommitted);
+    assert!(
+        uncommitted.iter().flatten().any(|&id| id >= 12),
+        "the aborted records were written (the abort, not a lost send, hides them)"
+    );
+}
