@@ -358,7 +358,7 @@ impl TxnDriver {
             }
             Ok(Some(handle)) => {
                 // A call repeated after a timeout may find its result already there.
-                if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                if let Offer::NotReady = slot.offer(|| self.take_result(handle, engine, peers)) {
                     self.waiters.insert(handle, slot);
                 }
             }
@@ -432,12 +432,29 @@ impl TxnDriver {
             TxnAction::Completed { handle } => {
                 self.publish_status(engine, peers);
                 if let Some(slot) = self.waiters.remove(&handle) {
-                    if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                    if let Offer::NotReady = slot.offer(|| self.take_result(handle, engine, peers))
+                    {
                         self.waiters.insert(handle, slot);
                     }
                 }
             }
         }
+    }
+
+    /// Owner: takes a call's result for its caller. Taking it ends the pending operation,
+    /// which `send` checks (`send` is refused while a call is pending), so the status is
+    /// published again here, before the caller (woken only after this returns) can send.
+    fn take_result(
+        &mut self,
+        handle: TxnHandle,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) -> Option<Result<(), TransactionError>> {
+        let result = engine.txn_result(handle);
+        if result.is_some() {
+            self.publish_status(engine, peers);
+        }
+        result
     }
 
     fn send_to_owner(
