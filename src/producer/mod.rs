@@ -96,8 +96,6 @@ struct Inner {
     /// Each shard's control queue; the owner's takes the transaction calls.
     control: Vec<ControlSender>,
     txn_status: Arc<TxnStatus>,
-    /// The last barrier token handed out (`txn_driver`).
-    barriers: std::sync::atomic::AtomicU64,
 }
 
 /// A Kafka producer. `Send + Sync`: share it between threads (e.g. in an `Arc`).
@@ -198,7 +196,6 @@ impl Producer {
                 counters,
                 control,
                 txn_status,
-                barriers: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -261,12 +258,14 @@ impl Producer {
         if let Some(err) = inner.metadata.fatal() {
             return Err(err);
         }
-        if inner.config.transactional_id.is_some() {
+        let txn_barrier = if inner.config.transactional_id.is_some() {
             inner
                 .txn_status
                 .check_send()
-                .map_err(ProduceError::Transaction)?;
-        }
+                .map_err(ProduceError::Transaction)?
+        } else {
+            0
+        };
         let deadline = Instant::now() + inner.config.max_block;
         let headers: Vec<Header<'_>> = record
             .headers
@@ -335,6 +334,7 @@ impl Producer {
                 .map(|h| (h.key, h.value))
                 .collect(),
             delivery,
+            txn_barrier,
         }));
         let wait = deadline.saturating_duration_since(Instant::now());
         if let Err(e) = inner.shards[shard].send_timeout(command, wait) {

@@ -54,7 +54,7 @@ impl Producer {
     /// it. An abortable error is returned as such: abort the transaction and go on.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         let deadline = Instant::now() + timeout;
-        let barrier = self.txn_barrier("commit_transaction", timeout, deadline)?;
+        let barrier = self.txn_barrier(true, "commit_transaction", timeout, deadline)?;
         self.txn_call(
             TxnCall::Commit { barrier },
             "commit_transaction",
@@ -67,7 +67,7 @@ impl Producer {
     /// sent never become visible to `read_committed` consumers.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         let deadline = Instant::now() + timeout;
-        let barrier = self.txn_barrier("abort_transaction", timeout, deadline)?;
+        let barrier = self.txn_barrier(false, "abort_transaction", timeout, deadline)?;
         self.txn_call(
             TxnCall::Abort { barrier },
             "abort_transaction",
@@ -85,27 +85,34 @@ impl Producer {
         Ok(())
     }
 
-    /// Pushes a barrier behind every record already queued on every shard, so the commit or
-    /// abort that names it covers them.
+    /// Pushes a barrier behind every record already queued on every shard, so the commit
+    /// (`commit`) or abort that names it covers them; sends are refused from here until the
+    /// owner has handled the call (`TxnStatus`).
     fn txn_barrier(
         &self,
+        commit: bool,
         operation: &'static str,
         timeout: Duration,
         deadline: Instant,
     ) -> Result<u64, TransactionError> {
         self.check_transactional()?;
-        let token = self.inner.barriers.fetch_add(1, Ordering::AcqRel) + 1;
+        let token = self.inner.txn_status.begin_ending(commit);
         for shard in &self.inner.shards {
             let wait = deadline.saturating_duration_since(Instant::now());
-            shard
-                .send_timeout(ShardCommand::TxnBarrier(token), wait)
+            let pushed = shard
+                .send_timeout(ShardCommand::TxnBarrier { token, commit }, wait)
                 .map_err(|e| match e {
                     flume::SendTimeoutError::Timeout(_) => TransactionError::Timeout {
                         operation,
                         waited: timeout,
                     },
                     flume::SendTimeoutError::Disconnected(_) => TransactionError::Closed,
-                })?;
+                });
+            if let Err(err) = pushed {
+                // The call never reaches the owner: the transaction stays as it was.
+                self.inner.txn_status.settle(token);
+                return Err(err);
+            }
         }
         Ok(token)
     }
@@ -118,12 +125,22 @@ impl Producer {
     ) -> Result<(), TransactionError> {
         self.check_transactional()?;
         let slot = CallSlot::new();
-        self.inner.control[OWNER]
+        let barrier = match call {
+            TxnCall::Commit { barrier } | TxnCall::Abort { barrier } => Some(barrier),
+            _ => None,
+        };
+        if self.inner.control[OWNER]
             .send(TxnCommand::Call {
                 call,
                 slot: slot.clone(),
             })
-            .map_err(|_| TransactionError::Closed)?;
+            .is_err()
+        {
+            if let Some(token) = barrier {
+                self.inner.txn_status.settle(token);
+            }
+            return Err(TransactionError::Closed);
+        }
         slot.wait(timeout).unwrap_or(Err(TransactionError::Timeout {
             operation,
             waited: timeout,

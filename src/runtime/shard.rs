@@ -12,7 +12,7 @@ use futures_lite::future;
 use glommio::channels::local_channel;
 use glommio::Task;
 
-use crate::engine::{Action, Engine, EngineConfig, NodeId, TopicPartition};
+use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::shared::{MetadataSnapshot, TopicInfo};
@@ -36,6 +36,9 @@ pub(crate) struct OwnedRecord {
     pub value: Option<Bytes>,
     pub headers: Vec<(String, Option<Bytes>)>,
     pub delivery: DeliveryHandle,
+    /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
+    /// 0 without a transactional id).
+    pub txn_barrier: u64,
 }
 
 /// A countdown that application threads wait on (flush, close).
@@ -84,8 +87,12 @@ pub(crate) enum ShardCommand {
     /// A peer published to the ticket ring: read it.
     Tickets,
     /// A commit or abort call's barrier: every record queued before it is in that call's
-    /// flush (`txn_driver`).
-    TxnBarrier(u64),
+    /// flush, every record checked before the call and queued after it is refused
+    /// (`txn_driver`).
+    TxnBarrier {
+        token: u64,
+        commit: bool,
+    },
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -277,6 +284,10 @@ pub(crate) async fn run_shard(
                 match cmd {
                     ShardCommand::Append(record) => {
                         let record = *record;
+                        if let Err(err) = txn.admit(record.txn_barrier) {
+                            record.delivery.complete(Err(err));
+                            return;
+                        }
                         let headers: Vec<Header<'_>> = record
                             .headers
                             .iter()
@@ -299,7 +310,9 @@ pub(crate) async fn run_shard(
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
                     // Read below, with whatever else the ring holds.
                     ShardCommand::Tickets => {}
-                    ShardCommand::TxnBarrier(token) => txn.on_barrier(token, engine),
+                    ShardCommand::TxnBarrier { token, commit } => {
+                        txn.on_barrier(token, commit, engine)
+                    }
                     ShardCommand::Close { deadline, done } => {
                         engine.begin_close();
                         *closing = Some((deadline, done));
