@@ -220,6 +220,11 @@ impl Producer {
         self.inner.counters.snapshot()
     }
 
+    /// The runtime's counters, still readable after every handle of this producer is gone.
+    pub fn runtime_watch(&self) -> runtime::RuntimeWatch {
+        runtime::RuntimeWatch(self.inner.counters.clone())
+    }
+
     /// Waits until `condition` holds of [`runtime_stats`](Self::runtime_stats), checked
     /// again whenever the runtime's counters change (no polling); false if `timeout` passed
     /// first. For readiness checks: say, every shard connected.

@@ -252,6 +252,7 @@ pub(crate) async fn run_shard(
     control: ControlReceiver,
     ctx: Arc<ShardContext>,
 ) {
+    let _running = ctx.counters.shard_guard();
     let start = Instant::now();
     let now = move || start.elapsed().as_micros() as u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
