@@ -127,3 +127,21 @@ impl Delivery for DeliveryHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_dropped_before_its_record_reached_the_engine_resolves_closed_and_returns_its_memory(
+    ) {
+        let memory = Arc::new(BufferMemory::new(1000));
+        memory
+            .reserve(100, std::time::Instant::now())
+            .expect("room");
+        let (handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        drop(handle);
+        assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
+        assert_eq!(memory.used(), 0);
+    }
+}
