@@ -6,7 +6,7 @@
 mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -42,6 +42,59 @@ fn read_ids(cluster: &ReferenceCluster, topic: &str) -> Vec<Vec<u64>> {
         Isolation::ReadUncommitted,
         WAIT,
     ))
+}
+
+#[test]
+fn dropping_the_last_clones_from_several_threads_at_once_delivers_what_was_sent_and_stops_the_shards(
+) {
+    const THREADS: usize = 4;
+    const RECORDS: u64 = 100;
+    let topic = "lifecycle-drop";
+    let cluster = start_cluster(topic);
+    let mut acked = Vec::new();
+    for round in 0..10u64 {
+        let producer = common::kacrab_producer(&cluster.bootstrap_servers(), &[]);
+        let watch = producer.runtime_watch();
+        assert!(
+            watch.wait_until(WAIT, |s| s.shards_running == 2),
+            "both shards run: {:?}",
+            watch.stats()
+        );
+        let ids = round * RECORDS..(round + 1) * RECORDS;
+        let futures: Vec<DeliveryFuture> =
+            ids.clone().map(|id| send(&producer, topic, id)).collect();
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let mut handles = vec![producer];
+        while handles.len() < THREADS {
+            handles.push(handles[0].clone());
+        }
+        let droppers: Vec<_> = handles
+            .into_iter()
+            .map(|handle| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    drop(handle);
+                })
+            })
+            .collect();
+        for dropper in droppers {
+            dropper.join().expect("dropper thread");
+        }
+        assert!(
+            watch.wait_until(WAIT, |s| s.shards_running == 0 && s.sockets_open == 0),
+            "round {round}: the shards stopped once every handle was dropped: {:?}",
+            watch.stats()
+        );
+        for (id, future) in ids.zip(futures) {
+            future
+                .wait_timeout(WAIT)
+                .expect("resolved")
+                .unwrap_or_else(|e| panic!("record {id} sent before the drop: {e}"));
+            acked.push(id);
+        }
+    }
+    check_exactly_once(&read_ids(&cluster, topic), &acked, &acked);
 }
 
 #[test]
