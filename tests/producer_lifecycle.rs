@@ -114,8 +114,10 @@ fn every_send_racing_close_resolves_and_the_acknowledged_ones_are_in_the_log() {
                 let mut futures = Vec::new();
                 for id in first.. {
                     let future = send(&producer, topic, id);
-                    let refused = matches!(future.try_result(), Some(Err(ProduceError::Closed)));
-                    futures.push((id, future));
+                    // `try_result` takes a known result: keep it beside the future.
+                    let known = future.try_result();
+                    let refused = matches!(known, Some(Err(ProduceError::Closed)));
+                    futures.push((id, known, future));
                     started.store(true, Ordering::Release);
                     if refused {
                         break;
@@ -128,9 +130,9 @@ fn every_send_racing_close_resolves_and_the_acknowledged_ones_are_in_the_log() {
             std::thread::yield_now();
         }
         producer.close(WAIT);
-        for (id, future) in sender.join().expect("sender thread") {
+        for (id, known, future) in sender.join().expect("sender thread") {
             sent.push(id);
-            match future.wait_timeout(WAIT) {
+            match known.or_else(|| future.wait_timeout(WAIT)) {
                 Some(Ok(_)) => acked.push(id),
                 Some(Err(ProduceError::Closed | ProduceError::OutcomeUnknown { .. })) => {}
                 Some(Err(e)) => panic!("round {round}: record {id}: {e}"),
