@@ -90,6 +90,10 @@ struct Inner {
     sticky: Mutex<HashMap<Arc<str>, StickyPartitioner>>,
     joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
     closed: AtomicBool,
+    /// `close` sets `closed` under the write side; `send` and `flush` queue under the read
+    /// side after checking it. So every record and flush queued on a shard is ahead of its
+    /// `Close` command, and none is left behind in a queue nobody reads.
+    open: std::sync::RwLock<()>,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
@@ -191,6 +195,7 @@ impl Producer {
                 sticky: Mutex::new(HashMap::new()),
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
+                open: std::sync::RwLock::new(()),
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
@@ -342,6 +347,11 @@ impl Producer {
             txn_barrier,
         }));
         let wait = deadline.saturating_duration_since(Instant::now());
+        let _open = inner.open.read().expect("open lock");
+        if inner.closed.load(Ordering::Acquire) {
+            // The command's delivery handle completes the record with `Closed` as it drops.
+            return Err(ProduceError::Closed);
+        }
         if let Err(e) = inner.shards[shard].send_timeout(command, wait) {
             let err = match e {
                 flume::SendTimeoutError::Timeout(_) => ProduceError::BufferExhausted {
@@ -401,6 +411,11 @@ impl Producer {
     /// completed (successfully or not).
     pub fn flush(&self) {
         let latch = Latch::new(self.inner.shards.len());
+        let _open = self.inner.open.read().expect("open lock");
+        if self.inner.closed.load(Ordering::Acquire) {
+            // `close` completes every record.
+            return;
+        }
         for shard in &self.inner.shards {
             if shard.send(ShardCommand::Flush(latch.clone())).is_err() {
                 latch.count_down();
@@ -412,8 +427,11 @@ impl Producer {
     /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
     /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
     pub fn close(&self, timeout: Duration) {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return;
+        {
+            let _no_sends = self.inner.open.write().expect("open lock");
+            if self.inner.closed.swap(true, Ordering::AcqRel) {
+                return;
+            }
         }
         let latch = Latch::new(self.inner.shards.len());
         let deadline = Instant::now() + timeout;

@@ -284,11 +284,12 @@ pub(crate) async fn run_shard(
              closing: &mut Option<(Instant, Arc<Latch>)>| {
                 match cmd {
                     ShardCommand::Append(record) => {
-                        let record = *record;
+                        let mut record = *record;
                         if let Err(err) = txn.admit(record.txn_barrier) {
                             record.delivery.complete(Err(err));
                             return;
                         }
+                        record.delivery.entering_engine(&record.tp);
                         let headers: Vec<Header<'_>> = record
                             .headers
                             .iter()
@@ -466,6 +467,17 @@ pub(crate) async fn run_shard(
                 // Publishers must not wait for a reader that is gone.
                 ctx.tickets.detach(shard);
                 txn.close();
+                // Nothing is queued behind `Close` (see `Producer::close`); whatever is, is
+                // answered rather than left in a queue nobody reads.
+                while let Ok(cmd) = commands.try_recv() {
+                    match cmd {
+                        // Its delivery handle completes it with `Closed` as it drops.
+                        ShardCommand::Append(record) => drop(record),
+                        ShardCommand::Flush(latch) => latch.count_down(),
+                        ShardCommand::Close { done, .. } => done.count_down(),
+                        _ => {}
+                    }
+                }
                 done.count_down();
                 return;
             }
