@@ -426,16 +426,24 @@ impl Producer {
 
     /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
     /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
+    /// Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
     pub fn close(&self, timeout: Duration) {
+        self.inner.close(timeout);
+    }
+}
+
+impl Inner {
+    /// Once per producer: by `close`, or by the drop of the last handle.
+    fn close(&self, timeout: Duration) {
         {
-            let _no_sends = self.inner.open.write().expect("open lock");
-            if self.inner.closed.swap(true, Ordering::AcqRel) {
+            let _no_sends = self.open.write().expect("open lock");
+            if self.closed.swap(true, Ordering::AcqRel) {
                 return;
             }
         }
-        let latch = Latch::new(self.inner.shards.len());
+        let latch = Latch::new(self.shards.len());
         let deadline = Instant::now() + timeout;
-        for shard in &self.inner.shards {
+        for shard in &self.shards {
             if shard
                 .send(ShardCommand::Close {
                     deadline,
@@ -447,17 +455,18 @@ impl Producer {
             }
         }
         latch.wait(None);
-        for join in self.inner.joins.lock().expect("joins lock").drain(..) {
+        for join in self.joins.lock().expect("joins lock").drain(..) {
             let _ = join.join();
         }
     }
 }
 
-impl Drop for Producer {
+/// The last `Producer` handle is gone (an `Arc` drops its value exactly once, however many
+/// clones are dropped at the same time): flush within `delivery.timeout.ms` and stop the
+/// shards, which hold no handle of their own and so never see the producer go.
+impl Drop for Inner {
     fn drop(&mut self) {
-        if Arc::strong_count(&self.inner) == 1 {
-            self.close(self.inner.config.delivery_timeout);
-        }
+        self.close(self.config.delivery_timeout);
     }
 }
 

@@ -342,7 +342,9 @@ pub(crate) async fn run_shard(
             }
             Some(Wake::Control(Some(cmd))) => drain_control(&mut engine, &mut txn, Some(cmd)),
             Some(Wake::Command(None)) if closing.is_none() => {
-                // Every producer handle is gone without a close: stop after sending.
+                // Every sender is gone. Not while the shards run (each holds a sender to every
+                // shard): the last producer handle's drop closes the producer instead. Kept as
+                // a stop after sending, should the queue ever disconnect.
                 engine.begin_close();
                 closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
             }
