@@ -424,7 +424,8 @@ impl Producer {
         latch.wait(None);
     }
 
-    /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
+    /// Aborts a transaction still open (a commit under way completes), flushes, then stops
+    /// the shards, all within `timeout`. Records still incomplete then fail with
     /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
     /// Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
     pub fn close(&self, timeout: Duration) {
@@ -441,8 +442,9 @@ impl Inner {
                 return;
             }
         }
-        let latch = Latch::new(self.shards.len());
         let deadline = Instant::now() + timeout;
+        self.end_open_transaction(timeout);
+        let latch = Latch::new(self.shards.len());
         for shard in &self.shards {
             if shard
                 .send(ShardCommand::Close {

@@ -29,7 +29,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::engine::{
-    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TxnAction, TxnHandle,
+    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState, TxnAction,
+    TxnHandle,
 };
 use crate::error::{ProduceError, TransactionError};
 use crate::producer::delivery::DeliveryHandle;
@@ -228,9 +229,35 @@ pub(crate) struct TxnStatus {
     state: Mutex<StatusState>,
 }
 
+/// Whether a transaction is open, as `close` needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ongoing {
+    /// No transaction (not initialized, ready, initializing, fatal).
+    None,
+    /// Begun and not completing (IN_TRANSACTION, ABORTABLE_ERROR): to abort.
+    Open,
+    Committing,
+    Aborting,
+}
+
+impl Ongoing {
+    fn of(state: Option<TransactionState>) -> Ongoing {
+        match state {
+            Some(TransactionState::InTransaction | TransactionState::AbortableError) => {
+                Ongoing::Open
+            }
+            Some(TransactionState::CommittingTransaction) => Ongoing::Committing,
+            Some(TransactionState::AbortingTransaction) => Ongoing::Aborting,
+            _ => Ongoing::None,
+        }
+    }
+}
+
 struct StatusState {
     /// The owner's check, as of the last call it handled.
     check: Result<(), TransactionError>,
+    /// The owner's transaction, as of the same moment.
+    ongoing: Ongoing,
     /// Barrier tokens handed to commit and abort calls (the last one handed out).
     started: u64,
     /// The newest token whose call the owner handled, or that its call gave back unsent.
@@ -247,6 +274,7 @@ impl Default for TxnStatus {
                     operation: "send",
                     state: "UNINITIALIZED",
                 }),
+                ongoing: Ongoing::None,
                 started: 0,
                 settled: 0,
                 ending: "",
@@ -293,10 +321,16 @@ impl TxnStatus {
         state.settled = state.settled.max(token);
     }
 
+    /// Whether the owner's transaction manager has a transaction open or ending.
+    pub(crate) fn ongoing(&self) -> Ongoing {
+        self.state.lock().expect("txn status lock").ongoing
+    }
+
     /// The owner's check after it handled every call up to barrier `handled`.
-    fn publish(&self, check: Result<(), TransactionError>, handled: u64) {
+    fn publish(&self, check: Result<(), TransactionError>, handled: u64, ongoing: Ongoing) {
         let mut state = self.state.lock().expect("txn status lock");
         state.check = check;
+        state.ongoing = ongoing;
         state.settled = state.settled.max(handled);
     }
 }
@@ -325,7 +359,7 @@ pub(crate) struct TxnDriver {
     /// Owner: the flush round in progress and which shards reported it.
     flush: Option<(u64, Vec<bool>)>,
     /// Owner: the check and handled barrier last published.
-    published: Option<(Result<(), TransactionError>, u64)>,
+    published: Option<(Result<(), TransactionError>, u64, Ongoing)>,
 }
 
 impl TxnDriver {
@@ -596,9 +630,12 @@ impl TxnDriver {
         if engine.transaction_manager().is_none() {
             return;
         }
-        let check = (engine.txn_check_send(), self.barrier);
+        let ongoing = Ongoing::of(engine.transaction_manager().map(|tm| tm.state()));
+        let check = (engine.txn_check_send(), self.barrier, ongoing);
         if self.published.as_ref() != Some(&check) {
-            peers.txn_status().publish(check.0.clone(), check.1);
+            peers
+                .txn_status()
+                .publish(check.0.clone(), check.1, check.2);
             self.published = Some(check);
         }
     }
@@ -629,7 +666,7 @@ mod tests {
 
     fn open_transaction() -> (TxnStatus, TxnDriver) {
         let status = TxnStatus::default();
-        status.publish(IN_TRANSACTION, 0);
+        status.publish(IN_TRANSACTION, 0, Ongoing::Open);
         (status, TxnDriver::new(1))
     }
 
@@ -661,12 +698,16 @@ mod tests {
         let token = status.begin_ending(false);
         // The owner still publishes IN_TRANSACTION: it has not seen the call.
         assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
-        status.publish(IN_TRANSACTION, token - 1);
+        status.publish(IN_TRANSACTION, token - 1, Ongoing::Open);
         assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
         // Handled: the owner's own check decides again.
-        status.publish(Err(refused("ABORTING_TRANSACTION")), token);
+        status.publish(
+            Err(refused("ABORTING_TRANSACTION")),
+            token,
+            Ongoing::Aborting,
+        );
         assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
-        status.publish(Err(refused("READY")), token);
+        status.publish(Err(refused("READY")), token, Ongoing::None);
         assert_eq!(status.check_send(), Err(refused("READY")));
     }
 
@@ -675,7 +716,7 @@ mod tests {
         let (status, mut shard) = open_transaction();
         let token = status.begin_ending(true);
         shard.barrier_arrived(token, true);
-        status.publish(IN_TRANSACTION, token);
+        status.publish(IN_TRANSACTION, token, Ongoing::Open);
         let checked_at = status.check_send().expect("the next transaction");
         assert_eq!(checked_at, token);
         assert_eq!(shard.admit(checked_at), Ok(()));
