@@ -460,3 +460,164 @@ fn calls_in_a_wrong_state_are_typed_errors_and_change_nothing() {
         by_partition(0..6)
     );
 }
+
+#[test]
+fn a_send_racing_commit_is_either_in_the_committed_transaction_or_refused_and_the_producer_stays_usable(
+) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let topic = "txn-send-racing-commit";
+    let cluster = start_cluster(&[topic]);
+    // A record stranded outside every transaction would stall the next commit for
+    // delivery.timeout.ms and then fail it: keep that short so the test fails fast.
+    let p = producer(
+        &cluster,
+        "racing",
+        &[
+            ("request.timeout.ms", "2000"),
+            ("delivery.timeout.ms", "4000"),
+        ],
+    );
+    p.init_transactions(CALL).unwrap();
+    const COMMITS: usize = 30;
+    // An upper bound on the ids, far above what the commits take.
+    const RECORDS: u64 = 1_000_000;
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let (p, sent, stop) = (p.clone(), sent.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut futures: Vec<(u64, DeliveryFuture)> = Vec::new();
+            for id in 0..RECORDS {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                futures.push((id, send(&p, topic, (id % PARTITIONS as u64) as i32, id)));
+                sent.store(id + 1, Ordering::Release);
+            }
+            futures
+        })
+    };
+    for commit in 0..COMMITS {
+        p.begin_transaction().expect("begin_transaction");
+        // Let the sender get some records into this transaction, then commit while it keeps
+        // sending.
+        let target = sent.load(Ordering::Acquire) + 50;
+        while sent.load(Ordering::Acquire) < target {
+            std::thread::yield_now();
+        }
+        p.commit_transaction(CALL)
+            .unwrap_or_else(|e| panic!("commit {commit} racing the sender: {e}"));
+    }
+    stop.store(true, Ordering::Release);
+    let futures = sender.join().expect("sender thread");
+    let (mut acked, mut refused) = (Vec::new(), 0);
+    for (id, future) in futures {
+        match future.wait_timeout(CALL).expect("every send resolves") {
+            Ok(_) => acked.push(id),
+            // Refused by the transaction manager (no transaction, or its commit began):
+            // never written.
+            Err(ProduceError::Transaction(
+                TransactionError::InvalidState {
+                    operation: "send", ..
+                }
+                | TransactionError::PendingOperation {
+                    operation: "send", ..
+                },
+            )) => refused += 1,
+            Err(e) => panic!("record {id}: neither acknowledged nor refused: {e}"),
+        }
+    }
+    assert!(!acked.is_empty(), "records were written");
+    // The producer is usable: the next transaction commits.
+    p.begin_transaction().expect("begin after the race");
+    let last = send_batch(&p, topic, RECORDS..RECORDS + 12);
+    p.commit_transaction(CALL).expect("commit after the race");
+    for result in wait_all(last) {
+        result.expect("record of the last transaction");
+    }
+    acked.extend(RECORDS..RECORDS + 12);
+    eprintln!(
+        "{COMMITS} commits, {} acknowledged, {refused} refused",
+        acked.len()
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(acked),
+        "exactly the acknowledged records are committed, once each"
+    );
+}
+
+#[test]
+fn a_send_right_after_send_offsets_to_transaction_returns_is_not_refused() {
+    let (input, output) = ("txn-offsets-then-send-in", "txn-offsets-then-send-out");
+    let cluster = start_cluster(&[input, output]);
+    let p = producer(&cluster, "offsets-then-send", &[]);
+    p.init_transactions(CALL).unwrap();
+    let group = GroupMetadata::new("offsets-then-send");
+    let mut committed = Vec::new();
+    for round in 0..40u64 {
+        p.begin_transaction().unwrap();
+        // Half the rounds with an empty map (the call completes on the spot), half with one
+        // offset (AddOffsetsToTxn and TxnOffsetCommit first).
+        let offsets: Vec<(TopicPartition, OffsetAndMetadata)> = if round % 2 == 0 {
+            Vec::new()
+        } else {
+            vec![(
+                TopicPartition {
+                    topic: input.into(),
+                    partition: 0,
+                },
+                OffsetAndMetadata::new(round as i64),
+            )]
+        };
+        p.send_offsets_to_transaction(offsets, &group, CALL)
+            .expect("send_offsets_to_transaction");
+        let result = send(&p, output, (round % PARTITIONS as u64) as i32, round)
+            .wait_timeout(CALL)
+            .expect("resolved");
+        result.unwrap_or_else(|e| panic!("round {round}: a send right after send_offsets: {e}"));
+        p.commit_transaction(CALL).expect("commit");
+        committed.push(round);
+    }
+    assert_eq!(
+        read_ids(&cluster, output, Isolation::ReadCommitted),
+        by_partition(committed)
+    );
+}
+
+#[test]
+fn close_aborts_an_open_transaction_and_its_records_stay_invisible() {
+    let topic = "txn-close-open";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "closing", &[]);
+    p.init_transactions(CALL).unwrap();
+    p.begin_transaction().unwrap();
+    let committed = send_batch(&p, topic, 0..12);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(committed).iter().all(Result::is_ok));
+    p.begin_transaction().unwrap();
+    let open = send_batch(&p, topic, 12..24);
+    // Half acknowledged (written in the open transaction), the rest maybe not sent yet.
+    for result in wait_all(open.into_iter().take(6).collect()) {
+        result.expect("written in the open transaction");
+    }
+    p.close(CALL);
+    let state = cluster.with_cluster(|c| c.transaction_metadata("closing").map(|m| m.state));
+    assert_eq!(
+        state,
+        Some(kacrab::testkit::broker::TransactionState::CompleteAbort),
+        "close ended the open transaction with an abort"
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..12),
+        "nothing of the open transaction is visible"
+    );
+    let uncommitted = read_ids(&cluster, topic, Isolation::ReadUncommitted);
+    assert!(
+        uncommitted.iter().flatten().any(|&id| id >= 12),
+        "the aborted records were written (the abort, not a lost send, hides them)"
+    );
+}

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::engine::{Delivery, RecordMetadata};
+use crate::engine::{Delivery, RecordMetadata, TopicPartition};
 use crate::error::ProduceError;
 
 use super::shared::BufferMemory;
@@ -88,10 +88,18 @@ impl Future for DeliveryFuture {
 
 /// The engine's side of a `DeliveryFuture`; completing it also returns the record's share of
 /// `buffer.memory`.
+///
+/// Invariant: every handle completes its future exactly once. One dropped without an answer
+/// (left in a queue when its shard stopped, dropped by a shard that panicked) completes it in
+/// `drop` with an error that keeps the promise: `Closed` (not in the log) while the record
+/// never reached an engine, `OutcomeUnknown` once it did (an engine may have sent it).
 pub(crate) struct DeliveryHandle {
     state: Arc<DeliveryState>,
     memory: Arc<BufferMemory>,
     reserved: usize,
+    /// The record's partition, once the record was handed to an engine.
+    in_engine: Option<(Arc<str>, i32)>,
+    done: bool,
 }
 
 impl DeliveryHandle {
@@ -105,14 +113,22 @@ impl DeliveryHandle {
                 state: state.clone(),
                 memory,
                 reserved,
+                in_engine: None,
+                done: false,
             },
             DeliveryFuture { state },
         )
     }
-}
 
-impl Delivery for DeliveryHandle {
-    fn complete(self, result: DeliveryResult) {
+    /// The record is being handed to the engine of its shard: from here on it may be sent.
+    pub(crate) fn entering_engine(&mut self, tp: &TopicPartition) {
+        self.in_engine = Some((tp.topic.clone(), tp.partition));
+    }
+
+    fn finish(&mut self, result: DeliveryResult) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
         self.memory.release(self.reserved);
         let (waker, waiting) = {
             let mut slot = self.state.slot.lock().expect("delivery lock");
@@ -125,5 +141,80 @@ impl Delivery for DeliveryHandle {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+}
+
+impl Delivery for DeliveryHandle {
+    fn complete(mut self, result: DeliveryResult) {
+        self.finish(result);
+    }
+}
+
+impl Drop for DeliveryHandle {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let error = match self.in_engine.take() {
+            Some((topic, partition)) => ProduceError::OutcomeUnknown {
+                topic,
+                partition,
+                reason: "the record's shard dropped it without an answer".into(),
+            },
+            None => ProduceError::Closed,
+        };
+        self.finish(Err(error));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handle_dropped_before_its_record_reached_the_engine_resolves_closed_and_returns_its_memory(
+    ) {
+        let memory = Arc::new(BufferMemory::new(1000));
+        memory
+            .reserve(100, std::time::Instant::now())
+            .expect("room");
+        let (handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        drop(handle);
+        assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
+        assert_eq!(memory.used(), 0);
+    }
+
+    #[test]
+    fn a_handle_dropped_after_its_record_reached_the_engine_resolves_outcome_unknown() {
+        let memory = Arc::new(BufferMemory::new(1000));
+        memory
+            .reserve(100, std::time::Instant::now())
+            .expect("room");
+        let (mut handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        handle.entering_engine(&TopicPartition::new("t", 2));
+        drop(handle);
+        assert!(
+            matches!(
+                future.try_result(),
+                Some(Err(ProduceError::OutcomeUnknown { partition: 2, .. }))
+            ),
+            "a record an engine held may be in the log"
+        );
+        assert_eq!(memory.used(), 0);
+    }
+
+    #[test]
+    fn a_completed_handle_resolves_once_and_returns_its_memory_once() {
+        let memory = Arc::new(BufferMemory::new(1000));
+        memory
+            .reserve(300, std::time::Instant::now())
+            .expect("room");
+        let (handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        handle.complete(Err(ProduceError::TransactionAborted));
+        assert_eq!(
+            future.try_result(),
+            Some(Err(ProduceError::TransactionAborted))
+        );
+        assert_eq!(memory.used(), 200);
     }
 }

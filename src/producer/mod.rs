@@ -90,14 +90,16 @@ struct Inner {
     sticky: Mutex<HashMap<Arc<str>, StickyPartitioner>>,
     joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
     closed: AtomicBool,
+    /// `close` sets `closed` under the write side; `send` and `flush` queue under the read
+    /// side after checking it. So every record and flush queued on a shard is ahead of its
+    /// `Close` command, and none is left behind in a queue nobody reads.
+    open: std::sync::RwLock<()>,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
     /// Each shard's control queue; the owner's takes the transaction calls.
     control: Vec<ControlSender>,
     txn_status: Arc<TxnStatus>,
-    /// The last barrier token handed out (`txn_driver`).
-    barriers: std::sync::atomic::AtomicU64,
 }
 
 /// A Kafka producer. `Send + Sync`: share it between threads (e.g. in an `Arc`).
@@ -193,12 +195,12 @@ impl Producer {
                 sticky: Mutex::new(HashMap::new()),
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
+                open: std::sync::RwLock::new(()),
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
                 control,
                 txn_status,
-                barriers: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -221,6 +223,11 @@ impl Producer {
     /// The runtime's sockets, tasks, connection failures and per-shard engine counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
         self.inner.counters.snapshot()
+    }
+
+    /// The runtime's counters, still readable after every handle of this producer is gone.
+    pub fn runtime_watch(&self) -> runtime::RuntimeWatch {
+        runtime::RuntimeWatch(self.inner.counters.clone())
     }
 
     /// Waits until `condition` holds of [`runtime_stats`](Self::runtime_stats), checked
@@ -261,12 +268,14 @@ impl Producer {
         if let Some(err) = inner.metadata.fatal() {
             return Err(err);
         }
-        if inner.config.transactional_id.is_some() {
+        let txn_barrier = if inner.config.transactional_id.is_some() {
             inner
                 .txn_status
                 .check_send()
-                .map_err(ProduceError::Transaction)?;
-        }
+                .map_err(ProduceError::Transaction)?
+        } else {
+            0
+        };
         let deadline = Instant::now() + inner.config.max_block;
         let headers: Vec<Header<'_>> = record
             .headers
@@ -335,8 +344,14 @@ impl Producer {
                 .map(|h| (h.key, h.value))
                 .collect(),
             delivery,
+            txn_barrier,
         }));
         let wait = deadline.saturating_duration_since(Instant::now());
+        let _open = inner.open.read().expect("open lock");
+        if inner.closed.load(Ordering::Acquire) {
+            // The command's delivery handle completes the record with `Closed` as it drops.
+            return Err(ProduceError::Closed);
+        }
         if let Err(e) = inner.shards[shard].send_timeout(command, wait) {
             let err = match e {
                 flume::SendTimeoutError::Timeout(_) => ProduceError::BufferExhausted {
@@ -396,6 +411,11 @@ impl Producer {
     /// completed (successfully or not).
     pub fn flush(&self) {
         let latch = Latch::new(self.inner.shards.len());
+        let _open = self.inner.open.read().expect("open lock");
+        if self.inner.closed.load(Ordering::Acquire) {
+            // `close` completes every record.
+            return;
+        }
         for shard in &self.inner.shards {
             if shard.send(ShardCommand::Flush(latch.clone())).is_err() {
                 latch.count_down();
@@ -404,15 +424,28 @@ impl Producer {
         latch.wait(None);
     }
 
-    /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
+    /// Aborts a transaction still open (a commit under way completes), flushes, then stops
+    /// the shards, all within `timeout`. Records still incomplete then fail with
     /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
+    /// Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
     pub fn close(&self, timeout: Duration) {
-        if self.inner.closed.swap(true, Ordering::AcqRel) {
-            return;
+        self.inner.close(timeout);
+    }
+}
+
+impl Inner {
+    /// Once per producer: by `close`, or by the drop of the last handle.
+    fn close(&self, timeout: Duration) {
+        {
+            let _no_sends = self.open.write().expect("open lock");
+            if self.closed.swap(true, Ordering::AcqRel) {
+                return;
+            }
         }
-        let latch = Latch::new(self.inner.shards.len());
         let deadline = Instant::now() + timeout;
-        for shard in &self.inner.shards {
+        self.end_open_transaction(timeout);
+        let latch = Latch::new(self.shards.len());
+        for shard in &self.shards {
             if shard
                 .send(ShardCommand::Close {
                     deadline,
@@ -424,17 +457,18 @@ impl Producer {
             }
         }
         latch.wait(None);
-        for join in self.inner.joins.lock().expect("joins lock").drain(..) {
+        for join in self.joins.lock().expect("joins lock").drain(..) {
             let _ = join.join();
         }
     }
 }
 
-impl Drop for Producer {
+/// The last `Producer` handle is gone (an `Arc` drops its value exactly once, however many
+/// clones are dropped at the same time): flush within `delivery.timeout.ms` and stop the
+/// shards, which hold no handle of their own and so never see the producer go.
+impl Drop for Inner {
     fn drop(&mut self) {
-        if Arc::strong_count(&self.inner) == 1 {
-            self.close(self.inner.config.delivery_timeout);
-        }
+        self.close(self.config.delivery_timeout);
     }
 }
 

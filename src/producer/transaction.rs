@@ -10,21 +10,24 @@ use std::time::{Duration, Instant};
 use crate::engine::{GroupMetadata, OffsetAndMetadata, TopicPartition};
 use crate::error::TransactionError;
 use crate::runtime::shard::ShardCommand;
-use crate::runtime::txn_driver::{CallSlot, TxnCall, TxnCommand, OWNER};
+use crate::runtime::txn_driver::{CallSlot, Ongoing, TxnCall, TxnCommand, OWNER};
 
-use super::Producer;
+use super::{Inner, Producer};
 
 impl Producer {
     /// Gets this `transactional.id`'s producer id and epoch from its transaction coordinator,
     /// fencing any earlier producer with the same id, and completes or aborts a transaction
     /// that producer left open. Call once, before the first transaction.
     pub fn init_transactions(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.txn_call(TxnCall::Init, "init_transactions", timeout)
+        self.check_transactional()?;
+        self.inner
+            .txn_call(TxnCall::Init, "init_transactions", timeout)
     }
 
     /// Starts a transaction. Local: it sends nothing.
     pub fn begin_transaction(&self) -> Result<(), TransactionError> {
-        self.txn_call(
+        self.check_transactional()?;
+        self.inner.txn_call(
             TxnCall::Begin,
             "begin_transaction",
             self.inner.config.max_block,
@@ -39,8 +42,9 @@ impl Producer {
         group: &GroupMetadata,
         timeout: Duration,
     ) -> Result<(), TransactionError> {
+        self.check_transactional()?;
         let offsets: BTreeMap<TopicPartition, OffsetAndMetadata> = offsets.into_iter().collect();
-        self.txn_call(
+        self.inner.txn_call(
             TxnCall::SendOffsets {
                 offsets,
                 group: group.clone(),
@@ -53,26 +57,16 @@ impl Producer {
     /// Sends every record of the transaction at once (linger does not apply), then commits
     /// it. An abortable error is returned as such: abort the transaction and go on.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        let deadline = Instant::now() + timeout;
-        let barrier = self.txn_barrier("commit_transaction", timeout, deadline)?;
-        self.txn_call(
-            TxnCall::Commit { barrier },
-            "commit_transaction",
-            deadline.saturating_duration_since(Instant::now()),
-        )
+        self.check_transactional()?;
+        self.inner.end_transaction(true, timeout)
     }
 
     /// Aborts the transaction: its records not yet sent fail with
     /// [`ProduceError::TransactionAborted`](crate::ProduceError::TransactionAborted), those
     /// sent never become visible to `read_committed` consumers.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        let deadline = Instant::now() + timeout;
-        let barrier = self.txn_barrier("abort_transaction", timeout, deadline)?;
-        self.txn_call(
-            TxnCall::Abort { barrier },
-            "abort_transaction",
-            deadline.saturating_duration_since(Instant::now()),
-        )
+        self.check_transactional()?;
+        self.inner.end_transaction(false, timeout)
     }
 
     fn check_transactional(&self) -> Result<(), TransactionError> {
@@ -84,46 +78,113 @@ impl Producer {
         }
         Ok(())
     }
+}
 
-    /// Pushes a barrier behind every record already queued on every shard, so the commit or
-    /// abort that names it covers them.
+impl Inner {
+    /// Commit (`commit`) or abort: a barrier through every shard, then the call.
+    pub(super) fn end_transaction(
+        &self,
+        commit: bool,
+        timeout: Duration,
+    ) -> Result<(), TransactionError> {
+        let operation = if commit {
+            "commit_transaction"
+        } else {
+            "abort_transaction"
+        };
+        let deadline = Instant::now() + timeout;
+        let barrier = self.txn_barrier(commit, operation, timeout, deadline)?;
+        let call = if commit {
+            TxnCall::Commit { barrier }
+        } else {
+            TxnCall::Abort { barrier }
+        };
+        self.txn_call(
+            call,
+            operation,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+    }
+
+    /// `close` with a transaction open or ending (Java's `Sender.run` at shutdown: a
+    /// transaction not completing is aborted, one completing runs to its end): the abort
+    /// (or the commit under way) is carried out within `timeout`. Bounded: a call that fails
+    /// or times out ends it, and the coordinator aborts the transaction at its timeout.
+    pub(super) fn end_open_transaction(&self, timeout: Duration) {
+        if self.config.transactional_id.is_none() {
+            return;
+        }
+        let deadline = Instant::now() + timeout;
+        for _ in 0..3 {
+            let commit = match self.txn_status.ongoing() {
+                Ongoing::None => return,
+                Ongoing::Committing => true,
+                Ongoing::Open | Ongoing::Aborting => false,
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if self.end_transaction(commit, remaining).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Pushes a barrier behind every record already queued on every shard, so the commit
+    /// (`commit`) or abort that names it covers them; sends are refused from here until the
+    /// owner has handled the call (`TxnStatus`).
+    /// (The caller checked that the producer is transactional.)
     fn txn_barrier(
         &self,
+        commit: bool,
         operation: &'static str,
         timeout: Duration,
         deadline: Instant,
     ) -> Result<u64, TransactionError> {
-        self.check_transactional()?;
-        let token = self.inner.barriers.fetch_add(1, Ordering::AcqRel) + 1;
-        for shard in &self.inner.shards {
+        let token = self.txn_status.begin_ending(commit);
+        for shard in &self.shards {
             let wait = deadline.saturating_duration_since(Instant::now());
-            shard
-                .send_timeout(ShardCommand::TxnBarrier(token), wait)
+            let pushed = shard
+                .send_timeout(ShardCommand::TxnBarrier { token, commit }, wait)
                 .map_err(|e| match e {
                     flume::SendTimeoutError::Timeout(_) => TransactionError::Timeout {
                         operation,
                         waited: timeout,
                     },
                     flume::SendTimeoutError::Disconnected(_) => TransactionError::Closed,
-                })?;
+                });
+            if let Err(err) = pushed {
+                // The call never reaches the owner: the transaction stays as it was.
+                self.txn_status.settle(token);
+                return Err(err);
+            }
         }
         Ok(token)
     }
 
+    /// Carries `call` to the owner and waits up to `timeout` for its result. (The caller
+    /// checked that the producer is transactional; `close` calls it after marking it closed.)
     fn txn_call(
         &self,
         call: TxnCall,
         operation: &'static str,
         timeout: Duration,
     ) -> Result<(), TransactionError> {
-        self.check_transactional()?;
         let slot = CallSlot::new();
-        self.inner.control[OWNER]
+        let barrier = match call {
+            TxnCall::Commit { barrier } | TxnCall::Abort { barrier } => Some(barrier),
+            _ => None,
+        };
+        if self.control[OWNER]
             .send(TxnCommand::Call {
                 call,
                 slot: slot.clone(),
             })
-            .map_err(|_| TransactionError::Closed)?;
+            .is_err()
+        {
+            if let Some(token) = barrier {
+                self.txn_status.settle(token);
+            }
+            return Err(TransactionError::Closed);
+        }
         slot.wait(timeout).unwrap_or(Err(TransactionError::Timeout {
             operation,
             waited: timeout,

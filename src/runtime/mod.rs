@@ -18,8 +18,8 @@ mod uring;
 
 pub(crate) use stats::RuntimeCounters;
 pub use stats::{
-    ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, ShardReport,
-    RECENT_FAILURES,
+    ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, RuntimeWatch,
+    ShardReport, RECENT_FAILURES,
 };
 pub use uring::io_uring_preflight;
 

@@ -12,7 +12,7 @@ use futures_lite::future;
 use glommio::channels::local_channel;
 use glommio::Task;
 
-use crate::engine::{Action, Engine, EngineConfig, NodeId, TopicPartition};
+use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::shared::{MetadataSnapshot, TopicInfo};
@@ -36,6 +36,9 @@ pub(crate) struct OwnedRecord {
     pub value: Option<Bytes>,
     pub headers: Vec<(String, Option<Bytes>)>,
     pub delivery: DeliveryHandle,
+    /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
+    /// 0 without a transactional id).
+    pub txn_barrier: u64,
 }
 
 /// A countdown that application threads wait on (flush, close).
@@ -84,8 +87,12 @@ pub(crate) enum ShardCommand {
     /// A peer published to the ticket ring: read it.
     Tickets,
     /// A commit or abort call's barrier: every record queued before it is in that call's
-    /// flush (`txn_driver`).
-    TxnBarrier(u64),
+    /// flush, every record checked before the call and queued after it is refused
+    /// (`txn_driver`).
+    TxnBarrier {
+        token: u64,
+        commit: bool,
+    },
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -245,6 +252,7 @@ pub(crate) async fn run_shard(
     control: ControlReceiver,
     ctx: Arc<ShardContext>,
 ) {
+    let _running = ctx.counters.shard_guard();
     let start = Instant::now();
     let now = move || start.elapsed().as_micros() as u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
@@ -276,7 +284,12 @@ pub(crate) async fn run_shard(
              closing: &mut Option<(Instant, Arc<Latch>)>| {
                 match cmd {
                     ShardCommand::Append(record) => {
-                        let record = *record;
+                        let mut record = *record;
+                        if let Err(err) = txn.admit(record.txn_barrier) {
+                            record.delivery.complete(Err(err));
+                            return;
+                        }
+                        record.delivery.entering_engine(&record.tp);
                         let headers: Vec<Header<'_>> = record
                             .headers
                             .iter()
@@ -299,7 +312,9 @@ pub(crate) async fn run_shard(
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
                     // Read below, with whatever else the ring holds.
                     ShardCommand::Tickets => {}
-                    ShardCommand::TxnBarrier(token) => txn.on_barrier(token, engine),
+                    ShardCommand::TxnBarrier { token, commit } => {
+                        txn.on_barrier(token, commit, engine)
+                    }
                     ShardCommand::Close { deadline, done } => {
                         engine.begin_close();
                         *closing = Some((deadline, done));
@@ -327,7 +342,9 @@ pub(crate) async fn run_shard(
             }
             Some(Wake::Control(Some(cmd))) => drain_control(&mut engine, &mut txn, Some(cmd)),
             Some(Wake::Command(None)) if closing.is_none() => {
-                // Every producer handle is gone without a close: stop after sending.
+                // Every sender is gone. Not while the shards run (each holds a sender to every
+                // shard): the last producer handle's drop closes the producer instead. Kept as
+                // a stop after sending, should the queue ever disconnect.
                 engine.begin_close();
                 closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
             }
@@ -452,6 +469,17 @@ pub(crate) async fn run_shard(
                 // Publishers must not wait for a reader that is gone.
                 ctx.tickets.detach(shard);
                 txn.close();
+                // Nothing is queued behind `Close` (see `Producer::close`); whatever is, is
+                // answered rather than left in a queue nobody reads.
+                while let Ok(cmd) = commands.try_recv() {
+                    match cmd {
+                        // Its delivery handle completes it with `Closed` as it drops.
+                        ShardCommand::Append(record) => drop(record),
+                        ShardCommand::Flush(latch) => latch.count_down(),
+                        ShardCommand::Close { done, .. } => done.count_down(),
+                        _ => {}
+                    }
+                }
                 done.count_down();
                 return;
             }

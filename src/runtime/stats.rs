@@ -123,6 +123,8 @@ pub struct ShardReport {
 /// [`Producer::runtime_stats`]: crate::Producer::runtime_stats
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeStats {
+    /// Shard threads whose driver loop is running (each stops after `close`).
+    pub shards_running: u64,
     /// Broker sockets currently open, every shard.
     pub sockets_open: u64,
     /// Connect, reader and writer tasks currently alive, every shard.
@@ -171,11 +173,42 @@ impl RuntimeStats {
     }
 }
 
+/// The runtime's counters, readable after every [`Producer`] handle is gone (say, to see
+/// its shards stop). From [`Producer::runtime_watch`].
+///
+/// [`Producer`]: crate::Producer
+/// [`Producer::runtime_watch`]: crate::Producer::runtime_watch
+#[derive(Clone)]
+pub struct RuntimeWatch(pub(crate) Arc<RuntimeCounters>);
+
+impl std::fmt::Debug for RuntimeWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RuntimeWatch").field(&self.stats()).finish()
+    }
+}
+
+impl RuntimeWatch {
+    pub fn stats(&self) -> RuntimeStats {
+        self.0.snapshot()
+    }
+
+    /// Waits until `condition` holds of [`stats`](Self::stats), checked again whenever the
+    /// counters change; false if `timeout` passed first.
+    pub fn wait_until(
+        &self,
+        timeout: Duration,
+        condition: impl FnMut(&RuntimeStats) -> bool,
+    ) -> bool {
+        self.0.wait_until(timeout, condition)
+    }
+}
+
 /// How many failures [`RuntimeStats::recent_failures`] keeps.
 pub const RECENT_FAILURES: usize = 32;
 
 /// The live counters behind [`RuntimeStats`], shared by every shard.
 pub(crate) struct RuntimeCounters {
+    shards_running: AtomicU64,
     sockets_open: AtomicU64,
     connection_tasks: AtomicU64,
     connects_started: AtomicU64,
@@ -199,6 +232,7 @@ pub(crate) struct RuntimeCounters {
 impl RuntimeCounters {
     pub(crate) fn new(shards: usize) -> Arc<RuntimeCounters> {
         Arc::new(RuntimeCounters {
+            shards_running: AtomicU64::new(0),
             sockets_open: AtomicU64::new(0),
             connection_tasks: AtomicU64::new(0),
             connects_started: AtomicU64::new(0),
@@ -266,6 +300,7 @@ impl RuntimeCounters {
     pub(crate) fn snapshot(&self) -> RuntimeStats {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         RuntimeStats {
+            shards_running: load(&self.shards_running),
             sockets_open: load(&self.sockets_open),
             connection_tasks: load(&self.connection_tasks),
             connects_started: load(&self.connects_started),
@@ -336,6 +371,11 @@ impl RuntimeCounters {
     /// Counts a task alive until the guard drops (with the future that owns it).
     pub(crate) fn task_guard(self: &Arc<Self>) -> LiveGuard {
         LiveGuard::new(self.clone(), |c| &c.connection_tasks)
+    }
+
+    /// Counts a shard running until the guard drops (when its driver returns or unwinds).
+    pub(crate) fn shard_guard(self: &Arc<Self>) -> LiveGuard {
+        LiveGuard::new(self.clone(), |c| &c.shards_running)
     }
 
     /// Counts a socket open until the guard drops (with the socket it sits beside).

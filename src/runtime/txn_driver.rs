@@ -13,6 +13,9 @@
 //!   every record sent before the call, and the owner's `Flush` names that token. A
 //!   participant defers the flush until it has dequeued the barrier, so the records sent
 //!   before the call are in the transaction's flush (Java adds a partition inside `send`).
+//!   A record checked before the call and queued behind its barrier is refused unsent, and
+//!   `send` is refused until the owner has handled the call, so no record reaches a
+//!   participant after its transaction ended ([`TxnStatus`]).
 //! - A new transactional identity travels on the ticket ring (`Ticket::Replace`), which every
 //!   shard reads before it handles the data command that could drain a batch under it.
 //!
@@ -26,7 +29,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::engine::{
-    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TxnAction, TxnHandle,
+    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState, TxnAction,
+    TxnHandle,
 };
 use crate::error::{ProduceError, TransactionError};
 use crate::producer::delivery::DeliveryHandle;
@@ -204,29 +208,130 @@ impl CallSlot {
 }
 
 /// What `send` checks before it appends a record (`TM.maybeAddPartition`'s checks), as the
-/// owner last published it.
+/// owner last published it, and the barrier tokens of commit and abort calls.
+///
+/// A record and a commit (or abort) called from another thread race: the record passed the
+/// check while its transaction was open, and only reaches its shard later. Java decides the
+/// race under the transaction manager's lock (`send` adds its partition before it returns, and
+/// in COMMITTING_TRANSACTION it throws). Here the decision is the barrier token:
+/// - [`check_send`](Self::check_send) hands a record the number of commit/abort calls begun so
+///   far, and refuses it while one of them has not been handled by the owner yet (the owner's
+///   check would still say IN_TRANSACTION);
+/// - the call's barrier goes into every shard's data queue before the call reaches the owner,
+///   so a record that passed the check with an older token and was queued behind that barrier
+///   is refused by its shard ([`TxnDriver::admit`]), and one queued before it is in the flush
+///   of that commit or abort.
+///
+/// So a record racing a commit is either in the committed transaction or refused with
+/// [`TransactionError::InvalidState`] before it reached the engine (not in the log), and no
+/// record reaches a participant after its transaction ended.
 pub(crate) struct TxnStatus {
-    send: Mutex<Result<(), TransactionError>>,
+    state: Mutex<StatusState>,
+}
+
+/// Whether a transaction is open, as `close` needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ongoing {
+    /// No transaction (not initialized, ready, initializing, fatal).
+    None,
+    /// Begun and not completing (IN_TRANSACTION, ABORTABLE_ERROR): to abort.
+    Open,
+    Committing,
+    Aborting,
+}
+
+impl Ongoing {
+    fn of(state: Option<TransactionState>) -> Ongoing {
+        match state {
+            Some(TransactionState::InTransaction | TransactionState::AbortableError) => {
+                Ongoing::Open
+            }
+            Some(TransactionState::CommittingTransaction) => Ongoing::Committing,
+            Some(TransactionState::AbortingTransaction) => Ongoing::Aborting,
+            _ => Ongoing::None,
+        }
+    }
+}
+
+struct StatusState {
+    /// The owner's check, as of the last call it handled.
+    check: Result<(), TransactionError>,
+    /// The owner's transaction, as of the same moment.
+    ongoing: Ongoing,
+    /// Barrier tokens handed to commit and abort calls (the last one handed out).
+    started: u64,
+    /// The newest token whose call the owner handled, or that its call gave back unsent.
+    settled: u64,
+    /// The state the newest call moves the manager to.
+    ending: &'static str,
 }
 
 impl Default for TxnStatus {
     fn default() -> Self {
         TxnStatus {
-            send: Mutex::new(Err(TransactionError::InvalidState {
-                operation: "send",
-                state: "UNINITIALIZED",
-            })),
+            state: Mutex::new(StatusState {
+                check: Err(TransactionError::InvalidState {
+                    operation: "send",
+                    state: "UNINITIALIZED",
+                }),
+                ongoing: Ongoing::None,
+                started: 0,
+                settled: 0,
+                ending: "",
+            }),
         }
     }
 }
 
+/// The state name a commit (`true`) or an abort moves the transaction manager to.
+pub(crate) fn ending_state(commit: bool) -> &'static str {
+    if commit {
+        "COMMITTING_TRANSACTION"
+    } else {
+        "ABORTING_TRANSACTION"
+    }
+}
+
 impl TxnStatus {
-    pub(crate) fn check_send(&self) -> Result<(), TransactionError> {
-        self.send.lock().expect("txn status lock").clone()
+    /// Whether a record may be sent now; if so, the barrier token it carries to its shard.
+    pub(crate) fn check_send(&self) -> Result<u64, TransactionError> {
+        let state = self.state.lock().expect("txn status lock");
+        if state.started > state.settled {
+            return Err(TransactionError::InvalidState {
+                operation: "send",
+                state: state.ending,
+            });
+        }
+        state.check.clone().map(|()| state.started)
     }
 
-    fn publish(&self, check: Result<(), TransactionError>) {
-        *self.send.lock().expect("txn status lock") = check;
+    /// A commit (`true`) or abort call begins: its barrier token. Sends are refused from now
+    /// until the owner has handled the call ([`settle`](Self::settle) if it never reaches it).
+    pub(crate) fn begin_ending(&self, commit: bool) -> u64 {
+        let mut state = self.state.lock().expect("txn status lock");
+        state.started += 1;
+        state.ending = ending_state(commit);
+        state.started
+    }
+
+    /// The call of `token` gave up before reaching the owner: the transaction's state is what
+    /// the owner last published.
+    pub(crate) fn settle(&self, token: u64) {
+        let mut state = self.state.lock().expect("txn status lock");
+        state.settled = state.settled.max(token);
+    }
+
+    /// Whether the owner's transaction manager has a transaction open or ending.
+    pub(crate) fn ongoing(&self) -> Ongoing {
+        self.state.lock().expect("txn status lock").ongoing
+    }
+
+    /// The owner's check after it handled every call up to barrier `handled`.
+    fn publish(&self, check: Result<(), TransactionError>, handled: u64, ongoing: Ongoing) {
+        let mut state = self.state.lock().expect("txn status lock");
+        state.check = check;
+        state.ongoing = ongoing;
+        state.settled = state.settled.max(handled);
     }
 }
 
@@ -243,6 +348,8 @@ pub(crate) struct TxnDriver {
     shard: usize,
     /// Participant: the newest barrier token dequeued from this shard's data queue.
     barrier_seen: u64,
+    /// Participant: the state the call of `barrier_seen` moved the manager to.
+    barrier_ending: &'static str,
     /// Participant: a flush waiting for its barrier (round, abort, barrier).
     deferred_flush: Option<(u64, bool, u64)>,
     /// Owner: calls waiting for their result.
@@ -251,7 +358,8 @@ pub(crate) struct TxnDriver {
     barrier: u64,
     /// Owner: the flush round in progress and which shards reported it.
     flush: Option<(u64, Vec<bool>)>,
-    published: Option<Result<(), TransactionError>>,
+    /// Owner: the check and handled barrier last published.
+    published: Option<(Result<(), TransactionError>, u64, Ongoing)>,
 }
 
 impl TxnDriver {
@@ -259,6 +367,7 @@ impl TxnDriver {
         TxnDriver {
             shard,
             barrier_seen: 0,
+            barrier_ending: "",
             deferred_flush: None,
             waiters: HashMap::new(),
             barrier: 0,
@@ -268,14 +377,43 @@ impl TxnDriver {
     }
 
     /// Participant: a barrier came through the data queue.
-    pub(crate) fn on_barrier(&mut self, token: u64, engine: &mut Engine<DeliveryHandle>) {
-        self.barrier_seen = self.barrier_seen.max(token);
-        if let Some((round, abort, barrier)) = self.deferred_flush {
-            if self.barrier_seen >= barrier {
-                self.deferred_flush = None;
-                engine.txn_flush(round, abort);
-            }
+    pub(crate) fn on_barrier(
+        &mut self,
+        token: u64,
+        commit: bool,
+        engine: &mut Engine<DeliveryHandle>,
+    ) {
+        if let Some((round, abort)) = self.barrier_arrived(token, commit) {
+            engine.txn_flush(round, abort);
         }
+    }
+
+    /// Notes a barrier; the flush it releases, if one waited for it.
+    fn barrier_arrived(&mut self, token: u64, commit: bool) -> Option<(u64, bool)> {
+        if token > self.barrier_seen {
+            self.barrier_seen = token;
+            self.barrier_ending = ending_state(commit);
+        }
+        let (round, abort, barrier) = self.deferred_flush?;
+        if self.barrier_seen < barrier {
+            return None;
+        }
+        self.deferred_flush = None;
+        Some((round, abort))
+    }
+
+    /// Participant: whether a record that passed [`TxnStatus::check_send`] with barrier token
+    /// `checked_at` may be appended. A barrier dequeued before it belongs to a commit or abort
+    /// that began after the check: the record is not in that call's flush, and its
+    /// transaction is over or ending, so it is refused unsent.
+    pub(crate) fn admit(&self, checked_at: u64) -> Result<(), ProduceError> {
+        if checked_at < self.barrier_seen {
+            return Err(ProduceError::Transaction(TransactionError::InvalidState {
+                operation: "send",
+                state: self.barrier_ending,
+            }));
+        }
+        Ok(())
     }
 
     /// Handles a command from the control queue (or from this shard itself).
@@ -358,7 +496,7 @@ impl TxnDriver {
             }
             Ok(Some(handle)) => {
                 // A call repeated after a timeout may find its result already there.
-                if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                if let Offer::NotReady = slot.offer(|| self.take_result(handle, engine, peers)) {
                     self.waiters.insert(handle, slot);
                 }
             }
@@ -432,12 +570,29 @@ impl TxnDriver {
             TxnAction::Completed { handle } => {
                 self.publish_status(engine, peers);
                 if let Some(slot) = self.waiters.remove(&handle) {
-                    if let Offer::NotReady = slot.offer(|| engine.txn_result(handle)) {
+                    if let Offer::NotReady = slot.offer(|| self.take_result(handle, engine, peers))
+                    {
                         self.waiters.insert(handle, slot);
                     }
                 }
             }
         }
+    }
+
+    /// Owner: takes a call's result for its caller. Taking it ends the pending operation,
+    /// which `send` checks (`send` is refused while a call is pending), so the status is
+    /// published again here, before the caller (woken only after this returns) can send.
+    fn take_result(
+        &mut self,
+        handle: TxnHandle,
+        engine: &mut Engine<DeliveryHandle>,
+        peers: &impl TxnPeers,
+    ) -> Option<Result<(), TransactionError>> {
+        let result = engine.txn_result(handle);
+        if result.is_some() {
+            self.publish_status(engine, peers);
+        }
+        result
     }
 
     fn send_to_owner(
@@ -475,9 +630,12 @@ impl TxnDriver {
         if engine.transaction_manager().is_none() {
             return;
         }
-        let check = engine.txn_check_send();
+        let ongoing = Ongoing::of(engine.transaction_manager().map(|tm| tm.state()));
+        let check = (engine.txn_check_send(), self.barrier, ongoing);
         if self.published.as_ref() != Some(&check) {
-            peers.txn_status().publish(check.clone());
+            peers
+                .txn_status()
+                .publish(check.0.clone(), check.1, check.2);
             self.published = Some(check);
         }
     }
@@ -487,5 +645,97 @@ impl TxnDriver {
         for (_, slot) in self.waiters.drain() {
             slot.offer(|| Some(Err(TransactionError::Closed)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The interleavings of a `send` (check, then queue on its shard) with a commit or abort
+    //! called from another thread (token, barrier on every shard, call on the owner), each
+    //! played in one order.
+    use super::*;
+
+    const IN_TRANSACTION: Result<(), TransactionError> = Ok(());
+
+    fn refused(state: &'static str) -> TransactionError {
+        TransactionError::InvalidState {
+            operation: "send",
+            state,
+        }
+    }
+
+    fn open_transaction() -> (TxnStatus, TxnDriver) {
+        let status = TxnStatus::default();
+        status.publish(IN_TRANSACTION, 0, Ongoing::Open);
+        (status, TxnDriver::new(1))
+    }
+
+    #[test]
+    fn a_record_checked_before_a_commit_and_queued_before_its_barrier_is_in_the_commit() {
+        let (status, mut shard) = open_transaction();
+        let checked_at = status.check_send().expect("open transaction");
+        let token = status.begin_ending(true);
+        // Queue order: the record, then the barrier.
+        assert_eq!(shard.admit(checked_at), Ok(()));
+        assert_eq!(shard.barrier_arrived(token, true), None);
+    }
+
+    #[test]
+    fn a_record_checked_before_a_commit_and_queued_after_its_barrier_is_refused_unsent() {
+        let (status, mut shard) = open_transaction();
+        let checked_at = status.check_send().expect("open transaction");
+        let token = status.begin_ending(true);
+        assert_eq!(shard.barrier_arrived(token, true), None);
+        assert_eq!(
+            shard.admit(checked_at),
+            Err(ProduceError::Transaction(refused("COMMITTING_TRANSACTION")))
+        );
+    }
+
+    #[test]
+    fn a_send_after_a_commit_began_is_refused_before_the_owner_has_handled_it() {
+        let (status, _) = open_transaction();
+        let token = status.begin_ending(false);
+        // The owner still publishes IN_TRANSACTION: it has not seen the call.
+        assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
+        status.publish(IN_TRANSACTION, token - 1, Ongoing::Open);
+        assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
+        // Handled: the owner's own check decides again.
+        status.publish(
+            Err(refused("ABORTING_TRANSACTION")),
+            token,
+            Ongoing::Aborting,
+        );
+        assert_eq!(status.check_send(), Err(refused("ABORTING_TRANSACTION")));
+        status.publish(Err(refused("READY")), token, Ongoing::None);
+        assert_eq!(status.check_send(), Err(refused("READY")));
+    }
+
+    #[test]
+    fn a_record_of_the_next_transaction_carries_the_new_token_and_is_admitted() {
+        let (status, mut shard) = open_transaction();
+        let token = status.begin_ending(true);
+        shard.barrier_arrived(token, true);
+        status.publish(IN_TRANSACTION, token, Ongoing::Open);
+        let checked_at = status.check_send().expect("the next transaction");
+        assert_eq!(checked_at, token);
+        assert_eq!(shard.admit(checked_at), Ok(()));
+    }
+
+    #[test]
+    fn a_commit_that_never_reached_the_owner_gives_its_token_back() {
+        let (status, _) = open_transaction();
+        let token = status.begin_ending(true);
+        status.settle(token);
+        assert_eq!(status.check_send(), Ok(token));
+    }
+
+    #[test]
+    fn a_flush_deferred_for_its_barrier_starts_when_the_barrier_arrives() {
+        let (status, mut shard) = open_transaction();
+        let token = status.begin_ending(false);
+        shard.deferred_flush = Some((3, true, token));
+        assert_eq!(shard.barrier_arrived(token, false), Some((3, true)));
+        assert_eq!(shard.deferred_flush, None);
     }
 }

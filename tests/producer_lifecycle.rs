@@ -1,0 +1,147 @@
+//! A producer's end over TCP against the reference cluster: what its last handle's drop and
+//! `close` do to the records sent and to the shards. Records are read back with librdkafka's
+//! consumer.
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::ReferenceCluster;
+use kacrab::{DeliveryFuture, ProduceError, Producer, ProducerRecord};
+
+use common::{check_exactly_once, payload_ids, read_back, Isolation};
+
+const PARTITIONS: i32 = 3;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn start_cluster(topic: &str) -> ReferenceCluster {
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 2, 3]);
+    cluster
+}
+
+fn send(producer: &Producer, topic: &str, id: u64) -> DeliveryFuture {
+    let mut payload = id.to_be_bytes().to_vec();
+    payload.resize(32, b'.');
+    producer.send(
+        ProducerRecord::new(topic, Bytes::from(payload))
+            .with_partition((id % PARTITIONS as u64) as i32),
+    )
+}
+
+fn read_ids(cluster: &ReferenceCluster, topic: &str) -> Vec<Vec<u64>> {
+    payload_ids(&read_back(
+        &cluster.bootstrap_servers(),
+        topic,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        WAIT,
+    ))
+}
+
+#[test]
+fn dropping_the_last_clones_from_several_threads_at_once_delivers_what_was_sent_and_stops_the_shards(
+) {
+    const THREADS: usize = 4;
+    const RECORDS: u64 = 100;
+    let topic = "lifecycle-drop";
+    let cluster = start_cluster(topic);
+    let mut acked = Vec::new();
+    for round in 0..10u64 {
+        let producer = common::kacrab_producer(&cluster.bootstrap_servers(), &[]);
+        let watch = producer.runtime_watch();
+        assert!(
+            watch.wait_until(WAIT, |s| s.shards_running == 2),
+            "both shards run: {:?}",
+            watch.stats()
+        );
+        let ids = round * RECORDS..(round + 1) * RECORDS;
+        let futures: Vec<DeliveryFuture> =
+            ids.clone().map(|id| send(&producer, topic, id)).collect();
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let mut handles = vec![producer];
+        while handles.len() < THREADS {
+            handles.push(handles[0].clone());
+        }
+        let droppers: Vec<_> = handles
+            .into_iter()
+            .map(|handle| {
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    drop(handle);
+                })
+            })
+            .collect();
+        for dropper in droppers {
+            dropper.join().expect("dropper thread");
+        }
+        assert!(
+            watch.wait_until(WAIT, |s| s.shards_running == 0 && s.sockets_open == 0),
+            "round {round}: the shards stopped once every handle was dropped: {:?}",
+            watch.stats()
+        );
+        for (id, future) in ids.zip(futures) {
+            future
+                .wait_timeout(WAIT)
+                .expect("resolved")
+                .unwrap_or_else(|e| panic!("record {id} sent before the drop: {e}"));
+            acked.push(id);
+        }
+    }
+    check_exactly_once(&read_ids(&cluster, topic), &acked, &acked);
+}
+
+#[test]
+fn every_send_racing_close_resolves_and_the_acknowledged_ones_are_in_the_log() {
+    let topic = "lifecycle-close-race";
+    let cluster = start_cluster(topic);
+    let mut next = 0u64;
+    let (mut acked, mut sent) = (Vec::new(), Vec::new());
+    for round in 0..8 {
+        let producer = common::kacrab_producer(&cluster.bootstrap_servers(), &[]);
+        let started = Arc::new(AtomicBool::new(false));
+        let first = next;
+        next += 1_000_000;
+        let sender = {
+            let (producer, started) = (producer.clone(), started.clone());
+            std::thread::spawn(move || {
+                let mut futures = Vec::new();
+                for id in first.. {
+                    let future = send(&producer, topic, id);
+                    // `try_result` takes a known result: keep it beside the future.
+                    let known = future.try_result();
+                    let refused = matches!(known, Some(Err(ProduceError::Closed)));
+                    futures.push((id, known, future));
+                    started.store(true, Ordering::Release);
+                    if refused {
+                        break;
+                    }
+                }
+                futures
+            })
+        };
+        while !started.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        producer.close(WAIT);
+        for (id, known, future) in sender.join().expect("sender thread") {
+            sent.push(id);
+            match known.or_else(|| future.wait_timeout(WAIT)) {
+                Some(Ok(_)) => acked.push(id),
+                Some(Err(ProduceError::Closed | ProduceError::OutcomeUnknown { .. })) => {}
+                Some(Err(e)) => panic!("round {round}: record {id}: {e}"),
+                None => panic!("round {round}: record {id} sent racing close never resolved"),
+            }
+        }
+    }
+    eprintln!(
+        "{}",
+        check_exactly_once(&read_ids(&cluster, topic), &acked, &sent)
+    );
+}
