@@ -1394,6 +1394,50 @@ fn moved_transaction_coordinator_leaves_not_coordinator_behind() {
     );
 }
 
+// TC `onElection` and TMCM `removeMarkersForTxnTopicPartition`: a coordinator that moves
+// while an ended transaction's markers are unwritten (PrepareCommit) leaves them to the new
+// coordinator, which writes them under its own coordinator epoch; the transaction completes
+// and the next one can start at the new coordinator.
+#[test]
+fn a_coordinator_moving_in_the_middle_of_end_txn_leaves_the_markers_to_the_new_one() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    add_partitions(&mut c, p, &[0, 1], NOW);
+    txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);
+    c.hold_transaction_markers(true);
+    assert_eq!(end(&mut c, p, true), NONE);
+    assert_eq!(state(&c), TransactionState::PrepareCommit);
+
+    let new = c
+        .broker_ids()
+        .into_iter()
+        .find(|&b| b != p.coordinator)
+        .unwrap();
+    c.move_transaction_coordinator(TXN, new);
+    let moved = TxnProducer {
+        coordinator: new,
+        ..p
+    };
+    assert_eq!(
+        end(&mut c, moved, true),
+        CONCURRENT_TRANSACTIONS,
+        "the new coordinator loaded the prepared transaction"
+    );
+    assert_eq!(c.release_transaction_markers(NOW), 1);
+    assert_eq!(state(&c), TransactionState::CompleteCommit);
+    for partition in [0, 1] {
+        let m = markers(&c, partition);
+        assert_eq!(m.len(), 1, "p{partition}: one marker");
+        assert_eq!(
+            marker_type_and_coordinator_epoch(&m[0]),
+            (1, 1),
+            "p{partition}: a COMMIT under the new coordinator epoch"
+        );
+    }
+    assert_eq!(c.last_stable_offset(TOPIC, 0), Some(2));
+    assert_eq!(add_partitions(&mut c, moved, &[0], NOW), vec![NONE]);
+}
+
 // KA `handleAddPartitionsToTransactionRequest`: an unknown partition fails, the others are
 // OPERATION_NOT_ATTEMPTED and nothing is added. TC: an unknown transactional id or another
 // producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (row 39).

@@ -64,6 +64,8 @@ struct Totals {
     broker_failures: u64,
     timed_out: u64,
     offsets_checked: u64,
+    late_markers: u64,
+    coordinator_moves: u64,
     events: u64,
 }
 
@@ -86,6 +88,8 @@ impl Totals {
         self.broker_failures += r.broker_failures;
         self.timed_out += r.timed_out;
         self.offsets_checked += r.txn.offsets_checked;
+        self.late_markers += r.late_markers;
+        self.coordinator_moves += r.coordinator_moves;
         self.events += r.events;
     }
 }
@@ -158,8 +162,10 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         totals.events
     );
     println!(
-        "committed consumer offsets checked against the transactions that sent them: {} group partitions",
-        totals.offsets_checked
+        "committed consumer offsets checked against the transactions that sent them: {} group \
+         partitions; {} transactions had their markers written after EndTxn was answered; {} \
+         coordinator moves",
+        totals.offsets_checked, totals.late_markers, totals.coordinator_moves
     );
     if !failures.is_empty() {
         let mut report = format!("{} of {count} seeds failed:\n", failures.len());
@@ -172,10 +178,22 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         panic!("{report}");
     }
     assert_eq!(totals.runs, count);
-    assert!(
-        count < 100 || totals.offsets_checked > 0,
-        "no run sent offsets in a transaction, so no committed offset was checked"
-    );
+    // Coverage floors: over a hundred seeds or more, every fault class of the plans was drawn.
+    if count >= 100 {
+        for (what, drawn) in [
+            ("committed offsets checked", totals.offsets_checked),
+            ("markers written after EndTxn", totals.late_markers),
+            ("coordinator moves", totals.coordinator_moves),
+            ("leader moves", totals.leader_moves),
+            ("broker failures", totals.broker_failures),
+            (
+                "calls repeated after a caller timeout",
+                totals.repeated_calls,
+            ),
+        ] {
+            assert!(drawn > 0, "no run drew {what}");
+        }
+    }
     // The runs must have exercised both outcomes, not ended fatal at the first request.
     assert!(
         totals.committed > count && totals.aborted > 0 && totals.markers > 0,

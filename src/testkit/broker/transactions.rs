@@ -83,6 +83,13 @@ impl Cluster {
     /// `__transaction_state` partition does: the coordinator epoch rises (markers of the old
     /// coordinator are fenced on the partitions) and the old broker answers NOT_COORDINATOR.
     /// The transaction state moves along (the new leader loads it from the log).
+    ///
+    /// A transaction caught in PrepareCommit/PrepareAbort with its markers not yet written
+    /// (held) is finished by the new coordinator: Kafka's old coordinator drops its pending
+    /// markers on resignation (`TransactionMarkerChannelManager.removeMarkersForTxnTopicPartition`)
+    /// and the new one, loading the state, sends them again under its own coordinator epoch
+    /// (`TransactionCoordinator.onElection`). So held markers of that transactional id are
+    /// re-stamped with the new epoch.
     pub fn move_transaction_coordinator(&mut self, transactional_id: &str, broker: i32) {
         assert!(
             self.brokers.contains_key(&broker),
@@ -91,6 +98,12 @@ impl Cluster {
         self.txn_coordinator_moved
             .insert(transactional_id.to_string(), broker);
         self.coordinator.bump_coordinator_epoch();
+        let coordinator_epoch = self.coordinator.coordinator_epoch();
+        for job in &mut self.held_markers {
+            if job.transactional_id == transactional_id {
+                job.coordinator_epoch = coordinator_epoch;
+            }
+        }
     }
 
     /// The coordinator epoch markers carry now.

@@ -42,6 +42,14 @@ pub struct TxnPlan {
     pub leader_move_every: Option<Micros>,
     pub broker_down_every: Option<Micros>,
     pub broker_down_for: (Micros, Micros),
+    /// When set, the coordinator answers EndTxn once the transaction is prepared and a marker
+    /// writer writes the markers later, after a gap drawn from this range: Kafka's PrepareCommit
+    /// window, in which the next transaction's AddPartitionsToTxn and EndTxn see
+    /// CONCURRENT_TRANSACTIONS. `None`: markers are written before EndTxn is answered.
+    pub marker_write_gap: Option<(Micros, Micros)>,
+    /// Mean time between moves of the transaction coordinator (an election of its
+    /// `__transaction_state` partition), also while markers are unwritten.
+    pub coordinator_move_every: Option<Micros>,
     pub setup: SimSetup,
     pub chaos: Chaos,
 }
@@ -110,7 +118,7 @@ impl TxnPlan {
             late_serve: rng.below(9) as f64 / 10.0,
             connect_fail: rng.below(15) as f64 / 100.0,
         };
-        TxnPlan {
+        let mut plan = TxnPlan {
             seed,
             transactions,
             max_records: rng.range(1, 40) as usize,
@@ -121,9 +129,18 @@ impl TxnPlan {
             leader_move_every: rng.chance(0.5).then(|| rng.range(200, 3_000) * MS),
             broker_down_every: rng.chance(0.3).then(|| rng.range(2, 10) * SECOND),
             broker_down_for: (50 * MS, rng.range(1, 5) * SECOND),
+            marker_write_gap: None,
+            coordinator_move_every: None,
             setup,
             chaos,
-        }
+        };
+        // Drawn last, so that the draws above (and the plans of older seeds) stay as they were.
+        plan.marker_write_gap = rng.chance(0.4).then(|| {
+            let lo = rng.range(1, 50) * MS;
+            (lo, lo + rng.range(0, 500) * MS)
+        });
+        plan.coordinator_move_every = rng.chance(0.3).then(|| rng.range(300, 5_000) * MS);
+        plan
     }
 }
 
@@ -141,6 +158,9 @@ pub struct TxnRunReport {
     pub broker_failures: u64,
     /// Transactions the coordinator aborted for outliving their timeout.
     pub timed_out: u64,
+    /// Transactions whose markers were written after their EndTxn was answered.
+    pub late_markers: u64,
+    pub coordinator_moves: u64,
 }
 
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
@@ -184,8 +204,12 @@ struct Runner<'a> {
     rng: Rng,
     next_leader_move: Micros,
     next_broker_failure: Micros,
+    next_marker_write: Micros,
+    next_coordinator_move: Micros,
     leader_moves: u64,
     broker_failures: u64,
+    late_markers: u64,
+    coordinator_moves: u64,
     repeated_calls: u64,
     chaos_on: bool,
 }
@@ -199,30 +223,63 @@ impl<'a> Runner<'a> {
         let next_broker_failure = plan
             .broker_down_every
             .map_or(Micros::MAX, |m| exp_gap(&mut rng, m));
+        let next_marker_write = plan
+            .marker_write_gap
+            .map_or(Micros::MAX, |(lo, hi)| rng.range(lo, hi));
+        let next_coordinator_move = plan
+            .coordinator_move_every
+            .map_or(Micros::MAX, |m| exp_gap(&mut rng, m));
         Runner {
             plan,
             rng,
             next_leader_move,
             next_broker_failure,
+            next_marker_write,
+            next_coordinator_move,
             leader_moves: 0,
             broker_failures: 0,
+            late_markers: 0,
+            coordinator_moves: 0,
             repeated_calls: 0,
             chaos_on: true,
         }
     }
 
-    /// Lets virtual time pass to `until`, applying the planned leader moves and broker
-    /// failures on the way.
+    /// Lets virtual time pass to `until`, applying the planned leader moves, broker
+    /// failures, coordinator moves and late marker writes on the way.
     fn advance(&mut self, sim: &mut Sim, until: Micros) {
         loop {
-            let t = self.next_leader_move.min(self.next_broker_failure);
+            let t = self
+                .next_leader_move
+                .min(self.next_broker_failure)
+                .min(self.next_marker_write)
+                .min(self.next_coordinator_move);
             if !self.chaos_on || t > until {
                 sim.run_until(until);
                 return;
             }
             sim.run_until(t);
             let brokers = self.plan.setup.brokers.clone();
-            if t == self.next_leader_move {
+            if t == self.next_marker_write {
+                self.late_markers += sim.write_held_markers() as u64;
+                let (lo, hi) = self.plan.marker_write_gap.expect("planned");
+                self.next_marker_write = t + self.rng.range(lo, hi);
+            } else if t == self.next_coordinator_move {
+                let id = self.plan.setup.engine.transactional_id.clone();
+                let current = sim
+                    .cluster()
+                    .transaction_coordinator(&id.expect("a transactional run"));
+                let others: Vec<i32> = brokers.iter().copied().filter(|&b| b != current).collect();
+                let to = *self.rng.pick(&others);
+                if sim.is_broker_up(to) {
+                    sim.move_transaction_coordinator(to);
+                    self.coordinator_moves += 1;
+                }
+                self.next_coordinator_move = t + exp_gap(
+                    &mut self.rng,
+                    self.plan.coordinator_move_every.expect("planned"),
+                );
+            } else if t == self.next_leader_move {
                 let tp = self.rng.pick(sim.partitions()).clone();
                 let current = sim.leader(&tp);
                 let others: Vec<i32> = brokers.iter().copied().filter(|&b| b != current).collect();
@@ -382,6 +439,9 @@ impl<'a> Runner<'a> {
             .collect();
         assert!(sim.cluster().create_topic(INPUT_TOPIC, &leaders));
         sim.set_chaos(Some(self.plan.chaos.clone()));
+        if self.plan.marker_write_gap.is_some() {
+            sim.cluster().hold_transaction_markers(true);
+        }
         sim.start();
         let mut alive = match self.call(sim, |sim| sim.init_transactions()) {
             Called::Done(Ok(())) => true,
@@ -404,6 +464,8 @@ impl<'a> Runner<'a> {
             sim.broker_up(broker);
         }
         sim.release_held();
+        sim.cluster().hold_transaction_markers(false);
+        self.late_markers += sim.write_held_markers() as u64;
         let config = &self.plan.setup.engine;
         let limit = sim.now() + config.delivery_timeout + 2 * config.request_timeout + 10 * SECOND;
         assert!(
@@ -439,6 +501,8 @@ impl<'a> Runner<'a> {
             leader_moves: self.leader_moves,
             broker_failures: self.broker_failures,
             timed_out: sim.txn_world().timed_out,
+            late_markers: self.late_markers,
+            coordinator_moves: self.coordinator_moves,
         }
     }
 }

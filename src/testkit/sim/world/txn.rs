@@ -68,6 +68,31 @@ impl Sim {
         }
     }
 
+    /// The transaction coordinator's marker writer, run on the virtual clock when a plan holds
+    /// markers: writes every held marker now (Kafka answers EndTxn once PrepareCommit or
+    /// PrepareAbort is logged and writes the markers afterwards; until then AddPartitionsToTxn
+    /// and EndTxn of the next transaction see CONCURRENT_TRANSACTIONS). Returns how many
+    /// transactions completed.
+    pub fn write_held_markers(&mut self) -> usize {
+        let now_ms = super::EPOCH_MS + (self.now / super::MS) as i64;
+        let written = self.shared.cluster().release_transaction_markers(now_ms);
+        if written > 0 {
+            self.observe_logs();
+        }
+        written
+    }
+
+    /// Moves the transaction coordinator of this producer's transactional id to `broker`
+    /// (`Cluster::move_transaction_coordinator`), also in the middle of an EndTxn whose
+    /// markers are not written yet.
+    pub fn move_transaction_coordinator(&mut self, broker: i32) {
+        let transactional_id = self.setup.engine.transactional_id.clone();
+        let transactional_id = transactional_id.expect("a transactional run");
+        self.shared
+            .cluster()
+            .move_transaction_coordinator(&transactional_id, broker);
+    }
+
     /// Routes one transactional action emitted by `shard` (the driver's half of the protocol).
     pub(super) fn route_txn(&mut self, shard: usize, action: TxnAction) {
         let all: Vec<usize> = (0..self.shards.len()).collect();
