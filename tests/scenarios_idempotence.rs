@@ -644,6 +644,43 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
 }
 
 #[test]
+fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
+    // A topic's max.message.bytes below a quarter of batch.size: the ten-record batch splits
+    // into children of 4, 4 and 2 records, and the first child, still above the limit, splits
+    // again while its two siblings wait behind it. A flush taken after the batch is done only
+    // once every one of its records has its answer.
+    let mut setup = setup_with(&[1], |_| {});
+    setup.rules.max_message_bytes = batch_size_for(2);
+    let mut sim = started(setup);
+    let ids = batch(&mut sim, &tp(0));
+    let flush = sim.begin_flush(0);
+    let limit = sim.now() + 5 * SECOND;
+    while !sim.flush_done(flush) {
+        assert!(sim.now() < limit && sim.step(), "the flush never ended");
+    }
+    let unresolved: Vec<RecordId> = ids
+        .iter()
+        .copied()
+        .filter(|&id| sim.result(id).is_none())
+        .collect();
+    assert!(
+        unresolved.is_empty(),
+        "the flush ended with records {unresolved:?} unanswered"
+    );
+    let too_large_at_0 = attempts(&sim, &tp(0))
+        .iter()
+        .filter(|a| a.2 == 0 && a.3 == Some(code::MESSAGE_TOO_LARGE))
+        .count();
+    assert_eq!(
+        too_large_at_0, 2,
+        "the batch and its first child were both too large"
+    );
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &ids), offsets(0..10));
+    assert_eq!(bumps(&sim), 0);
+}
+
+#[test]
 fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_epoch_for_p0() {
     let mut sim = started(setup_with(&[1], |_| {}));
     let a = batch(&mut sim, &tp(0));
