@@ -1942,10 +1942,19 @@ impl<D: Delivery> Engine<D> {
                     .splice(position..=position, entries);
             }
         }
-        // The first child keeps the parent's id (a flush waiting for the parent waits for
-        // it); the others get ids below every flush token taken after the parent was created
-        // would be wrong, so they reuse the parent's id too, counted.
-        self.split_children.insert(batch.id, children.len());
+        // Every child keeps the parent's id, so a flush waiting for the parent waits for all
+        // of them (a fresh id would sort after flush tokens taken since the parent was
+        // created). The id stays incomplete while `split_children` counts a live batch under
+        // it: a first split counts its children; a child that splits again is replaced by its
+        // own children, so the count grows by their number less the one it stood for, and
+        // its siblings still waiting stay counted.
+        let children_count = children.len();
+        match self.split_children.get_mut(&batch.id) {
+            Some(left) => *left += children_count - 1,
+            None => {
+                self.split_children.insert(batch.id, children_count);
+            }
+        }
         for child in &mut children {
             child.id = batch.id;
         }
