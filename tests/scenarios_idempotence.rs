@@ -1254,3 +1254,47 @@ fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fail
     );
     assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
 }
+
+#[test]
+fn a_close_that_runs_out_of_time_reports_a_queued_batch_of_unknown_outcome_as_outcome_unknown_not_closed(
+) {
+    // X (0-9) is appended but its answer is lost with the connection; it waits 10 s for its
+    // retry. Y, behind it, was never sent. The close's time runs out meanwhile.
+    let mut sim = started(setup_with(&[1], |c| {
+        c.retry_backoff = 10 * SECOND;
+        c.retry_backoff_max = 10 * SECOND;
+    }));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::DropResponse { close: true },
+    ));
+    let x = batch(&mut sim, &tp(0));
+    sim.run_for(500 * MS);
+    let y = batch(&mut sim, &tp(0));
+    sim.run_for(500 * MS);
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    assert!(
+        slot.deque.front().is_some_and(|b| b.outcome_unknown),
+        "X waits for its retry"
+    );
+    sim.close_now(0);
+    for &id in &x {
+        assert_eq!(sim.checker().log_offset(id), Some(i64::from(id - x[0])));
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "X is in the log: {:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &y {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::Closed))),
+            "Y was never sent: {:?}",
+            sim.result(id)
+        );
+    }
+    assert!(sim.engine(0).is_idle());
+}

@@ -860,6 +860,15 @@ impl Sim {
         self.flush_tokens.len() - 1
     }
 
+    /// A close whose time ran out, as the runtime ends one at its deadline: the shard refuses
+    /// new records and fails every batch still incomplete (`Engine::abort_all`).
+    pub fn close_now(&mut self, shard: usize) {
+        let engine = &mut self.shards[shard].engine;
+        engine.begin_close();
+        engine.abort_all(ProduceError::Closed);
+        self.drive(shard);
+    }
+
     pub fn flush_done(&mut self, flush: usize) -> bool {
         let (shard, token) = self.flush_tokens[flush];
         self.shards[shard].engine.flush_done(token)
