@@ -350,11 +350,23 @@ impl<D: Delivery> Engine<D> {
         self.incomplete_batches.is_empty()
     }
 
-    /// Fails every incomplete batch (a forced close).
+    /// Fails every incomplete batch (a forced close). `error` promises the record is not in
+    /// the log, so it goes only to batches none of whose attempts may have landed; a queued
+    /// batch waiting to retry an attempt of unknown outcome, like one on the wire, fails as
+    /// `OutcomeUnknown`.
     pub fn abort_all(&mut self, error: ProduceError) {
         for slot_index in 0..self.partitions.len() {
             while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
-                self.finish_batch(slot_index, batch, Err(error.clone()));
+                let result = if batch.outcome_unknown {
+                    Err(self.unknown_outcome_error(
+                        slot_index,
+                        "ended while the retry of an attempt of unknown outcome waited",
+                    ))
+                } else {
+                    Err(error.clone())
+                };
+                self.forget_inflight(slot_index, &batch);
+                self.finish_batch(slot_index, batch, result);
             }
         }
         let nodes: Vec<NodeId> = self.connections.keys().copied().collect();
@@ -366,10 +378,20 @@ impl<D: Delivery> Engine<D> {
                     for (slot_index, batch) in batches {
                         self.partitions[slot_index].on_wire -= 1;
                         let err = self.unknown_outcome_error(slot_index, "producer closed");
+                        self.forget_inflight(slot_index, &batch);
                         self.finish_batch(slot_index, batch, Err(err));
                     }
                 }
             }
+        }
+    }
+
+    /// A stamped batch that ends without an answer leaves the partition's in-flight list.
+    fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
+        if let Some(stamp) = batch.stamp {
+            self.partitions[slot_index]
+                .entry
+                .remove_inflight(stamp.producer, stamp.base_sequence);
         }
     }
 

@@ -405,7 +405,8 @@ impl Producer {
     }
 
     /// Flushes, then stops the shards. Records still incomplete after `timeout` fail with
-    /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
+    /// `ProduceError::Closed`, or `OutcomeUnknown` when an attempt of theirs may have landed
+    /// (on the wire, or answered ambiguously and waiting for its retry).
     pub fn close(&self, timeout: Duration) {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return;
