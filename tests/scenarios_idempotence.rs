@@ -1160,6 +1160,54 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
 }
 
 #[test]
+fn a_bump_never_re_stamps_a_batch_of_unknown_outcome_queued_behind_the_head_and_it_is_appended_once(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    // The broker has no state for the producer on p0, so it takes any first sequence. A
+    // (0-9) is refused without an append. B (10-19) is appended first, but answered
+    // REQUEST_TIMED_OUT: its outcome is unknown. C (20-29) is refused for good, which bumps
+    // the epoch for p0 while A and B wait for their retries, A at the head of the queue.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let tried = attempts(&sim, &tp(0));
+    assert!(
+        tried.iter().all(|t| t.1 == 0 || t.2 != 10),
+        "B was sent under the new epoch: {tried:?}"
+    );
+    // B is in the log once, at the offsets of its first append; A, refused every time, can no
+    // longer be placed before it and fails definitely.
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    for &id in &a {
+        assert_eq!(sim.verdict(id), Verdict::Failed, "{:?}", sim.result(id));
+    }
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
+    );
+}
+
+#[test]
 fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_restarts_at_0() {
     let mut setup = setup_with(&[1], |_| {});
     setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
