@@ -8,7 +8,8 @@
 //! - sequence comparisons are wrap-aware (§2.2 quirk);
 //! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
 //!   sequences must be rewritten waits until none of its batches has an attempt of unknown
-//!   outcome (design.md "Never re-stamp");
+//!   outcome, wherever it is queued, and retries the batches up to the last such one under
+//!   their old stamps (design.md "Never re-stamp");
 //! - every expired stamped batch marks the partition unresolved, not only one that was retried
 //!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
@@ -670,18 +671,14 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
-            // Only the lowest stamped batch can block: the broker appends one identity's
-            // batches of a partition in sequence order, so a batch queued behind one known
-            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
-            // either, nor land later, since that one never goes out under its old stamp
-            // again. Blocking on such a batch would wedge the partition: only the lowest
-            // outstanding batch may be sent, and it may not be sent under the old stamp while
-            // a rewrite is pending.
-            let blocked = slot.on_wire > 0
-                || slot
-                    .deque
-                    .front()
-                    .is_some_and(|b| b.stamp.is_some() && b.outcome_unknown);
+            // Any queued batch of unknown outcome blocks the rewrite, not only the lowest
+            // one: a broker with no state for the producer on the partition (a new producer
+            // id, expired state) takes any first sequence, so a later batch can be in the log
+            // while an earlier one is not. Renumbering the later one would append it twice,
+            // and renumbering the earlier one would append it after it. The partition first
+            // settles those batches under their old stamps (`head_is_drainable` lets the
+            // batches up to the last of them go out so).
+            let blocked = slot.on_wire > 0 || slot.has_queued_outcome_unknown();
             if blocked {
                 continue;
             }
@@ -709,8 +706,12 @@ impl<D: Delivery> Engine<D> {
                 if batch.stamp.is_none() {
                     break;
                 }
-                // Not in the log (above): the new stamp is this batch's only one that counts.
-                batch.outcome_unknown = false;
+                // No attempt of it may have landed (the rewrite waited for every batch of
+                // unknown outcome): the new stamp is this batch's only one that counts.
+                debug_assert!(
+                    !batch.outcome_unknown,
+                    "re-stamping a batch that may have landed"
+                );
                 batch.set_stamp(
                     BatchStamp {
                         producer: self.identity,
@@ -1319,8 +1320,11 @@ impl<D: Delivery> Engine<D> {
                 }
                 // A batch waiting for its sequence rewrite does not go out under the old
                 // stamp, unless an earlier attempt's outcome is unknown: that one is only ever
-                // retried under its original stamp.
-                !slot.rewrite_pending || head.outcome_unknown
+                // retried under its original stamp. Nor does a batch queued ahead of one of
+                // unknown outcome: the rewrite waits for that one, and that one waits its turn
+                // behind this head, so this head is retried under its old stamp too, where the
+                // broker can only append it before the later batch.
+                !slot.rewrite_pending || head.outcome_unknown || slot.has_queued_outcome_unknown()
             }
             None => {
                 let stale = slot.entry.producer_id_and_epoch != self.identity;
@@ -1667,6 +1671,19 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        if stamp.producer != self.identity
+            && !batch.outcome_unknown
+            && class == ProduceErrorClass::OutOfOrderSequence
+            && self.partitions[slot_index].has_queued_outcome_unknown()
+        {
+            // Retried under its old stamp ahead of a batch of unknown outcome while the
+            // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
+            // will not append it in order under that stamp (a batch sent after it is in the
+            // log, as on a fresh partition, or one before it never landed), and renumbered it
+            // could land after that later batch of unknown outcome. No attempt of it landed:
+            // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
+            return false;
+        }
         if stamp.producer != self.identity
             && batch.outcome_unknown
             && class == ProduceErrorClass::OutOfOrderSequence
