@@ -368,6 +368,81 @@ fn request_timed_out_after_append_while_the_next_batch_acks_is_retried_as_a_dupl
     assert_eq!(bumps(&sim), 0);
 }
 
+// A leader that appended a batch and then lost leadership (or its log directory) while waiting
+// for the replicas answers NOT_LEADER_OR_FOLLOWER (or KAFKA_STORAGE_ERROR): the batch may be in
+// the log. Its retry keeps its stamp, so the broker recognises it as a duplicate, even when an
+// epoch bump for the partition comes meanwhile.
+#[test]
+fn not_leader_or_follower_or_storage_error_after_the_append_is_retried_under_its_stamp_and_acked_once(
+) {
+    for error in [code::NOT_LEADER_OR_FOLLOWER, code::KAFKA_STORAGE_ERROR] {
+        let mut sim = started(setup_with(&[1], |_| {}));
+        // X (0-9) is appended, then answered `error`. Y (10-19), behind it on the connection,
+        // is refused for good, which bumps the epoch for p0 while X waits for its retry.
+        sim.add_fault(FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::AppendThenAnswer(error),
+        ));
+        sim.add_fault(FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+            Fault::Inject(code::INVALID_RECORD),
+        ));
+        let x = batch(&mut sim, &tp(0));
+        let y = batch(&mut sim, &tp(0));
+        settle(&mut sim, 5 * SECOND);
+        let z = batch(&mut sim, &tp(0));
+        settle(&mut sim, 5 * SECOND);
+        let tried = attempts(&sim, &tp(0));
+        assert_eq!(tried[0], (1, 0, 0, Some(error)));
+        assert!(
+            tried.contains(&(1, 0, 0, Some(code::NONE))),
+            "X is retried under (epoch 0, base 0): {tried:?}"
+        );
+        assert_eq!(sim.cluster().duplicates_answered(), 1, "{tried:?}");
+        assert_eq!(acked_offsets(&sim, &x), offsets(0..10), "X once");
+        for &id in &y {
+            assert_eq!(sim.verdict(id), Verdict::Failed);
+        }
+        assert_eq!(acked_offsets(&sim, &z), offsets(10..20));
+        assert_eq!(
+            log_batches(&sim, &tp(0)),
+            vec![(PID, 0, 0, 10), (PID, 1, 0, 10)]
+        );
+    }
+}
+
+#[test]
+fn a_batch_answered_not_leader_or_follower_after_the_append_that_expires_is_outcome_unknown_never_timed_out(
+) {
+    let mut sim = started(setup_with(&[1], stretched(40 * SECOND)));
+    // X (0-9) is appended, then answered NOT_LEADER_OR_FOLLOWER; it waits 40 s for its retry
+    // and expires in the queue at 30 s.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::NOT_LEADER_OR_FOLLOWER),
+    ));
+    let x = batch(&mut sim, &tp(0));
+    settle(&mut sim, 40 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, 0, Some(code::NOT_LEADER_OR_FOLLOWER))]
+    );
+    for &id in &x {
+        assert_eq!(sim.checker().log_offset(id), Some(i64::from(id - x[0])));
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "X is in the log: {:?}",
+            sim.result(id)
+        );
+    }
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &next), offsets(10..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 5
 // ---------------------------------------------------------------------------------------------
