@@ -290,10 +290,10 @@ fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_def
     assert_eq!(init(&mut sim), Ok(()));
     sim.begin_transaction().unwrap();
     let first = RequestMatch::produce().partition(&tp(0)).base_sequence(0);
-    // The first batch (sequence 0) is answered NOT_LEADER_OR_FOLLOWER late, then refused for
-    // good on its retry.
+    // The first batch (sequence 0) is refused late without an append (NOT_ENOUGH_REPLICAS:
+    // the ISR was too small before the append), then refused for good on its retry.
     sim.add_fault(
-        FaultRule::new(first.clone(), Fault::Inject(code::NOT_LEADER_OR_FOLLOWER)).delayed(50 * MS),
+        FaultRule::new(first.clone(), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(50 * MS),
     );
     sim.add_fault(FaultRule::new(first, Fault::Inject(code::INVALID_RECORD)));
     // The second (sequence 1) goes out meanwhile and is written, but its answer is cut: its

@@ -41,7 +41,7 @@ use crate::protocol::wire::{self, WireError};
 
 use super::batch::{record_size_upper_bound, BatchStamp, ProducerBatch};
 use super::connection::{Connection, ConnectionState, InFlightHeader};
-use super::error_class::{classify_produce_error, ProduceErrorClass};
+use super::error_class::{classify_produce_error, may_have_appended, ProduceErrorClass};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
 use super::partition::{InflightSequence, PartitionSlot, TopicPartition};
@@ -1631,10 +1631,7 @@ impl<D: Delivery> Engine<D> {
                 }
             }
             ProduceErrorClass::Retriable | ProduceErrorClass::RetriableRefreshMetadata => {
-                let may_have_appended = matches!(
-                    error,
-                    code::REQUEST_TIMED_OUT | code::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                );
+                let may_have_appended = may_have_appended(error, self.config.acks);
                 self.retry_or_fail(now, slot_index, batch, error, may_have_appended, message)
             }
             ProduceErrorClass::Fatal => {
