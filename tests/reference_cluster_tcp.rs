@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kacrab::testkit::batch::TestBatch;
-use kacrab::testkit::broker::error_codes::{INVALID_PRODUCER_ID_MAPPING, REQUEST_TIMED_OUT};
+use kacrab::testkit::broker::error_codes::{
+    INVALID_PRODUCER_ID_MAPPING, NOT_LEADER_OR_FOLLOWER, REQUEST_TIMED_OUT,
+};
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::{ReferenceCluster, ANY_BROKER};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -517,6 +519,33 @@ fn fault_plan_acts_on_the_next_matching_requests_only() {
         5,
         "the two faults that matched nothing were cleared"
     );
+}
+
+// A leader that appended a batch and then lost leadership while waiting for the replicas
+// answers NOT_LEADER_OR_FOLLOWER: the batch is in the log, and its retry is a duplicate
+// answered with the original offset.
+#[test]
+fn append_then_answer_writes_the_batch_and_answers_the_error() {
+    let topic = "append-then-answer";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let faults = cluster.faults();
+    let mut client = RawClient::connect(&cluster, 1);
+    let pid = client.init_producer_id();
+    faults.append_then_answer(1, ApiKey::Produce, NOT_LEADER_OR_FOLLOWER, 1);
+    let request = produce_request(topic, pid, 0, 3, -1);
+    assert_eq!(
+        first_partition(&client.produce(&request).unwrap()),
+        (NOT_LEADER_OR_FOLLOWER, -1)
+    );
+    assert_eq!(log_end(&cluster, topic), 3, "appended before the answer");
+    assert_eq!(faults.pending(), 0);
+    assert_eq!(
+        first_partition(&client.produce(&request).unwrap()),
+        (0, 0),
+        "the retry is a duplicate: original offset"
+    );
+    assert_eq!(log_end(&cluster, topic), 3);
 }
 
 // acks=0: appended, never answered; the next answer on the connection is the next request's.

@@ -368,6 +368,81 @@ fn request_timed_out_after_append_while_the_next_batch_acks_is_retried_as_a_dupl
     assert_eq!(bumps(&sim), 0);
 }
 
+// A leader that appended a batch and then lost leadership (or its log directory) while waiting
+// for the replicas answers NOT_LEADER_OR_FOLLOWER (or KAFKA_STORAGE_ERROR): the batch may be in
+// the log. Its retry keeps its stamp, so the broker recognises it as a duplicate, even when an
+// epoch bump for the partition comes meanwhile.
+#[test]
+fn not_leader_or_follower_or_storage_error_after_the_append_is_retried_under_its_stamp_and_acked_once(
+) {
+    for error in [code::NOT_LEADER_OR_FOLLOWER, code::KAFKA_STORAGE_ERROR] {
+        let mut sim = started(setup_with(&[1], |_| {}));
+        // X (0-9) is appended, then answered `error`. Y (10-19), behind it on the connection,
+        // is refused for good, which bumps the epoch for p0 while X waits for its retry.
+        sim.add_fault(FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::AppendThenAnswer(error),
+        ));
+        sim.add_fault(FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+            Fault::Inject(code::INVALID_RECORD),
+        ));
+        let x = batch(&mut sim, &tp(0));
+        let y = batch(&mut sim, &tp(0));
+        settle(&mut sim, 5 * SECOND);
+        let z = batch(&mut sim, &tp(0));
+        settle(&mut sim, 5 * SECOND);
+        let tried = attempts(&sim, &tp(0));
+        assert_eq!(tried[0], (1, 0, 0, Some(error)));
+        assert!(
+            tried.contains(&(1, 0, 0, Some(code::NONE))),
+            "X is retried under (epoch 0, base 0): {tried:?}"
+        );
+        assert_eq!(sim.cluster().duplicates_answered(), 1, "{tried:?}");
+        assert_eq!(acked_offsets(&sim, &x), offsets(0..10), "X once");
+        for &id in &y {
+            assert_eq!(sim.verdict(id), Verdict::Failed);
+        }
+        assert_eq!(acked_offsets(&sim, &z), offsets(10..20));
+        assert_eq!(
+            log_batches(&sim, &tp(0)),
+            vec![(PID, 0, 0, 10), (PID, 1, 0, 10)]
+        );
+    }
+}
+
+#[test]
+fn a_batch_answered_not_leader_or_follower_after_the_append_that_expires_is_outcome_unknown_never_timed_out(
+) {
+    let mut sim = started(setup_with(&[1], stretched(40 * SECOND)));
+    // X (0-9) is appended, then answered NOT_LEADER_OR_FOLLOWER; it waits 40 s for its retry
+    // and expires in the queue at 30 s.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::NOT_LEADER_OR_FOLLOWER),
+    ));
+    let x = batch(&mut sim, &tp(0));
+    settle(&mut sim, 40 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, 0, Some(code::NOT_LEADER_OR_FOLLOWER))]
+    );
+    for &id in &x {
+        assert_eq!(sim.checker().log_offset(id), Some(i64::from(id - x[0])));
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "X is in the log: {:?}",
+            sim.result(id)
+        );
+    }
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &next), offsets(10..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 5
 // ---------------------------------------------------------------------------------------------
@@ -640,6 +715,43 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
     assert!(sim.flush_done(flush));
     assert_eq!(acked_offsets(&sim, &earlier), offsets(0..100));
     assert_eq!(acked_offsets(&sim, &big), offsets(100..110));
+    assert_eq!(bumps(&sim), 0);
+}
+
+#[test]
+fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
+    // A topic's max.message.bytes below a quarter of batch.size: the ten-record batch splits
+    // into children of 4, 4 and 2 records, and the first child, still above the limit, splits
+    // again while its two siblings wait behind it. A flush taken after the batch is done only
+    // once every one of its records has its answer.
+    let mut setup = setup_with(&[1], |_| {});
+    setup.rules.max_message_bytes = batch_size_for(2);
+    let mut sim = started(setup);
+    let ids = batch(&mut sim, &tp(0));
+    let flush = sim.begin_flush(0);
+    let limit = sim.now() + 5 * SECOND;
+    while !sim.flush_done(flush) {
+        assert!(sim.now() < limit && sim.step(), "the flush never ended");
+    }
+    let unresolved: Vec<RecordId> = ids
+        .iter()
+        .copied()
+        .filter(|&id| sim.result(id).is_none())
+        .collect();
+    assert!(
+        unresolved.is_empty(),
+        "the flush ended with records {unresolved:?} unanswered"
+    );
+    let too_large_at_0 = attempts(&sim, &tp(0))
+        .iter()
+        .filter(|a| a.2 == 0 && a.3 == Some(code::MESSAGE_TOO_LARGE))
+        .count();
+    assert_eq!(
+        too_large_at_0, 2,
+        "the batch and its first child were both too large"
+    );
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &ids), offsets(0..10));
     assert_eq!(bumps(&sim), 0);
 }
 
@@ -1123,6 +1235,54 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
 }
 
 #[test]
+fn a_bump_never_re_stamps_a_batch_of_unknown_outcome_queued_behind_the_head_and_it_is_appended_once(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    // The broker has no state for the producer on p0, so it takes any first sequence. A
+    // (0-9) is refused without an append. B (10-19) is appended first, but answered
+    // REQUEST_TIMED_OUT: its outcome is unknown. C (20-29) is refused for good, which bumps
+    // the epoch for p0 while A and B wait for their retries, A at the head of the queue.
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let tried = attempts(&sim, &tp(0));
+    assert!(
+        tried.iter().all(|t| t.1 == 0 || t.2 != 10),
+        "B was sent under the new epoch: {tried:?}"
+    );
+    // B is in the log once, at the offsets of its first append; A, refused every time, can no
+    // longer be placed before it and fails definitely.
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    for &id in &a {
+        assert_eq!(sim.verdict(id), Verdict::Failed, "{:?}", sim.result(id));
+    }
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
+    );
+}
+
+#[test]
 fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_restarts_at_0() {
     let mut setup = setup_with(&[1], |_| {});
     setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
@@ -1216,4 +1376,48 @@ fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fail
         "p0 restarts at 0 under the new epoch"
     );
     assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
+}
+
+#[test]
+fn a_close_that_runs_out_of_time_reports_a_queued_batch_of_unknown_outcome_as_outcome_unknown_not_closed(
+) {
+    // X (0-9) is appended but its answer is lost with the connection; it waits 10 s for its
+    // retry. Y, behind it, was never sent. The close's time runs out meanwhile.
+    let mut sim = started(setup_with(&[1], |c| {
+        c.retry_backoff = 10 * SECOND;
+        c.retry_backoff_max = 10 * SECOND;
+    }));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::DropResponse { close: true },
+    ));
+    let x = batch(&mut sim, &tp(0));
+    sim.run_for(500 * MS);
+    let y = batch(&mut sim, &tp(0));
+    sim.run_for(500 * MS);
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    assert!(
+        slot.deque.front().is_some_and(|b| b.outcome_unknown),
+        "X waits for its retry"
+    );
+    sim.close_now(0);
+    for &id in &x {
+        assert_eq!(sim.checker().log_offset(id), Some(i64::from(id - x[0])));
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "X is in the log: {:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &y {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::Closed))),
+            "Y was never sent: {:?}",
+            sim.result(id)
+        );
+    }
+    assert!(sim.engine(0).is_idle());
 }

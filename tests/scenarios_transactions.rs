@@ -290,10 +290,10 @@ fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_def
     assert_eq!(init(&mut sim), Ok(()));
     sim.begin_transaction().unwrap();
     let first = RequestMatch::produce().partition(&tp(0)).base_sequence(0);
-    // The first batch (sequence 0) is answered NOT_LEADER_OR_FOLLOWER late, then refused for
-    // good on its retry.
+    // The first batch (sequence 0) is refused late without an append (NOT_ENOUGH_REPLICAS:
+    // the ISR was too small before the append), then refused for good on its retry.
     sim.add_fault(
-        FaultRule::new(first.clone(), Fault::Inject(code::NOT_LEADER_OR_FOLLOWER)).delayed(50 * MS),
+        FaultRule::new(first.clone(), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(50 * MS),
     );
     sim.add_fault(FaultRule::new(first, Fault::Inject(code::INVALID_RECORD)));
     // The second (sequence 1) goes out meanwhile and is written, but its answer is cut: its
@@ -323,4 +323,33 @@ fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_def
     assert_eq!(sim.txn_state(), Some(TransactionState::Ready));
     let stats = sim.check_transactions();
     assert_eq!((stats.aborted, stats.visible_records), (1, 0));
+}
+
+#[test]
+fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
+    // A topic's max.message.bytes far below batch.size: the transaction's one batch of ten
+    // records is refused as too large, split, and its first child split again while its
+    // siblings wait. The commit's flush must wait for every one of them before EndTxn.
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.rules.max_message_bytes = 150;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    sim.begin_transaction().unwrap();
+    let ids: Vec<_> = (0..10)
+        .map(|_| sim.send_in_transaction(&tp(0), 24).unwrap())
+        .collect();
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    for &id in &ids {
+        assert!(
+            matches!(sim.result(id), Some(Ok(_))),
+            "record {id}: {:?}",
+            sim.result(id)
+        );
+    }
+    let stats = sim.check_transactions();
+    assert_eq!((stats.committed, stats.visible_records), (1, 10));
 }

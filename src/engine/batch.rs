@@ -61,8 +61,9 @@ pub struct ProducerBatch<D> {
     /// from what is on the wire (Java's `sequenceHasBeenReset`).
     pub reopened: bool,
     /// An attempt was sent and its answer never came (disconnect, request timeout) or it may
-    /// have been appended (REQUEST_TIMED_OUT from the broker). Such a batch is only ever
-    /// retried under its original stamp.
+    /// have been appended (an error the broker may answer after the append, see
+    /// `error_class::may_have_appended`). Such a batch is only ever retried under its original
+    /// stamp.
     pub outcome_unknown: bool,
     /// Delivery handles were already completed by expiry; the batch only lives on for sequence
     /// bookkeeping until its outstanding attempt answers.

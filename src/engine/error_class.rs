@@ -34,16 +34,34 @@ pub enum ProduceErrorClass {
     NonRetriable,
 }
 
-impl ProduceErrorClass {
-    /// True when the batch was definitely not appended by this attempt.
-    pub fn is_definite_rejection(self) -> bool {
-        !matches!(
-            self,
-            ProduceErrorClass::Success
-                | ProduceErrorClass::DuplicateSequence
-                // REQUEST_TIMED_OUT and NOT_ENOUGH_REPLICAS_AFTER_APPEND may have appended.
-                | ProduceErrorClass::Retriable
-        )
+/// Whether a Produce answer with this error code may come after the broker appended the batch,
+/// so the batch may be in the log (on this leader, or on the next one if it was replicated):
+/// its attempt's outcome is unknown. Such a batch is retried only under its original stamp and
+/// never reported as definitely failed.
+///
+/// With `acks=all` the leader appends first, then parks the request in Kafka's
+/// `DelayedProduce` until the in-sync replicas have the batch. Every error that request can end
+/// with was decided after the append:
+/// - REQUEST_TIMED_OUT: `DelayedProduce` starts each appended partition at REQUEST_TIMED_OUT
+///   and the purgatory's expiry answers with it;
+/// - NOT_ENOUGH_REPLICAS_AFTER_APPEND: `Partition.checkEnoughReplicasReachOffset`, the ISR
+///   shrank below `min.insync.replicas` after the append;
+/// - NOT_LEADER_OR_FOLLOWER: `Partition.checkEnoughReplicasReachOffset` when this broker is no
+///   longer the leader (leadership moved while waiting), or `ReplicaManager.getPartitionOrError`
+///   (`DelayedProduce.tryComplete` case A) when the replica was removed meanwhile;
+/// - KAFKA_STORAGE_ERROR: `ReplicaManager.getPartitionOrError` when the partition's log
+///   directory went offline after the append.
+///
+/// The same NOT_LEADER_OR_FOLLOWER and KAFKA_STORAGE_ERROR also come before any append (the
+/// request reached a broker that was not the leader); the answer does not say which, so with
+/// `acks=all` the producer must assume the append. With `acks=1` no request waits in
+/// `DelayedProduce` (`ReplicaManager.delayedProduceRequestRequired` wants `acks=-1`), so those
+/// two are answered only for a batch the leader did not take.
+pub fn may_have_appended(error_code: i16, acks: i16) -> bool {
+    match error_code {
+        code::REQUEST_TIMED_OUT | code::NOT_ENOUGH_REPLICAS_AFTER_APPEND => true,
+        code::NOT_LEADER_OR_FOLLOWER | code::KAFKA_STORAGE_ERROR => acks == -1,
+        _ => false,
     }
 }
 
@@ -88,5 +106,47 @@ pub fn classify_produce_error(error_code: i16) -> ProduceErrorClass {
         | code::UNSUPPORTED_VERSION => Fatal,
         code::INVALID_TXN_STATE | code::TRANSACTION_ABORTABLE => TransactionAbortable,
         _ => NonRetriable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_errors_a_delayed_produce_can_end_with_may_have_appended() {
+        for error in [
+            code::REQUEST_TIMED_OUT,
+            code::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            code::NOT_LEADER_OR_FOLLOWER,
+            code::KAFKA_STORAGE_ERROR,
+        ] {
+            assert!(
+                may_have_appended(error, -1),
+                "{}",
+                crate::protocol::error_code::name(error)
+            );
+            assert!(matches!(
+                classify_produce_error(error),
+                ProduceErrorClass::Retriable | ProduceErrorClass::RetriableRefreshMetadata
+            ));
+        }
+        // Refused before the append: the batch is not in the log.
+        for error in [
+            code::NOT_ENOUGH_REPLICAS,
+            code::CORRUPT_MESSAGE,
+            code::INVALID_RECORD,
+            code::MESSAGE_TOO_LARGE,
+            code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ] {
+            assert!(
+                !may_have_appended(error, -1),
+                "{}",
+                crate::protocol::error_code::name(error)
+            );
+        }
+        // Without acks=all nothing waits for the replicas after the append.
+        assert!(!may_have_appended(code::NOT_LEADER_OR_FOLLOWER, 1));
+        assert!(!may_have_appended(code::KAFKA_STORAGE_ERROR, 1));
     }
 }

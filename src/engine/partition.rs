@@ -159,6 +159,14 @@ impl<D> PartitionSlot<D> {
         }
     }
 
+    /// Whether a queued stamped batch had an attempt of unknown outcome: it may be in the log
+    /// under its stamp, so it is only ever retried under it.
+    pub fn has_queued_outcome_unknown(&self) -> bool {
+        self.deque
+            .iter()
+            .any(|b| b.stamp.is_some() && b.outcome_unknown)
+    }
+
     /// `RA.insertInSequenceOrder`: the deque stays "retries ascending, then unsequenced".
     pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
         let position = self

@@ -8,7 +8,8 @@
 //! - sequence comparisons are wrap-aware (§2.2 quirk);
 //! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
 //!   sequences must be rewritten waits until none of its batches has an attempt of unknown
-//!   outcome (design.md "Never re-stamp");
+//!   outcome, wherever it is queued, and retries the batches up to the last such one under
+//!   their old stamps (design.md "Never re-stamp");
 //! - every expired stamped batch marks the partition unresolved, not only one that was retried
 //!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
@@ -40,7 +41,7 @@ use crate::protocol::wire::{self, WireError};
 
 use super::batch::{record_size_upper_bound, BatchStamp, ProducerBatch};
 use super::connection::{Connection, ConnectionState, InFlightHeader};
-use super::error_class::{classify_produce_error, ProduceErrorClass};
+use super::error_class::{classify_produce_error, may_have_appended, ProduceErrorClass};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
 use super::partition::{InflightSequence, PartitionSlot, TopicPartition};
@@ -350,11 +351,23 @@ impl<D: Delivery> Engine<D> {
         self.incomplete_batches.is_empty()
     }
 
-    /// Fails every incomplete batch (a forced close).
+    /// Fails every incomplete batch (a forced close). `error` promises the record is not in
+    /// the log, so it goes only to batches none of whose attempts may have landed; a queued
+    /// batch waiting to retry an attempt of unknown outcome, like one on the wire, fails as
+    /// `OutcomeUnknown`.
     pub fn abort_all(&mut self, error: ProduceError) {
         for slot_index in 0..self.partitions.len() {
             while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
-                self.finish_batch(slot_index, batch, Err(error.clone()));
+                let result = if batch.outcome_unknown {
+                    Err(self.unknown_outcome_error(
+                        slot_index,
+                        "ended while the retry of an attempt of unknown outcome waited",
+                    ))
+                } else {
+                    Err(error.clone())
+                };
+                self.forget_inflight(slot_index, &batch);
+                self.finish_batch(slot_index, batch, result);
             }
         }
         let nodes: Vec<NodeId> = self.connections.keys().copied().collect();
@@ -366,10 +379,20 @@ impl<D: Delivery> Engine<D> {
                     for (slot_index, batch) in batches {
                         self.partitions[slot_index].on_wire -= 1;
                         let err = self.unknown_outcome_error(slot_index, "producer closed");
+                        self.forget_inflight(slot_index, &batch);
                         self.finish_batch(slot_index, batch, Err(err));
                     }
                 }
             }
+        }
+    }
+
+    /// A stamped batch that ends without an answer leaves the partition's in-flight list.
+    fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
+        if let Some(stamp) = batch.stamp {
+            self.partitions[slot_index]
+                .entry
+                .remove_inflight(stamp.producer, stamp.base_sequence);
         }
     }
 
@@ -648,18 +671,14 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
-            // Only the lowest stamped batch can block: the broker appends one identity's
-            // batches of a partition in sequence order, so a batch queued behind one known
-            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
-            // either, nor land later, since that one never goes out under its old stamp
-            // again. Blocking on such a batch would wedge the partition: only the lowest
-            // outstanding batch may be sent, and it may not be sent under the old stamp while
-            // a rewrite is pending.
-            let blocked = slot.on_wire > 0
-                || slot
-                    .deque
-                    .front()
-                    .is_some_and(|b| b.stamp.is_some() && b.outcome_unknown);
+            // Any queued batch of unknown outcome blocks the rewrite, not only the lowest
+            // one: a broker with no state for the producer on the partition (a new producer
+            // id, expired state) takes any first sequence, so a later batch can be in the log
+            // while an earlier one is not. Renumbering the later one would append it twice,
+            // and renumbering the earlier one would append it after it. The partition first
+            // settles those batches under their old stamps (`head_is_drainable` lets the
+            // batches up to the last of them go out so).
+            let blocked = slot.on_wire > 0 || slot.has_queued_outcome_unknown();
             if blocked {
                 continue;
             }
@@ -687,8 +706,12 @@ impl<D: Delivery> Engine<D> {
                 if batch.stamp.is_none() {
                     break;
                 }
-                // Not in the log (above): the new stamp is this batch's only one that counts.
-                batch.outcome_unknown = false;
+                // No attempt of it may have landed (the rewrite waited for every batch of
+                // unknown outcome): the new stamp is this batch's only one that counts.
+                debug_assert!(
+                    !batch.outcome_unknown,
+                    "re-stamping a batch that may have landed"
+                );
                 batch.set_stamp(
                     BatchStamp {
                         producer: self.identity,
@@ -1297,8 +1320,11 @@ impl<D: Delivery> Engine<D> {
                 }
                 // A batch waiting for its sequence rewrite does not go out under the old
                 // stamp, unless an earlier attempt's outcome is unknown: that one is only ever
-                // retried under its original stamp.
-                !slot.rewrite_pending || head.outcome_unknown
+                // retried under its original stamp. Nor does a batch queued ahead of one of
+                // unknown outcome: the rewrite waits for that one, and that one waits its turn
+                // behind this head, so this head is retried under its old stamp too, where the
+                // broker can only append it before the later batch.
+                !slot.rewrite_pending || head.outcome_unknown || slot.has_queued_outcome_unknown()
             }
             None => {
                 let stale = slot.entry.producer_id_and_epoch != self.identity;
@@ -1605,10 +1631,7 @@ impl<D: Delivery> Engine<D> {
                 }
             }
             ProduceErrorClass::Retriable | ProduceErrorClass::RetriableRefreshMetadata => {
-                let may_have_appended = matches!(
-                    error,
-                    code::REQUEST_TIMED_OUT | code::NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                );
+                let may_have_appended = may_have_appended(error, self.config.acks);
                 self.retry_or_fail(now, slot_index, batch, error, may_have_appended, message)
             }
             ProduceErrorClass::Fatal => {
@@ -1645,6 +1668,19 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        if stamp.producer != self.identity
+            && !batch.outcome_unknown
+            && class == ProduceErrorClass::OutOfOrderSequence
+            && self.partitions[slot_index].has_queued_outcome_unknown()
+        {
+            // Retried under its old stamp ahead of a batch of unknown outcome while the
+            // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
+            // will not append it in order under that stamp (a batch sent after it is in the
+            // log, as on a fresh partition, or one before it never landed), and renumbered it
+            // could land after that later batch of unknown outcome. No attempt of it landed:
+            // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
+            return false;
+        }
         if stamp.producer != self.identity
             && batch.outcome_unknown
             && class == ProduceErrorClass::OutOfOrderSequence
@@ -1942,10 +1978,19 @@ impl<D: Delivery> Engine<D> {
                     .splice(position..=position, entries);
             }
         }
-        // The first child keeps the parent's id (a flush waiting for the parent waits for
-        // it); the others get ids below every flush token taken after the parent was created
-        // would be wrong, so they reuse the parent's id too, counted.
-        self.split_children.insert(batch.id, children.len());
+        // Every child keeps the parent's id, so a flush waiting for the parent waits for all
+        // of them (a fresh id would sort after flush tokens taken since the parent was
+        // created). The id stays incomplete while `split_children` counts a live batch under
+        // it: a first split counts its children; a child that splits again is replaced by its
+        // own children, so the count grows by their number less the one it stood for, and
+        // its siblings still waiting stay counted.
+        let children_count = children.len();
+        match self.split_children.get_mut(&batch.id) {
+            Some(left) => *left += children_count - 1,
+            None => {
+                self.split_children.insert(batch.id, children_count);
+            }
+        }
         for child in &mut children {
             child.id = batch.id;
         }

@@ -426,8 +426,9 @@ impl Producer {
 
     /// Aborts a transaction still open (a commit under way completes), flushes, then stops
     /// the shards, all within `timeout`. Records still incomplete then fail with
-    /// `ProduceError::Closed` (or an outcome-unknown error when an attempt was in flight).
-    /// Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
+    /// `ProduceError::Closed`, or `OutcomeUnknown` when an attempt of theirs may have landed
+    /// (on the wire, or answered ambiguously and waiting for its retry). Dropping the last
+    /// handle of a producer closes it with `delivery.timeout.ms`.
     pub fn close(&self, timeout: Duration) {
         self.inner.close(timeout);
     }

@@ -111,6 +111,21 @@ fn serve_frame(
     }
     let injected = match fault {
         Some(FaultAction::InjectError(code)) => Some(code),
+        Some(FaultAction::AppendThenAnswer(code)) => {
+            // Processed first; that answer is replaced by the error's.
+            let (reply, _) = answer_request(
+                shared,
+                broker,
+                closed,
+                request.clone(),
+                None,
+                wall_clock_ms(),
+            );
+            if matches!(reply, Reply::Close) {
+                return Step::Close;
+            }
+            Some(code)
+        }
         _ => None,
     };
 
@@ -144,6 +159,7 @@ fn serve_frame(
 }
 
 /// A request whose API, version and header were accepted, ready to be answered.
+#[derive(Clone)]
 pub(crate) struct ParsedRequest {
     pub api: ApiKey,
     pub version: i16,

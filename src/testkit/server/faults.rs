@@ -29,6 +29,11 @@ pub enum FaultAction {
     /// Answer with this error code without processing: every partition for Produce, Fetch and
     /// ListOffsets, every topic for Metadata, the top-level code elsewhere.
     InjectError(i16),
+    /// Process the request (append), then answer with this error code as `InjectError` does,
+    /// as Kafka's `DelayedProduce` ends an appended request: NOT_LEADER_OR_FOLLOWER when the
+    /// leader lost leadership while waiting for the replicas, KAFKA_STORAGE_ERROR when its log
+    /// directory went offline, REQUEST_TIMED_OUT or NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+    AppendThenAnswer(i16),
 }
 
 #[derive(Debug)]
@@ -97,6 +102,10 @@ impl FaultPlan {
 
     pub fn inject_error(&self, broker: i32, api: ApiKey, error_code: i16, n: usize) {
         self.add(broker, api, n, FaultAction::InjectError(error_code));
+    }
+
+    pub fn append_then_answer(&self, broker: i32, api: ApiKey, error_code: i16, n: usize) {
+        self.add(broker, api, n, FaultAction::AppendThenAnswer(error_code));
     }
 
     /// Requests the plan still waits to hit or to finish with.

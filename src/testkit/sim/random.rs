@@ -128,7 +128,7 @@ impl RandomPlan {
             4..=7 => 0.01 + rng.below(40) as f64 / 1_000.0,
             _ => 0.05 + rng.below(70) as f64 / 1_000.0,
         };
-        let mut weights = [0u32; 9];
+        let mut weights = [0u32; 10];
         for w in &mut weights {
             *w = rng.range(0, 10) as u32;
         }
@@ -153,6 +153,7 @@ impl RandomPlan {
                 Vec::new()
             },
             after_append,
+            leader_lost_after_append: vec![code::NOT_LEADER_OR_FOLLOWER, code::KAFKA_STORAGE_ERROR],
             max_delay: rng.range(0, 8) * SECOND,
             late_serve: rng.below(9) as f64 / 10.0,
             connect_fail: rng.below(20) as f64 / 100.0,

@@ -93,7 +93,7 @@ impl TxnPlan {
             1..=4 => 0.002 + rng.below(8) as f64 / 1_000.0,
             _ => 0.01 + rng.below(40) as f64 / 1_000.0,
         };
-        let mut weights = [0u32; 9];
+        let mut weights = [0u32; 10];
         for w in &mut weights {
             *w = rng.range(0, 10) as u32;
         }
@@ -114,6 +114,7 @@ impl TxnPlan {
                 code::REQUEST_TIMED_OUT,
                 code::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
             ],
+            leader_lost_after_append: vec![code::NOT_LEADER_OR_FOLLOWER, code::KAFKA_STORAGE_ERROR],
             max_delay: rng.range(0, 4) * SECOND,
             late_serve: rng.below(9) as f64 / 10.0,
             connect_fail: rng.below(15) as f64 / 100.0,

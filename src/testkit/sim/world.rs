@@ -401,13 +401,19 @@ pub struct Chaos {
     /// Probability that a request arriving at a broker gets a fault.
     pub request_fault: f64,
     /// Relative weights of the faults, in the order of [`Chaos::pick`].
-    pub weights: [u32; 9],
+    pub weights: [u32; 10],
     /// Retriable error codes to inject.
     pub retriable: Vec<i16>,
     /// Non-retriable error codes to inject (each fails its batches definitely).
     pub fatal_to_batch: Vec<i16>,
     /// Codes to answer after appending.
     pub after_append: Vec<i16>,
+    /// Codes a leader answers after appending when it lost leadership (or its log directory)
+    /// while waiting for the replicas: Kafka's `DelayedProduce` ends with NOT_LEADER_OR_FOLLOWER
+    /// (`Partition.checkEnoughReplicasReachOffset`) or KAFKA_STORAGE_ERROR
+    /// (`ReplicaManager.getPartitionOrError`). A class of its own, so a plan can weigh these
+    /// answers, which a producer also gets before any append, apart from the others.
+    pub leader_lost_after_append: Vec<i16>,
     /// Extra answer delay, uniform up to this.
     pub max_delay: Micros,
     /// Probability that a request still in transit when the client closed is served anyway.
@@ -451,6 +457,9 @@ impl Chaos {
                 Fault::AppendThenAnswer(*rng.pick(&self.after_append))
             }
             8 if !produce => Fault::Inject(code::COORDINATOR_NOT_AVAILABLE),
+            9 if produce && !self.leader_lost_after_append.is_empty() => {
+                Fault::AppendThenAnswer(*rng.pick(&self.leader_lost_after_append))
+            }
             _ => Fault::Delay(rng.range(0, self.max_delay)),
         }
     }
@@ -858,6 +867,15 @@ impl Sim {
         self.flush_tokens.push((shard, token));
         self.drive(shard);
         self.flush_tokens.len() - 1
+    }
+
+    /// A close whose time ran out, as the runtime ends one at its deadline: the shard refuses
+    /// new records and fails every batch still incomplete (`Engine::abort_all`).
+    pub fn close_now(&mut self, shard: usize) {
+        let engine = &mut self.shards[shard].engine;
+        engine.begin_close();
+        engine.abort_all(ProduceError::Closed);
+        self.drive(shard);
     }
 
     pub fn flush_done(&mut self, flush: usize) -> bool {
