@@ -1266,3 +1266,53 @@ fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite
     assert_broker_logs_contiguous(&cluster, topic);
     assert_closed_cleanly(&cluster, &producer);
 }
+
+// An idle producer (every record acknowledged, nothing queued) loses broker 2, and the
+// controller moves broker 2's partitions to broker 3. The next record, for a partition broker
+// 2 led, must learn the new leader from a metadata refresh (Java's NetworkClient asks for one
+// on every disconnect and failed connect) and be acknowledged: it must not keep reconnecting
+// to the dead broker until metadata.max.age.ms (300 s) and time out at delivery.timeout.ms.
+#[test]
+fn a_record_sent_after_its_idle_leader_died_reaches_the_new_leader() {
+    let topic = "idle-leader-dies";
+    let cluster = start_cluster(topic);
+    let producer = producer(
+        &cluster,
+        &[
+            ("delivery.timeout.ms", "30000"),
+            ("request.timeout.ms", "10000"),
+            ("metadata.max.age.ms", "300000"),
+        ],
+    );
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    assert_steady(&cluster, &producer);
+
+    cluster.broker_down(2);
+    for partition in (0..PARTITIONS).filter(|&p| leader_of(p) == 2) {
+        cluster.set_leader(topic, partition, 3);
+    }
+    let partition = 1;
+    assert_eq!(leader_of(partition), 2);
+    let id = ledger.send(&producer, partition);
+    // Longer than the delivery timeout: the record resolves one way or the other.
+    ledger.wait_for(
+        "the record after the failure",
+        Duration::from_secs(60),
+        |i, _| i == id,
+    );
+    assert!(
+        matches!(ledger.outcome(id), Some(Ok(meta)) if meta.partition == partition),
+        "record {id}: {:?}",
+        ledger.outcome(id)
+    );
+
+    cluster.broker_up(2);
+    ledger.send_rounds(&producer, 2);
+    ledger.wait_all(Duration::from_secs(30));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_closed_cleanly(&cluster, &producer);
+}

@@ -861,6 +861,35 @@ fn a_lost_answer_to_an_appended_batch_is_retried_under_its_stamp_deduplicated_an
     assert_eq!(bumps(&sim), 0);
 }
 
+// An idle producer (nothing queued, nothing in flight) loses its connection to p0's leader,
+// broker 1, which is down; a second later the controller moves p0 to broker 2. The next
+// record's connect to broker 1 is refused. Java's NetworkClient asks for a metadata update on
+// every disconnect and failed connect, so the record learns the new leader and is acked long
+// before its delivery timeout, instead of waiting for `metadata.max.age.ms` (300 s) while the
+// connects keep failing.
+#[test]
+fn a_record_sent_after_its_idle_leader_died_is_refreshed_to_the_new_leader_before_it_times_out() {
+    let mut sim = started(setup_with(&[1], |c| {
+        c.delivery_timeout = 30 * SECOND;
+        c.metadata_max_age = 300 * SECOND;
+    }));
+    let first = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert!(sim.all_idle(), "the producer is idle before the failure");
+    sim.broker_down(1);
+    sim.run_for(SECOND);
+    sim.set_leader(&tp(0), 2);
+    sim.run_for(SECOND);
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, 60 * SECOND);
+    assert_eq!(acked_offsets(&sim, &[first, next].concat()), offsets(0..20));
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((2, 0, 10, Some(code::NONE))),
+        "the record went to the new leader"
+    );
+}
+
 #[test]
 fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_flight_and_the_broker_sees_the_new_epoch_from_0(
 ) {
