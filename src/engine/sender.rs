@@ -410,6 +410,12 @@ impl<D: Delivery> Engine<D> {
             return;
         }
         self.stats.disconnects += 1;
+        // A lost connection, or one that never came up, may mean the broker died and its
+        // partitions have new leaders: ask for fresh metadata (Java's NetworkClient does on
+        // every disconnect and failed connect), under the usual metadata backoff. Without it
+        // a partition with nothing in flight keeps its dead leader until
+        // `metadata.max.age.ms`, and its next records time out reconnecting to it.
+        self.metadata_refresh_needed = true;
         conn.failures = conn.failures.saturating_add(1);
         let backoff = exponential_backoff(
             self.config.reconnect_backoff,
