@@ -1246,3 +1246,39 @@ fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fail
     );
     assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Configuration edges
+// ---------------------------------------------------------------------------------------------
+
+/// The `timeout_ms` of every produce request written for `tp` after the producer started
+/// with `request_timeout`.
+fn produce_timeouts_with(request_timeout: u64) -> Vec<i32> {
+    let mut sim = started(setup_with(&[1], |c| {
+        c.request_timeout = request_timeout;
+        c.delivery_timeout = c.delivery_timeout.max(request_timeout);
+    }));
+    let ids = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(acked_offsets(&sim, &ids), offsets(0..10));
+    sim.produce_trace().iter().map(|t| t.timeout_ms).collect()
+}
+
+// A produce request's `timeout_ms` is an i32 of milliseconds: a request timeout of an hour is
+// 3,600,000 there, not the microseconds truncated to 32 bits (a negative timeout, which a
+// broker's purgatory expires at once).
+#[test]
+fn a_request_timeout_of_an_hour_is_sent_as_3_600_000_ms() {
+    assert_eq!(produce_timeouts_with(3_600 * SECOND), vec![3_600_000]);
+}
+
+// The largest `request.timeout.ms` (i32::MAX ms, about 24.8 days) is sent as it is, and an
+// engine timeout beyond what the field holds is clamped to it.
+#[test]
+fn a_request_timeout_beyond_i32_milliseconds_is_clamped_to_i32_max() {
+    assert_eq!(
+        produce_timeouts_with(i32::MAX as u64 * 1_000),
+        vec![i32::MAX]
+    );
+    assert_eq!(produce_timeouts_with(u64::MAX / 4), vec![i32::MAX]);
+}
