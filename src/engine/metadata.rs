@@ -19,6 +19,8 @@ pub struct PartitionLeader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
     pub error_code: i16,
+    /// The topic id the answer carried (0 when the broker sent none, before Metadata v10).
+    pub topic_id: u128,
     pub partitions: Vec<PartitionLeader>,
 }
 
@@ -84,8 +86,25 @@ impl ClusterMetadata {
                     leader_epoch: p.leader_epoch,
                 };
             }
+            let topic_id = topic.topic_id.as_u128();
+            // Java's Metadata.updateLatestMetadata: an answer from a broker that has not yet
+            // seen the latest election (an older leader epoch than the one cached) must not
+            // move a partition back to its old leader; the cached leader stays. An answer
+            // without an epoch is taken as it comes, and so is a re-created topic (its topic
+            // id changed), whose epochs start again.
+            if let Some(old) = self.topics.get(&name) {
+                let same_topic = topic_id == 0 || old.topic_id == topic_id;
+                if same_topic {
+                    for (slot, cached) in partitions.iter_mut().zip(&old.partitions) {
+                        if slot.leader_epoch >= 0 && cached.leader_epoch > slot.leader_epoch {
+                            *slot = *cached;
+                        }
+                    }
+                }
+            }
             let meta = TopicMetadata {
                 error_code: topic.error_code,
+                topic_id,
                 partitions,
             };
             // A failed lookup keeps the last good partition list: an error answer about a
