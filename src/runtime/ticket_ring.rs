@@ -183,15 +183,23 @@ impl TicketRing {
     }
 }
 
-/// A consumer's hold on the ring (a shard holds its own for as long as it runs).
+/// A consumer's hold on the ring (a shard holds its own for as long as it runs). Dropping
+/// it detaches the consumer, so a shard that ends in any way, a panic unwinding its task
+/// included, never holds publishers back.
 pub struct Attachment<'a> {
     ring: &'a TicketRing,
     consumer: usize,
 }
 
 impl Attachment<'_> {
-    /// The consumer reads no more.
+    /// The consumer reads no more (now, rather than whenever the attachment is dropped).
     pub fn detach(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Attachment<'_> {
+    fn drop(&mut self) {
         self.ring.detach(self.consumer);
     }
 }
