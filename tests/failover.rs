@@ -809,8 +809,34 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
         .0;
 
     // Shard 1's batch for pb: stamped under epoch 0, refused by broker 2 as no longer the
-    // leader, and held back: the new leader, broker 3, is down.
+    // leader, and held back: the new leader, broker 3, is down. Losing its connection to
+    // broker 3 makes shard 1 refresh its metadata; that answer (pb still on broker 2) comes
+    // back before the leadership moves, so the batch goes to broker 2. (Answers read from
+    // brokers 1 and 2 only: the connections to broker 3, its bootstrap one included, go.)
+    let read_by_1 = |s: &RuntimeStats| -> u64 {
+        s.shards[1]
+            .connections
+            .iter()
+            .filter(|c| c.node == 1 || c.node == 2)
+            .map(|c| c.responses_read)
+            .sum()
+    };
+    let stats = producer.runtime_stats();
+    // Node -3 is broker 3 reached through its bootstrap address.
+    let shard_1_lost_3 = stats.shards[1]
+        .connections
+        .iter()
+        .any(|c| c.node == 3 || c.node == -3);
+    let read_before = read_by_1(&stats);
     cluster.broker_down(3);
+    if shard_1_lost_3 {
+        wait_for_stats(
+            &producer,
+            "shard 1's metadata refresh after losing broker 3",
+            Duration::from_secs(10),
+            |s| read_by_1(s) > read_before,
+        );
+    }
     cluster
         .faults()
         .inject_error(2, ApiKey::Produce, NOT_LEADER_OR_FOLLOWER, 1);
