@@ -810,8 +810,34 @@ fn a_late_bump_request_for_an_epoch_already_bumped_is_not_a_second_bump() {
 
     // Shard 1's batch for pb: stamped under epoch 0, refused by broker 2 before the append
     // (LEADER_NOT_AVAILABLE: NOT_LEADER_OR_FOLLOWER may come after an append, and would leave
-    // the batch of unknown outcome), and held back: the new leader, broker 3, is down.
+    // the batch of unknown outcome), and held back: the new leader, broker 3, is down. Losing its connection to
+    // broker 3 makes shard 1 refresh its metadata; that answer (pb still on broker 2) comes
+    // back before the leadership moves, so the batch goes to broker 2. (Answers read from
+    // brokers 1 and 2 only: the connections to broker 3, its bootstrap one included, go.)
+    let read_by_1 = |s: &RuntimeStats| -> u64 {
+        s.shards[1]
+            .connections
+            .iter()
+            .filter(|c| c.node == 1 || c.node == 2)
+            .map(|c| c.responses_read)
+            .sum()
+    };
+    let stats = producer.runtime_stats();
+    // Node -3 is broker 3 reached through its bootstrap address.
+    let shard_1_lost_3 = stats.shards[1]
+        .connections
+        .iter()
+        .any(|c| c.node == 3 || c.node == -3);
+    let read_before = read_by_1(&stats);
     cluster.broker_down(3);
+    if shard_1_lost_3 {
+        wait_for_stats(
+            &producer,
+            "shard 1's metadata refresh after losing broker 3",
+            Duration::from_secs(10),
+            |s| read_by_1(s) > read_before,
+        );
+    }
     cluster
         .faults()
         .inject_error(2, ApiKey::Produce, LEADER_NOT_AVAILABLE, 1);
@@ -1264,6 +1290,56 @@ fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite
         log_epochs(&cluster, topic),
         BTreeSet::from([(pid, 0), (pid, 1)])
     );
+    assert_broker_logs_contiguous(&cluster, topic);
+    assert_closed_cleanly(&cluster, &producer);
+}
+
+// An idle producer (every record acknowledged, nothing queued) loses broker 2, and the
+// controller moves broker 2's partitions to broker 3. The next record, for a partition broker
+// 2 led, must learn the new leader from a metadata refresh (Java's NetworkClient asks for one
+// on every disconnect and failed connect) and be acknowledged: it must not keep reconnecting
+// to the dead broker until metadata.max.age.ms (300 s) and time out at delivery.timeout.ms.
+#[test]
+fn a_record_sent_after_its_idle_leader_died_reaches_the_new_leader() {
+    let topic = "idle-leader-dies";
+    let cluster = start_cluster(topic);
+    let producer = producer(
+        &cluster,
+        &[
+            ("delivery.timeout.ms", "30000"),
+            ("request.timeout.ms", "10000"),
+            ("metadata.max.age.ms", "300000"),
+        ],
+    );
+    let mut ledger = Ledger::new(topic);
+    warm_up(&mut ledger, &producer);
+    assert_steady(&cluster, &producer);
+
+    cluster.broker_down(2);
+    for partition in (0..PARTITIONS).filter(|&p| leader_of(p) == 2) {
+        cluster.set_leader(topic, partition, 3);
+    }
+    let partition = 1;
+    assert_eq!(leader_of(partition), 2);
+    let id = ledger.send(&producer, partition);
+    // Longer than the delivery timeout: the record resolves one way or the other.
+    ledger.wait_for(
+        "the record after the failure",
+        Duration::from_secs(60),
+        |i, _| i == id,
+    );
+    assert!(
+        matches!(ledger.outcome(id), Some(Ok(meta)) if meta.partition == partition),
+        "record {id}: {:?}",
+        ledger.outcome(id)
+    );
+
+    cluster.broker_up(2);
+    ledger.send_rounds(&producer, 2);
+    ledger.wait_all(Duration::from_secs(30));
+    let verdict = verify(&cluster, &ledger);
+    println!("{verdict:?}");
+    assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");
     assert_broker_logs_contiguous(&cluster, topic);
     assert_closed_cleanly(&cluster, &producer);
 }

@@ -973,6 +973,35 @@ fn a_lost_answer_to_an_appended_batch_is_retried_under_its_stamp_deduplicated_an
     assert_eq!(bumps(&sim), 0);
 }
 
+// An idle producer (nothing queued, nothing in flight) loses its connection to p0's leader,
+// broker 1, which is down; a second later the controller moves p0 to broker 2. The next
+// record's connect to broker 1 is refused. Java's NetworkClient asks for a metadata update on
+// every disconnect and failed connect, so the record learns the new leader and is acked long
+// before its delivery timeout, instead of waiting for `metadata.max.age.ms` (300 s) while the
+// connects keep failing.
+#[test]
+fn a_record_sent_after_its_idle_leader_died_is_refreshed_to_the_new_leader_before_it_times_out() {
+    let mut sim = started(setup_with(&[1], |c| {
+        c.delivery_timeout = 30 * SECOND;
+        c.metadata_max_age = 300 * SECOND;
+    }));
+    let first = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert!(sim.all_idle(), "the producer is idle before the failure");
+    sim.broker_down(1);
+    sim.run_for(SECOND);
+    sim.set_leader(&tp(0), 2);
+    sim.run_for(SECOND);
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, 60 * SECOND);
+    assert_eq!(acked_offsets(&sim, &[first, next].concat()), offsets(0..20));
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((2, 0, 10, Some(code::NONE))),
+        "the record went to the new leader"
+    );
+}
+
 #[test]
 fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_flight_and_the_broker_sees_the_new_epoch_from_0(
 ) {
@@ -1420,4 +1449,40 @@ fn a_close_that_runs_out_of_time_reports_a_queued_batch_of_unknown_outcome_as_ou
         );
     }
     assert!(sim.engine(0).is_idle());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration edges
+// ---------------------------------------------------------------------------------------------
+
+/// The `timeout_ms` of every produce request written for `tp` after the producer started
+/// with `request_timeout`.
+fn produce_timeouts_with(request_timeout: u64) -> Vec<i32> {
+    let mut sim = started(setup_with(&[1], |c| {
+        c.request_timeout = request_timeout;
+        c.delivery_timeout = c.delivery_timeout.max(request_timeout);
+    }));
+    let ids = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(acked_offsets(&sim, &ids), offsets(0..10));
+    sim.produce_trace().iter().map(|t| t.timeout_ms).collect()
+}
+
+// A produce request's `timeout_ms` is an i32 of milliseconds: a request timeout of an hour is
+// 3,600,000 there, not the microseconds truncated to 32 bits (a negative timeout, which a
+// broker's purgatory expires at once).
+#[test]
+fn a_request_timeout_of_an_hour_is_sent_as_3_600_000_ms() {
+    assert_eq!(produce_timeouts_with(3_600 * SECOND), vec![3_600_000]);
+}
+
+// The largest `request.timeout.ms` (i32::MAX ms, about 24.8 days) is sent as it is, and an
+// engine timeout beyond what the field holds is clamped to it.
+#[test]
+fn a_request_timeout_beyond_i32_milliseconds_is_clamped_to_i32_max() {
+    assert_eq!(
+        produce_timeouts_with(i32::MAX as u64 * 1_000),
+        vec![i32::MAX]
+    );
+    assert_eq!(produce_timeouts_with(u64::MAX / 4), vec![i32::MAX]);
 }

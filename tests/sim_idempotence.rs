@@ -54,6 +54,7 @@ struct Totals {
     disconnects: u64,
     leader_moves: u64,
     broker_failures: u64,
+    idle_broker_failures: u64,
     state_losses: u64,
     events: u64,
 }
@@ -71,6 +72,7 @@ impl Totals {
         self.disconnects += r.disconnects;
         self.leader_moves += r.leader_moves;
         self.broker_failures += r.broker_failures;
+        self.idle_broker_failures += r.idle_broker_failures;
         self.state_losses += r.state_losses;
         self.events += r.events;
     }
@@ -123,7 +125,8 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
     println!(
         "{} seeds ({}..{}) in {elapsed:.1?}: {} records ({} per run), {} acked, {} failed definitely, \
          {} outcome unknown ({} of them in the log), {} epoch bumps, {} retries, {} disconnects, \
-         {} leader moves, {} broker failures, {} producer-state losses, {} events",
+         {} leader moves, {} broker failures ({} more while idle), {} producer-state losses, \
+         {} events",
         count,
         first,
         first + count,
@@ -138,6 +141,7 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
         totals.disconnects,
         totals.leader_moves,
         totals.broker_failures,
+        totals.idle_broker_failures,
         totals.state_losses,
         totals.events
     );

@@ -19,6 +19,8 @@ pub struct PartitionLeader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
     pub error_code: i16,
+    /// The topic id the answer carried (0 when the broker sent none, before Metadata v10).
+    pub topic_id: u128,
     pub partitions: Vec<PartitionLeader>,
 }
 
@@ -84,8 +86,25 @@ impl ClusterMetadata {
                     leader_epoch: p.leader_epoch,
                 };
             }
+            let topic_id = topic.topic_id.as_u128();
+            // Java's Metadata.updateLatestMetadata: an answer from a broker that has not yet
+            // seen the latest election (an older leader epoch than the one cached) must not
+            // move a partition back to its old leader; the cached leader stays. An answer
+            // without an epoch is taken as it comes, and so is a re-created topic (its topic
+            // id changed), whose epochs start again.
+            if let Some(old) = self.topics.get(&name) {
+                let same_topic = topic_id == 0 || old.topic_id == topic_id;
+                if same_topic {
+                    for (slot, cached) in partitions.iter_mut().zip(&old.partitions) {
+                        if slot.leader_epoch >= 0 && cached.leader_epoch > slot.leader_epoch {
+                            *slot = *cached;
+                        }
+                    }
+                }
+            }
             let meta = TopicMetadata {
                 error_code: topic.error_code,
+                topic_id,
                 partitions,
             };
             // A failed lookup keeps the last good partition list: an error answer about a
@@ -115,5 +134,80 @@ impl ClusterMetadata {
             .get(topic)
             .filter(|t| !t.partitions.is_empty())
             .map(|t| t.partitions.len() as i32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::metadata_response::{
+        MetadataResponsePartition, MetadataResponseTopic,
+    };
+    use kafka_protocol::messages::{BrokerId, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+
+    /// An answer naming `leader` at `leader_epoch` for `t`-0 (-1: the broker sent no epoch).
+    fn answer(leader: i32, leader_epoch: i32) -> MetadataResponse {
+        answer_for_topic_id(1, leader, leader_epoch)
+    }
+
+    fn answer_for_topic_id(topic_id: u128, leader: i32, leader_epoch: i32) -> MetadataResponse {
+        MetadataResponse::default().with_topics(vec![MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+            .with_topic_id(
+                topic_id
+                    .to_be_bytes()
+                    .to_vec()
+                    .try_into()
+                    .expect("16 bytes"),
+            )
+            .with_partitions(vec![MetadataResponsePartition::default()
+                .with_partition_index(0)
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(leader_epoch)])])
+    }
+
+    fn led_by(leader: i32, leader_epoch: i32) -> Option<PartitionLeader> {
+        Some(PartitionLeader {
+            leader: Some(leader),
+            leader_epoch,
+        })
+    }
+
+    // Java's Metadata.updateLatestMetadata: an answer from a broker that has not yet seen the
+    // latest election (an older leader epoch) keeps the cached, newer leader.
+    #[test]
+    fn an_answer_with_an_older_leader_epoch_keeps_the_newer_leader() {
+        let mut metadata = ClusterMetadata::new(&[]);
+        metadata.update(&answer(2, 5));
+        let changed = metadata.update(&answer(1, 4));
+        assert_eq!(metadata.leader("t", 0), led_by(2, 5));
+        assert!(changed.is_empty(), "nothing changed: {changed:?}");
+    }
+
+    // The same epoch, a newer one, or none at all (an old broker, or a topic whose epochs
+    // are not known) is taken as it comes.
+    #[test]
+    fn an_answer_with_the_same_a_newer_or_no_leader_epoch_replaces_the_leader() {
+        let mut metadata = ClusterMetadata::new(&[]);
+        metadata.update(&answer(2, 5));
+        metadata.update(&answer(3, 5));
+        assert_eq!(metadata.leader("t", 0), led_by(3, 5));
+        metadata.update(&answer(1, 6));
+        assert_eq!(metadata.leader("t", 0), led_by(1, 6));
+        metadata.update(&answer(2, -1));
+        assert_eq!(metadata.leader("t", 0), led_by(2, -1));
+        metadata.update(&answer(3, 0));
+        assert_eq!(metadata.leader("t", 0), led_by(3, 0));
+    }
+
+    // Java resets the last seen epoch when the topic id changes: a deleted and re-created
+    // topic starts its epochs again.
+    #[test]
+    fn a_recreated_topic_takes_its_new_leaders_whatever_their_epochs() {
+        let mut metadata = ClusterMetadata::new(&[]);
+        metadata.update(&answer_for_topic_id(1, 2, 5));
+        metadata.update(&answer_for_topic_id(2, 1, 0));
+        assert_eq!(metadata.leader("t", 0), led_by(1, 0));
     }
 }

@@ -433,6 +433,12 @@ impl<D: Delivery> Engine<D> {
             return;
         }
         self.stats.disconnects += 1;
+        // A lost connection, or one that never came up, may mean the broker died and its
+        // partitions have new leaders: ask for fresh metadata (Java's NetworkClient does on
+        // every disconnect and failed connect), under the usual metadata backoff. Without it
+        // a partition with nothing in flight keeps its dead leader until
+        // `metadata.max.age.ms`, and its next records time out reconnecting to it.
+        self.metadata_refresh_needed = true;
         conn.failures = conn.failures.saturating_add(1);
         let backoff = exponential_backoff(
             self.config.reconnect_backoff,
@@ -1479,7 +1485,7 @@ impl<D: Delivery> Engine<D> {
                 kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))
             }))
             .with_acks(self.config.acks)
-            .with_timeout_ms(self.config.request_timeout.min(i32::MAX as u64 * 1000) as i32 / 1000)
+            .with_timeout_ms(produce_timeout_ms(self.config.request_timeout))
             .with_topic_data(topic_data);
         self.stats.produce_requests += 1;
         self.stats.batches_sent += batches.len() as u64;
@@ -2145,6 +2151,12 @@ fn mark_sequence_unresolved<D>(slot: &mut PartitionSlot<D>, last_sequence: i32) 
         Some(old) if super::partition::sequence_is_after(old, next) => old,
         _ => next,
     });
+}
+
+/// A produce request's `timeout_ms` (an i32 of milliseconds) for a request timeout in
+/// microseconds: converted first, then clamped, so a long timeout never wraps negative.
+fn produce_timeout_ms(request_timeout: Micros) -> i32 {
+    (request_timeout / 1_000).min(i32::MAX as u64) as i32
 }
 
 /// Java's `ExponentialBackoff` without jitter (the engine is deterministic; the driver may add

@@ -256,6 +256,7 @@ pub(crate) async fn run_shard(
     let start = Instant::now();
     let now = move || start.elapsed().as_micros() as u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
+    let attachment = ctx.tickets.attach(shard);
     let mut replica = IdentityReplica::new(shard);
     adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
     let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
@@ -467,7 +468,7 @@ pub(crate) async fn run_shard(
                     &mut report,
                 );
                 // Publishers must not wait for a reader that is gone.
-                ctx.tickets.detach(shard);
+                attachment.detach();
                 txn.close();
                 // Nothing is queued behind `Close` (see `Producer::close`); whatever is, is
                 // answered rather than left in a queue nobody reads.

@@ -169,8 +169,38 @@ impl TicketRing {
         self.cursors[consumer].store(u64::MAX, Ordering::Release);
     }
 
+    /// The hold `consumer` keeps on the ring while it reads: publishers wait for it until it
+    /// is detached.
+    pub fn attach(&self, consumer: usize) -> Attachment<'_> {
+        Attachment {
+            ring: self,
+            consumer,
+        }
+    }
+
     pub fn consumers(&self) -> usize {
         self.cursors.len()
+    }
+}
+
+/// A consumer's hold on the ring (a shard holds its own for as long as it runs). Dropping
+/// it detaches the consumer, so a shard that ends in any way, a panic unwinding its task
+/// included, never holds publishers back.
+pub struct Attachment<'a> {
+    ring: &'a TicketRing,
+    consumer: usize,
+}
+
+impl Attachment<'_> {
+    /// The consumer reads no more (now, rather than whenever the attachment is dropped).
+    pub fn detach(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Attachment<'_> {
+    fn drop(&mut self) {
+        self.ring.detach(self.consumer);
     }
 }
 
@@ -356,6 +386,32 @@ mod tests {
         }
         for c in consumers {
             assert_eq!(c.join().unwrap(), ProducerIdAndEpoch::new(42, 1));
+        }
+    }
+
+    // A shard's thread that panics never reaches its close path; the ring must not keep
+    // waiting for it, or the other shards' tickets (bumps, identities) stop being published
+    // once the ring has gone round.
+    #[test]
+    fn a_consumer_whose_thread_panics_detaches_and_publishers_are_not_held_back() {
+        let ring = Arc::new(TicketRing::new(2, 2));
+        let reader = ring.clone();
+        let outcome = std::thread::spawn(move || {
+            let _attachment = reader.attach(1);
+            panic!("consumer 1 fails");
+        })
+        .join();
+        assert!(outcome.is_err(), "the consumer's thread panicked");
+        for epoch in 0..8 {
+            assert_eq!(
+                ring.publish(Ticket::Bump {
+                    producer_id: 1,
+                    epoch
+                }),
+                Ok(epoch as u64),
+                "a consumer that is gone holds publishing back"
+            );
+            assert!(ring.next(0).is_some());
         }
     }
 }

@@ -7,7 +7,11 @@
 //!    back, errors are injected and (with a Legacy broker) producer state is lost.
 //! 2. **Heal**: no new faults, every broker up, held answers released; the run continues until
 //!    every send has resolved and every engine is idle.
-//! 3. **Liveness**: a few more records to every partition must all succeed, so no partition
+//! 3. **Idle failure** (some plans): with nothing queued and nothing in flight, a broker dies
+//!    and the controller moves its leaders to the survivors, at once or a little later. The
+//!    producer sends nothing meanwhile, so only a lost connection (or a refused connect) can
+//!    tell it the leaders moved.
+//! 4. **Liveness**: a few more records to every partition must all succeed, so no partition
 //!    was left wedged by what happened before.
 
 use crate::engine::{Micros, TopicPartition};
@@ -47,14 +51,27 @@ pub struct RandomPlan {
     pub controller_moves_leaders: f64,
     /// Mean time between losses of producer state (Legacy brokers only).
     pub state_loss_every: Option<Micros>,
+    /// A broker that dies while the producer is idle, after the heal.
+    pub idle_broker_failure: Option<IdleBrokerFailure>,
     pub setup: SimSetup,
     pub chaos: Chaos,
+}
+
+/// A broker failure while the producer is idle: `broker` goes down (for the rest of the
+/// run), the controller moves its leaders to the survivors `leaders_move_after` later, and
+/// the producer stays idle for `idle_for` before the liveness records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdleBrokerFailure {
+    pub broker: i32,
+    pub leaders_move_after: Micros,
+    pub idle_for: Micros,
 }
 
 impl RandomPlan {
     pub fn from_seed(seed: u64, records: usize) -> Self {
         let mut rng = Rng::new(seed);
         let brokers = vec![1, 2, 3];
+        let broker_ids = brokers.clone();
         let partitions = rng.range(4, 8) as usize;
         let topics = if rng.chance(0.3) { 2 } else { 1 };
         let offset = rng.below(3) as usize;
@@ -175,6 +192,13 @@ impl RandomPlan {
             broker_down_for: (50 * MS, rng.range(1, 8) * SECOND),
             controller_moves_leaders: rng.below(11) as f64 / 10.0,
             state_loss_every: legacy.then(|| rng.range(200, 3_000) * MS),
+            // Drawn last, so every earlier draw (and the chaos of the seeds that ran before
+            // this phase existed) is unchanged.
+            idle_broker_failure: rng.chance(0.3).then(|| IdleBrokerFailure {
+                broker: *rng.pick(&broker_ids),
+                leaders_move_after: rng.range(0, 2 * SECOND),
+                idle_for: rng.range(0, 3 * SECOND),
+            }),
             setup,
             chaos,
         }
@@ -196,6 +220,8 @@ pub struct RunReport {
     pub disconnects: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
+    /// Broker failures while the producer was idle (phase 3).
+    pub idle_broker_failures: u64,
     pub state_losses: u64,
 }
 
@@ -387,7 +413,28 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
     let settled_at = sim.now();
     sim.check_end();
 
-    // Phase 3: liveness.
+    // Phase 3: a broker dies while the producer is idle.
+    let mut idle_broker_failures = 0u64;
+    if let Some(failure) = plan.idle_broker_failure {
+        assert!(sim.all_idle(), "the producer is idle after the heal");
+        let broker = failure.broker;
+        sim.broker_down(broker);
+        idle_broker_failures += 1;
+        let survivors: Vec<i32> = brokers.iter().copied().filter(|&b| b != broker).collect();
+        let moves: Vec<(TopicPartition, i32)> = partitions
+            .iter()
+            .filter(|tp| sim.leader(tp) == broker)
+            .map(|tp| (tp.clone(), *rng.pick(&survivors)))
+            .collect();
+        sim.at(sim.now() + failure.leaders_move_after, move |sim| {
+            for (tp, to) in moves {
+                sim.set_leader(&tp, to);
+            }
+        });
+        sim.run_for(failure.idle_for);
+    }
+
+    // Phase 4: liveness.
     let mut probes = Vec::new();
     for tp in &partitions {
         probes.extend(sim.send_many(tp, LIVENESS_RECORDS, 16));
@@ -419,6 +466,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         disconnects: 0,
         leader_moves,
         broker_failures,
+        idle_broker_failures,
         state_losses,
     };
     for shard in 0..sim.shard_count() {

@@ -198,6 +198,8 @@ pub struct ProduceTrace {
     pub broker: i32,
     pub connection: u64,
     pub version: i16,
+    /// The request's `timeout_ms`: how long the broker may wait for replication.
+    pub timeout_ms: i32,
     pub written_at: Micros,
     pub served_at: Option<Micros>,
     pub fault: Option<Fault>,
@@ -1651,6 +1653,7 @@ impl Sim {
             broker,
             connection: conn,
             version,
+            timeout_ms: request.timeout_ms,
             written_at: self.now,
             served_at: None,
             fault: None,
