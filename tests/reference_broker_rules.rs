@@ -1527,3 +1527,56 @@ fn a_broker_restart_reloads_the_partitions_it_leads_and_drops_expired_producers(
     let resumed = c.produce(2, TOPIC, 1, &batch(pid, 0, 7, 1), -1, None, later);
     assert_eq!(resumed.error_code, NONE);
 }
+
+/// Rewrites an encoded batch's record count and last offset delta and
+/// fixes its CRC, so only the count disagrees.
+fn with_count(mut bytes: Vec<u8>, count: i32, last_offset_delta: i32) -> Vec<u8> {
+    bytes[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+    bytes[57..61].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[21..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+// LV `validateBatch`: `lastOffsetDelta + 1` must equal the record count (a batch's last
+// sequence is its base sequence plus `lastOffsetDelta`, so this is also what keeps the
+// sequence span honest); a count of 0 or less is invalid too. Scenario row 12's neighbours.
+#[test]
+fn record_count_that_disagrees_with_the_last_offset_delta_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for (count, delta) in [(3, 1), (2, 2), (0, -1)] {
+        let bytes = with_count(batch(pid, 0, 0, 2), count, delta);
+        let result = send(&mut c, &bytes);
+        assert_eq!(
+            (result.error_code, result.log_start_offset),
+            (INVALID_RECORD, 0),
+            "count {count}, last offset delta {delta}"
+        );
+    }
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    assert!(c.producer_state(TOPIC, 0, pid).is_none());
+}
+
+// DRB `RecordIterator`, run by LV over every record of an uncompressed batch: a header that
+// promises more records than the batch holds is "premature EOF", fewer leaves "records still
+// remaining"; both are InvalidRecordException, INVALID_RECORD. Here the count and the last
+// offset delta agree with each other (and so with the sequence span), only not with the
+// records, and the CRC is valid.
+#[test]
+fn record_count_that_disagrees_with_the_records_in_the_batch_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for count in [1, 3] {
+        let bytes = with_count(batch(pid, 0, 0, 2), count, count - 1);
+        let result = send(&mut c, &bytes);
+        assert_eq!(
+            (result.error_code, result.log_start_offset),
+            (INVALID_RECORD, 0),
+            "count {count} for 2 records"
+        );
+    }
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    assert!(c.producer_state(TOPIC, 0, pid).is_none());
+    assert_eq!(produce(&mut c, pid, 0, 0, 2).error_code, NONE);
+}
