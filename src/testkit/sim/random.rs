@@ -17,7 +17,9 @@ use crate::testkit::broker::{BrokerRules, KafkaBehaviour};
 
 use super::checker::{CheckerStats, Verdict};
 use super::rng::Rng;
-use super::world::{default_engine_config, Chaos, Sim, SimSetup, MS, SECOND};
+use super::world::{
+    default_engine_config, Chaos, FaultCounts, QuietFaults, Sim, SimSetup, MS, SECOND,
+};
 
 /// Records sent in the chaos phase of a default run.
 pub const DEFAULT_RECORDS: usize = 3_000;
@@ -49,6 +51,8 @@ pub struct RandomPlan {
     pub state_loss_every: Option<Micros>,
     pub setup: SimSetup,
     pub chaos: Chaos,
+    /// Snapshot reloads, expiry in flight, late appends, sequence wrap.
+    pub quiet: QuietFaults,
 }
 
 impl RandomPlan {
@@ -174,6 +178,7 @@ impl RandomPlan {
             broker_down_for: (50 * MS, rng.range(1, 8) * SECOND),
             controller_moves_leaders: rng.below(11) as f64 / 10.0,
             state_loss_every: legacy.then(|| rng.range(200, 3_000) * MS),
+            quiet: QuietFaults::draw(seed, !legacy, setup.engine.request_timeout),
             setup,
             chaos,
         }
@@ -196,6 +201,7 @@ pub struct RunReport {
     pub leader_moves: u64,
     pub broker_failures: u64,
     pub state_losses: u64,
+    pub faults: FaultCounts,
 }
 
 /// Runs one seed with [`DEFAULT_RECORDS`] records. Panics, with the reason, on the first
@@ -232,6 +238,7 @@ pub fn run_plan(plan: &RandomPlan) -> RunReport {
 
 fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
     sim.set_chaos(Some(plan.chaos.clone()));
+    sim.set_quiet_faults(plan.quiet.clone());
     let mut rng = Rng::new(plan.seed.rotate_left(17) ^ 0xd1ce);
     let partitions: Vec<TopicPartition> = sim.partitions().to_vec();
     let brokers = plan.setup.brokers.clone();
@@ -419,6 +426,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         leader_moves,
         broker_failures,
         state_losses,
+        faults: sim.fault_counts().clone(),
     };
     for shard in 0..sim.shard_count() {
         let stats = sim.engine(shard).stats();
