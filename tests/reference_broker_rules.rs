@@ -1502,3 +1502,125 @@ fn produce_to_a_partition_not_added_to_this_transaction_is_rejected() {
     add_partitions(&mut c, p, &[0], NOW);
     assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 2, 1).error_code, NONE);
 }
+
+// PSM `writeSnapshot`/`readSnapshot`: a snapshot holds one `BatchMetadata` per producer (its
+// last batch), so after a restart the de-duplication window is one batch: a retry of the
+// last batch is still a duplicate, a retry of an older batch that is in the log (one the
+// running leader recognised) is OUT_OF_ORDER_SEQUENCE_NUMBER, and the next batch continues
+// the sequence. Rulebook §1 [quirk].
+#[test]
+fn after_a_snapshot_reload_only_the_last_batch_is_recognised_as_a_duplicate() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let mut originals = Vec::new();
+    for i in 0..5 {
+        originals.push(produce(&mut c, pid, 0, i * 2, 2).base_offset);
+    }
+    // Before the restart every one of the five is a duplicate.
+    assert_eq!(produce(&mut c, pid, 0, 2, 2).base_offset, originals[1]);
+    let end = log_end(&c);
+
+    assert_eq!(c.reload_producer_state_from_snapshot(TOPIC, 0, NOW), 1);
+    let entry = c.producer_state(TOPIC, 0, pid).unwrap();
+    assert_eq!((entry.batches().count(), entry.last_seq()), (1, 9));
+
+    let last = produce(&mut c, pid, 0, 8, 2);
+    assert_eq!(
+        (last.error_code, last.base_offset, last.appended),
+        (NONE, originals[4], false)
+    );
+    for i in 0..4 {
+        let older = produce(&mut c, pid, 0, i * 2, 2);
+        assert_eq!(
+            (older.error_code, older.log_start_offset),
+            (OUT_OF_ORDER_SEQUENCE_NUMBER, 0),
+            "retry of batch {i}, in the log at offset {}",
+            originals[i as usize]
+        );
+    }
+    assert_eq!(log_end(&c), end, "nothing appended again");
+    let next = produce(&mut c, pid, 0, 10, 1);
+    assert_eq!((next.error_code, next.base_offset), (NONE, end));
+}
+
+// PSM `loadFromSnapshot` skips producers that `isProducerExpired` at load time; a restart of a
+// broker reloads every partition it leads and leaves the others alone.
+#[test]
+fn a_broker_restart_reloads_the_partitions_it_leads_and_drops_expired_producers() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for i in 0..3 {
+        assert_eq!(produce(&mut c, pid, 0, i, 1).error_code, NONE);
+        let other = c.produce(2, TOPIC, 1, &batch(pid, 0, i, 1), -1, None, NOW);
+        assert_eq!(other.error_code, NONE);
+    }
+    assert_eq!(c.reload_broker_producer_state(1, NOW), 1);
+    assert_eq!(
+        c.producer_state(TOPIC, 0, pid).unwrap().batches().count(),
+        1
+    );
+    assert_eq!(
+        c.producer_state(TOPIC, 1, pid).unwrap().batches().count(),
+        3
+    );
+
+    let later = NOW + c.rules().producer_id_expiration_ms;
+    assert_eq!(c.reload_producer_state_from_snapshot(TOPIC, 1, later), 1);
+    assert!(c.producer_state(TOPIC, 1, pid).is_none());
+    // With no entry any sequence is accepted again (rulebook §2 rule 3).
+    let resumed = c.produce(2, TOPIC, 1, &batch(pid, 0, 7, 1), -1, None, later);
+    assert_eq!(resumed.error_code, NONE);
+}
+
+/// Rewrites an encoded batch's record count and last offset delta and
+/// fixes its CRC, so only the count disagrees.
+fn with_count(mut bytes: Vec<u8>, count: i32, last_offset_delta: i32) -> Vec<u8> {
+    bytes[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+    bytes[57..61].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[21..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+// LV `validateBatch`: `lastOffsetDelta + 1` must equal the record count (a batch's last
+// sequence is its base sequence plus `lastOffsetDelta`, so this is also what keeps the
+// sequence span honest); a count of 0 or less is invalid too. Scenario row 12's neighbours.
+#[test]
+fn record_count_that_disagrees_with_the_last_offset_delta_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for (count, delta) in [(3, 1), (2, 2), (0, -1)] {
+        let bytes = with_count(batch(pid, 0, 0, 2), count, delta);
+        let result = send(&mut c, &bytes);
+        assert_eq!(
+            (result.error_code, result.log_start_offset),
+            (INVALID_RECORD, 0),
+            "count {count}, last offset delta {delta}"
+        );
+    }
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    assert!(c.producer_state(TOPIC, 0, pid).is_none());
+}
+
+// DRB `RecordIterator`, run by LV over every record of an uncompressed batch: a header that
+// promises more records than the batch holds is "premature EOF", fewer leaves "records still
+// remaining"; both are InvalidRecordException, INVALID_RECORD. Here the count and the last
+// offset delta agree with each other (and so with the sequence span), only not with the
+// records, and the CRC is valid.
+#[test]
+fn record_count_that_disagrees_with_the_records_in_the_batch_is_invalid_record() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    for count in [1, 3] {
+        let bytes = with_count(batch(pid, 0, 0, 2), count, count - 1);
+        let result = send(&mut c, &bytes);
+        assert_eq!(
+            (result.error_code, result.log_start_offset),
+            (INVALID_RECORD, 0),
+            "count {count} for 2 records"
+        );
+    }
+    assert!(c.partition_log(TOPIC, 0).is_empty());
+    assert!(c.producer_state(TOPIC, 0, pid).is_none());
+    assert_eq!(produce(&mut c, pid, 0, 0, 2).error_code, NONE);
+}

@@ -14,7 +14,8 @@ use kacrab::protocol::record_batch::RecordBatchBuilder;
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::{BrokerRules, Cluster};
 use kacrab::testkit::sim::{
-    Fault, FaultRule, ProduceTrace, RecordId, RequestMatch, Sim, SimSetup, Verdict, MS, SECOND,
+    Fault, FaultRule, ProduceTrace, RecordId, RequestMatch, Sim, SimSetup, Verdict, EPOCH_MS, MS,
+    SECOND,
 };
 use kafka_protocol::messages::ApiKey;
 
@@ -1485,4 +1486,60 @@ fn a_request_timeout_beyond_i32_milliseconds_is_clamped_to_i32_max() {
         vec![i32::MAX]
     );
     assert_eq!(produce_timeouts_with(u64::MAX / 4), vec![i32::MAX]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Producer state rebuilt from a snapshot (one batch per producer)
+// ---------------------------------------------------------------------------------------------
+
+/// Seq 0-9 is appended but answered REQUEST_TIMED_OUT; 10-19 is acked; then the leader reloads
+/// its producer state from a snapshot, which keeps only 10-19 (Kafka's `writeSnapshot`), so
+/// the retry of 0-9 is OUT_OF_ORDER_SEQUENCE_NUMBER although it is in the log. The batch may
+/// never be reported as failed definitely, and nothing is written twice.
+#[test]
+fn a_retry_answered_out_of_order_after_a_snapshot_reload_is_never_failed_definitely() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::None,
+        )
+        .before(|cluster| {
+            cluster.reload_producer_state_from_snapshot("t", 0, EPOCH_MS);
+        }),
+    );
+    let first = batch(&mut sim, &tp(0));
+    let second = batch(&mut sim, &tp(0));
+    settle(&mut sim, 40 * SECOND);
+    let tried = attempts(&sim, &tp(0));
+    assert_eq!(
+        tried[..3],
+        [
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+        ]
+    );
+    // As Java's `TM.canRetry` does for a batch that is not next in line: retried at the same
+    // stamp (never re-stamped, it may be in the log) until its delivery timeout.
+    assert!(tried[3..]
+        .iter()
+        .all(|&a| a == (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER))));
+    assert_eq!(acked_offsets(&sim, &second), offsets(10..20));
+    for &id in &first {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "record {id} is in the log: {:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(log_batches(&sim, &tp(0)).len(), 2, "nothing written twice");
+    assert_eq!(bumps(&sim), 0);
 }

@@ -185,6 +185,36 @@ pub fn crc_matches(batch: &[u8], header: &BatchHeader) -> bool {
     crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..header.total_len()]) == header.crc
 }
 
+/// Whether an uncompressed batch holds exactly `record_count` records: Kafka's
+/// `DefaultRecordBatch` iterator, which `LogValidator` runs over every record, throws
+/// `InvalidRecordException` on a premature end ("Incorrect declared batch size, premature EOF
+/// reached") and on bytes left after the last declared record ("records still remaining").
+/// Only the record framing (each record's length varint) is walked. Compressed batches are
+/// stored without decoding, so they pass.
+pub fn records_match_count(batch: &[u8], header: &BatchHeader) -> bool {
+    if header.compression() != 0 {
+        return true;
+    }
+    let end = header.total_len();
+    let mut at = HEADER_LEN;
+    for _ in 0..header.record_count.max(0) {
+        let Some((length, n)) = read_varint(batch, at, end) else {
+            return false;
+        };
+        let Some(record_end) = usize::try_from(length)
+            .ok()
+            .and_then(|length| at.checked_add(n)?.checked_add(length))
+        else {
+            return false;
+        };
+        if record_end > end {
+            return false;
+        }
+        at = record_end;
+    }
+    at == end
+}
+
 /// Writes the assigned base offset; it lies outside the CRC, so the CRC stays valid.
 pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[..8].copy_from_slice(&base_offset.to_be_bytes());

@@ -15,6 +15,7 @@ mod coordinator;
 mod group_offsets;
 mod partition;
 mod producer_state;
+mod restart;
 mod transactions;
 
 use std::collections::{BTreeMap, HashMap};

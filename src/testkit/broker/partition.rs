@@ -284,6 +284,11 @@ impl Partition {
         if header.has_producer_id() && header.base_sequence < 0 {
             return Err(INVALID_RECORD);
         }
+        // `LogValidator` then iterates the records (uncompressed path); a count that is not the
+        // number of records fails there.
+        if !batch::records_match_count(records, header) {
+            return Err(INVALID_RECORD);
+        }
         // A client-set LogAppendTime batch on a CreateTime topic, or a timestamp past
         // message.timestamp.after.max.ms (-1 means "no timestamp" and is exempt).
         if header.is_log_append_time() {

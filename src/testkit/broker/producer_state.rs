@@ -326,6 +326,40 @@ impl ProducerStateManager {
         before - self.producers.len()
     }
 
+    /// Rebuilds the state as a broker does when it loads the snapshot written at the log end
+    /// (clean shutdown, restart, or a follower becoming leader after one): Kafka's
+    /// `ProducerStateManager.writeSnapshot` stores per producer only the last batch's
+    /// `lastSequence`, `lastOffset`, `offsetDelta` and timestamp (with the epoch, coordinator
+    /// epoch and open transaction), and `readSnapshot` rebuilds each entry with that one
+    /// `BatchMetadata`. So the de-duplication window shrinks from five batches to one until
+    /// new batches arrive. `loadFromSnapshot` skips entries that `isProducerExpired` at load
+    /// time. Returns how many entries lost retained batches or were dropped.
+    pub fn reload_from_snapshot(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let mut changed = 0;
+        self.producers.retain(|_, e| {
+            let expired =
+                e.current_txn_first_offset.is_none() && now_ms - e.last_timestamp >= expiration_ms;
+            if expired {
+                changed += 1;
+                return false;
+            }
+            if e.batches.len() > 1 {
+                changed += 1;
+                let last = e.batches.pop_back().expect("more than one");
+                e.batches.clear();
+                e.batches.push_back(last);
+            }
+            true
+        });
+        // `loadProducerEntry`: the open transactions come back from the entries.
+        self.ongoing_txns = self
+            .producers
+            .values()
+            .filter_map(|e| e.current_txn_first_offset.map(|o| (o, e.producer_id)))
+            .collect();
+        changed
+    }
+
     /// Forgets one producer, as an unclean reload from an old snapshot would.
     pub fn remove(&mut self, producer_id: i64) -> bool {
         self.ongoing_txns.retain(|_, pid| *pid != producer_id);

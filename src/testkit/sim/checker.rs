@@ -339,6 +339,26 @@ impl Checker {
         }
     }
 
+    /// Whether every unresolved send of `partition` is still out of the log and newer than
+    /// the log's last record: then the producer can only ever append them after everything
+    /// the log holds, even if the broker stops checking its sequences.
+    pub fn unresolved_all_after_log(&self, partition: usize) -> bool {
+        let last = self.partitions[partition].last_id;
+        self.unresolved.iter().all(|&id| {
+            let r = &self.records[id as usize];
+            r.verdict != Verdict::Pending
+                || r.partition as usize != partition
+                || (r.log_offset < 0 && last.is_none_or(|last| id > last))
+        })
+    }
+
+    /// The broker forgot the producers of `partition` (expiry): the next batch of each may
+    /// start at any sequence (Kafka 2.5+ accepts any sequence from a producer it has no entry
+    /// for), so the sequence-gap rule restarts. Order and uniqueness of records still hold.
+    pub fn on_producer_state_lost(&mut self, partition: usize) {
+        self.partitions[partition].producers.clear();
+    }
+
     /// End of run: nothing is pending.
     pub fn check_all_resolved(&self) {
         if let Some((id, r)) = self

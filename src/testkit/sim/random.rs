@@ -21,7 +21,9 @@ use crate::testkit::broker::{BrokerRules, KafkaBehaviour};
 
 use super::checker::{CheckerStats, Verdict};
 use super::rng::Rng;
-use super::world::{default_engine_config, Chaos, Sim, SimSetup, MS, SECOND};
+use super::world::{
+    default_engine_config, Chaos, FaultCounts, QuietFaults, Sim, SimSetup, MS, SECOND,
+};
 
 /// Records sent in the chaos phase of a default run.
 pub const DEFAULT_RECORDS: usize = 3_000;
@@ -55,6 +57,8 @@ pub struct RandomPlan {
     pub idle_broker_failure: Option<IdleBrokerFailure>,
     pub setup: SimSetup,
     pub chaos: Chaos,
+    /// Snapshot reloads, expiry in flight, late appends, sequence wrap.
+    pub quiet: QuietFaults,
 }
 
 /// A broker failure while the producer is idle: `broker` goes down (for the rest of the
@@ -199,6 +203,7 @@ impl RandomPlan {
                 leaders_move_after: rng.range(0, 2 * SECOND),
                 idle_for: rng.range(0, 3 * SECOND),
             }),
+            quiet: QuietFaults::draw(seed, !legacy, setup.engine.request_timeout),
             setup,
             chaos,
         }
@@ -223,6 +228,7 @@ pub struct RunReport {
     /// Broker failures while the producer was idle (phase 3).
     pub idle_broker_failures: u64,
     pub state_losses: u64,
+    pub faults: FaultCounts,
 }
 
 /// Runs one seed with [`DEFAULT_RECORDS`] records. Panics, with the reason, on the first
@@ -259,6 +265,7 @@ pub fn run_plan(plan: &RandomPlan) -> RunReport {
 
 fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
     sim.set_chaos(Some(plan.chaos.clone()));
+    sim.set_quiet_faults(plan.quiet.clone());
     let mut rng = Rng::new(plan.seed.rotate_left(17) ^ 0xd1ce);
     let partitions: Vec<TopicPartition> = sim.partitions().to_vec();
     let brokers = plan.setup.brokers.clone();
@@ -468,6 +475,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         broker_failures,
         idle_broker_failures,
         state_losses,
+        faults: sim.fault_counts().clone(),
     };
     for shard in 0..sim.shard_count() {
         let stats = sim.engine(shard).stats();

@@ -41,7 +41,9 @@ use crate::testkit::server::Shared;
 use super::checker::{Checker, RecordId, Verdict};
 use super::rng::Rng;
 
+mod quiet;
 mod txn;
+pub use quiet::{FaultCounts, QuietFaults};
 pub use txn::{TxnWorld, OWNER};
 
 /// Wall-clock milliseconds of virtual time zero, for record timestamps and the broker's clock.
@@ -501,6 +503,7 @@ pub struct Sim {
     flush_tokens: Vec<(usize, u64)>,
     log_bytes_seen: usize,
     txn: TxnWorld,
+    quiet: quiet::QuietWorld,
 }
 
 fn broker_address(id: i32) -> SocketAddr {
@@ -580,6 +583,7 @@ impl Sim {
             flush_tokens: Vec::new(),
             log_bytes_seen: 0,
             txn: TxnWorld::default(),
+            quiet: quiet::QuietWorld::default(),
             setup,
         }
     }
@@ -775,6 +779,7 @@ impl Sim {
     /// [`broker_up`](Self::broker_up).
     pub fn broker_down(&mut self, broker: i32) {
         self.shared.cluster().set_broker_up(broker, false);
+        self.quiet_on_broker_down(broker);
         let ids: Vec<u64> = self
             .conns
             .iter()
@@ -791,6 +796,7 @@ impl Sim {
     pub fn broker_up(&mut self, broker: i32) {
         self.broker_down_until.remove(&broker);
         self.shared.cluster().set_broker_up(broker, true);
+        self.quiet_on_broker_up(broker);
     }
 
     pub fn is_broker_up(&self, broker: i32) -> bool {
@@ -812,6 +818,7 @@ impl Sim {
         self.shared
             .cluster()
             .set_leader(&tp.topic, tp.partition, broker);
+        self.quiet_on_leader_move(tp);
     }
 
     pub fn leader(&self, tp: &TopicPartition) -> i32 {
@@ -851,6 +858,9 @@ impl Sim {
             if slot.entry.has_inflight_batches() || slot.on_wire > 0 {
                 return false;
             }
+        }
+        if self.quiet_holds_request_for(tp) {
+            return false;
         }
         !self.events.iter().any(|e| match &e.event {
             Event::Request { conn, frame, .. } => {
@@ -1374,6 +1384,7 @@ impl Sim {
                 if self.shared.cluster().is_broker_up(broker) {
                     self.serve(broker, frame.slice(4..), None, trace);
                     self.observe_logs();
+                    self.quiet_on_late_serve();
                 }
                 return;
             }
@@ -1384,7 +1395,11 @@ impl Sim {
         }
         let body = frame.slice(4..);
         let api = i16::from_be_bytes([body[0], body[1]]);
+        if api == WireApiKey::Produce as i16 && self.quiet_hold_request(id, broker, &frame, trace) {
+            return;
+        }
         let (fault, extra) = self.pick_fault(broker, api, trace);
+        self.quiet.counts.count(fault, self.chaos.as_ref());
         if let Some(t) = trace {
             let tr = &mut self.trace.as_mut().expect("tracing")[t];
             tr.served_at = Some(self.now);
