@@ -1231,11 +1231,14 @@ fn soak_faults_of_every_kind_every_100ms() {
 // (its batch fails definitely and the epoch is bumped), the third answered
 // OUT_OF_ORDER_SEQUENCE_NUMBER by the broker itself (the gap: it is known not to be in the
 // log), the fourth processed and its connection dropped before the answer (unknown outcome).
-// The fourth cannot be in the log, being behind the third, so the partition is rewritten
-// under the new epoch and both complete: it does not wait for delivery.timeout.ms.
+// The fourth may only be inferred absent while the broker keeps the producer's state (one
+// without it takes any sequence), so it is never renumbered: it is retried under its old
+// stamp, the third (still ahead of it, and retried so too) fails definitely on its second
+// OUT_OF_ORDER_SEQUENCE_NUMBER, the fourth keeps its unknown outcome, and the partition is
+// rewritten under the new epoch at once: nothing waits for delivery.timeout.ms.
 #[test]
 fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite() {
-    use kacrab::testkit::broker::error_codes::INVALID_RECORD;
+    use kacrab::testkit::broker::error_codes::{INVALID_RECORD, OUT_OF_ORDER_SEQUENCE_NUMBER};
     let topic = "no-wedge";
     let cluster = start_cluster(topic);
     let producer = producer(&cluster, &[("delivery.timeout.ms", "120000")]);
@@ -1278,14 +1281,23 @@ fn a_batch_of_unknown_outcome_behind_one_known_absent_does_not_wedge_the_rewrite
         matches!(&outcomes[1], Some(Err(ProduceError::Rejected { code, .. })) if *code == INVALID_RECORD),
         "{outcomes:?}"
     );
-    assert!(matches!(outcomes[2], Some(Ok(_))), "{outcomes:?}");
-    assert!(matches!(outcomes[3], Some(Ok(_))), "{outcomes:?}");
+    assert!(
+        matches!(&outcomes[2], Some(Err(ProduceError::Rejected { code, .. })) if *code == OUT_OF_ORDER_SEQUENCE_NUMBER),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(&outcomes[3], Some(Err(e)) if e.is_outcome_unknown()),
+        "{outcomes:?}"
+    );
     ledger.send_rounds(&producer, 10);
     ledger.wait_all(Duration::from_secs(30));
     let verdict = verify(&cluster, &ledger);
     println!("{verdict:?}");
-    assert_eq!(verdict.failed_definitely, 1);
-    assert_eq!(verdict.acked, ledger.len() - 1);
+    assert_eq!(verdict.failed_definitely, 2);
+    assert_eq!(verdict.outcome_unknown, 1);
+    // This broker kept the producer's state, so the fourth was refused behind the gap.
+    assert_eq!(verdict.outcome_unknown_in_log, 0);
+    assert_eq!(verdict.acked, ledger.len() - 3);
     assert_eq!(
         log_epochs(&cluster, topic),
         BTreeSet::from([(pid, 0), (pid, 1)])
