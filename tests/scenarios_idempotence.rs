@@ -1168,6 +1168,49 @@ fn a_batch_of_unknown_outcome_behind_a_refused_batch_on_a_fresh_partition_is_nev
     );
 }
 
+// The broker has no state for the producer on p0. Z (0-9) is refused without an append, A
+// (10-19) is appended first but answered REQUEST_TIMED_OUT, B (20-29) is acked behind it and C
+// (30-39) is refused for good, which bumps the epoch for p0. Z and A both lie before the last
+// acked sequence, but only Z is known not to be in the log: A may be (it is), so it is never
+// reported as definitely failed. It goes out under its own stamp and is found in the log.
+#[test]
+fn a_batch_of_unknown_outcome_before_the_last_acked_sequence_is_not_failed_as_overtaken_at_the_bump(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(30),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let z = batch(&mut sim, &tp(0));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    for &id in &z {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(20..30));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 0, 20, 10), (PID, 1, 0, 10)]
+    );
+}
+
 #[test]
 fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_restarts_at_0() {
     let mut setup = setup_with(&[1], |_| {});
