@@ -50,6 +50,12 @@ use super::{Action, Delivery, Micros, NodeId, RecordMetadata};
 mod txn;
 pub use txn::TxnParticipant;
 
+/// Why a queued batch fails at its partition's sequence rewrite instead of being renumbered.
+const OVERTAKEN: &str =
+    "a batch sent after this one was appended first; this one cannot be appended in order";
+const MAY_BE_OVERTAKEN: &str = "a batch sent after this one may have been appended first; this \
+     one cannot be appended in order";
+
 /// The engine's share of the producer configuration, in engine units.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -648,13 +654,10 @@ impl<D: Delivery> Engine<D> {
                 slot.rewrite_pending = false;
                 continue;
             }
-            // Only the lowest stamped batch can block: the broker appends one identity's
-            // batches of a partition in sequence order, so a batch queued behind one known
-            // not to be in the log (no attempt of it of unknown outcome) cannot be in the log
-            // either, nor land later, since that one never goes out under its old stamp
-            // again. Blocking on such a batch would wedge the partition: only the lowest
+            // Only the lowest stamped batch blocks: a later batch of unknown outcome is dealt
+            // with below, since waiting for it would wedge the partition (only the lowest
             // outstanding batch may be sent, and it may not be sent under the old stamp while
-            // a rewrite is pending.
+            // a rewrite is pending).
             let blocked = slot.on_wire > 0
                 || slot
                     .deque
@@ -667,9 +670,13 @@ impl<D: Delivery> Engine<D> {
             // overtaken: a later batch of the partition is in the log (a broker with no state
             // for the producer accepts any first sequence). None of its attempts landed, and
             // renumbering it under the new epoch would append it after records sent later, so
-            // it fails instead.
+            // it fails instead. One of unknown outcome may be in the log: it is left to the
+            // rule below.
             let last_acked = slot.entry.last_acked_sequence;
             while let Some(front) = slot.deque.front() {
+                if front.outcome_unknown {
+                    break;
+                }
                 let overtaken = match front.last_sequence() {
                     Some(last) => {
                         last_acked >= 0 && super::partition::sequence_at_or_after(last_acked, last)
@@ -679,7 +686,33 @@ impl<D: Delivery> Engine<D> {
                 if !overtaken {
                     break;
                 }
-                unplaceable.push((slot_index, slot.deque.pop_front().expect("front checked")));
+                let batch = slot.deque.pop_front().expect("front checked");
+                let stamp = batch.stamp.expect("stamped");
+                slot.entry
+                    .remove_inflight(stamp.producer, stamp.base_sequence);
+                unplaceable.push((slot_index, batch, OVERTAKEN));
+            }
+            // A broker with no state for the producer on this partition also takes a later
+            // batch while an earlier one was refused, so a stamped batch of unknown outcome
+            // may be in the log ahead of the batches queued before it, none of which is (each
+            // of their attempts was refused). Renumbered, they would land after it, and it a
+            // second time. The batches before it fail (they never reached the log and never
+            // will), and it goes out first under its own stamp, which settles its outcome;
+            // the rewrite runs once it is done.
+            let first_unknown = slot
+                .deque
+                .iter()
+                .take_while(|b| b.stamp.is_some())
+                .position(|b| b.outcome_unknown);
+            if let Some(first_unknown) = first_unknown {
+                for _ in 0..first_unknown {
+                    let batch = slot.deque.pop_front().expect("before a queued batch");
+                    let stamp = batch.stamp.expect("stamped");
+                    slot.entry
+                        .remove_inflight(stamp.producer, stamp.base_sequence);
+                    unplaceable.push((slot_index, batch, MAY_BE_OVERTAKEN));
+                }
+                continue;
             }
             let mut next = 0i32;
             let mut inflight = Vec::new();
@@ -711,17 +744,13 @@ impl<D: Delivery> Engine<D> {
             slot.rewrite_pending = false;
             self.stats.sequence_rewrites += 1;
         }
-        for (slot_index, batch) in unplaceable {
+        for (slot_index, batch, reason) in unplaceable {
             let tp = &self.partitions[slot_index].tp;
             let err = ProduceError::rejected(
                 &tp.topic,
                 tp.partition,
                 code::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                Some(
-                    "a batch sent after this one was appended first; this one cannot be \
-                     appended in order"
-                        .to_string(),
-                ),
+                Some(reason.to_string()),
             );
             self.finish_batch(slot_index, batch, Err(err));
         }
