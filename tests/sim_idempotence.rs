@@ -187,6 +187,46 @@ fn seeds_that_found_engine_bugs_pass() {
             100188,
             "an expired split child left an unmarked sequence gap",
         ),
+        (
+            10785,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            12907,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7002960,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7003709,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7004969,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7006680,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7007091,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7010504,
+            "duplicate: a rewrite renumbered a batch of unknown outcome that was in the log \
+             behind refused batches",
+        ),
     ] {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
             panic!(
