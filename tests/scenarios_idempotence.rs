@@ -1264,6 +1264,95 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
     );
 }
 
+// The broker has no state for the producer on p0, so it takes any first sequence. A (0-9) is
+// refused without an append, B (10-19) is appended first but answered REQUEST_TIMED_OUT, so its
+// outcome is unknown, and C (20-29) is refused for good, which bumps the epoch for p0. B may be
+// in the log ahead of A: renumbering A and B under the new epoch would append A after B and B
+// a second time. A fails instead (it never reached the log), B is retried under its own stamp
+// and found in the log, and p0 then restarts at 0 under the new epoch.
+#[test]
+fn a_batch_of_unknown_outcome_behind_a_refused_batch_on_a_fresh_partition_is_never_renumbered_and_the_refused_one_fails(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::Rejected { .. }))),
+            "A cannot be placed in order any more: {:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
+    );
+}
+
+// The broker has no state for the producer on p0. Z (0-9) is refused without an append, A
+// (10-19) is appended first but answered REQUEST_TIMED_OUT, B (20-29) is acked behind it and C
+// (30-39) is refused for good, which bumps the epoch for p0. Z and A both lie before the last
+// acked sequence, but only Z is known not to be in the log: A may be (it is), so it is never
+// reported as definitely failed. It goes out under its own stamp and is found in the log.
+#[test]
+fn a_batch_of_unknown_outcome_before_the_last_acked_sequence_is_not_failed_as_overtaken_at_the_bump(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(30),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    let z = batch(&mut sim, &tp(0));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    let d = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    for &id in &z {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+    for &id in &c {
+        assert_eq!(sim.verdict(id), Verdict::Failed);
+    }
+    assert_eq!(acked_offsets(&sim, &d), offsets(20..30));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 0, 20, 10), (PID, 1, 0, 10)]
+    );
+}
+
 #[test]
 fn a_bump_never_re_stamps_a_batch_of_unknown_outcome_queued_behind_the_head_and_it_is_appended_once(
 ) {

@@ -4,42 +4,37 @@
 //! most once, epochs only up, memory bounded, every send resolved within its delivery
 //! timeout) and ends with a healed network on which every partition must work again.
 //!
-//! - `KACRAB_SIM_SEEDS=N` runs seeds `0..N` (default 2000); `KACRAB_SIM_FIRST_SEED=S` starts
-//!   at `S` instead of 0.
+//! The seeds (`sim_seeds` module doc):
+//! - by default the fixed seeds `0..1500` and a moving window of 500 seeds whose start is
+//!   drawn afresh for every run (at or above 1,000,000,000); the window and the command that
+//!   replays it go to stderr before it runs, and each failing seed is reported with its own
+//!   replay command;
+//! - `KACRAB_SIM_SEEDS=N` sets the fixed count (`0..N`), `KACRAB_SIM_WINDOW=W` the window's
+//!   size (0: no window);
+//! - `KACRAB_SIM_FIRST_SEED=S` runs `S..S+N` alone (N from `KACRAB_SIM_SEEDS`, default 1500):
+//!   a longer run by hand, or the replay of a window;
 //! - `KACRAB_SIM_SEED=S` replays one seed (`-- replay`); add `KACRAB_SIM_DEBUG=1` to print
-//!   the engines' partition state and the request trace when it fails.
+//!   the engines' partition state and the request trace when it fails
+//!   (`KACRAB_SIM_DEBUG_TRACE=K` keeps the last K requests, default 60);
 //! - `KACRAB_SIM_THREADS=T` sets the worker threads (default: every core).
 
+mod sim_seeds;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use kacrab::testkit::sim::{run_seed, FaultCounts, RandomPlan, RunReport, DEFAULT_RECORDS};
 
-const DEFAULT_SEEDS: u64 = 2_000;
+use sim_seeds::{
+    announce, env_u64, failure_report, panic_message, range_replay_command, run_range, seed_ranges,
+    seed_replay_command,
+};
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
-    })
-}
-
-fn replay_command(seed: u64) -> String {
-    format!(
-        "KACRAB_SIM_SEED={seed} cargo test --features testkit --test sim_idempotence -- replay --nocapture"
-    )
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic without a message".to_string())
-}
+const TEST: &str = "sim_idempotence";
+/// Fixed seeds and moving-window seeds of a default run: together about the 2,000 seeds the
+/// debug-build CI budget holds.
+const DEFAULT_SEEDS: u64 = 1_500;
+const DEFAULT_WINDOW: u64 = 500;
 
 #[derive(Default)]
 struct Totals {
@@ -80,38 +75,6 @@ impl Totals {
     }
 }
 
-/// Runs `first..first + count` on every core; returns the failing seeds with their messages.
-fn run_seeds(first: u64, count: u64) -> (Totals, Vec<(u64, String)>) {
-    let next = AtomicU64::new(first);
-    let end = first + count;
-    let totals = Mutex::new(Totals::default());
-    let failures = Mutex::new(Vec::new());
-    let threads = env_u64("KACRAB_SIM_THREADS").map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |t| t.max(1) as usize,
-    );
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= end {
-                    break;
-                }
-                match catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
-                    Ok(report) => totals.lock().unwrap().add(&report),
-                    Err(payload) => failures
-                        .lock()
-                        .unwrap()
-                        .push((seed, panic_message(payload.as_ref()))),
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    (totals.into_inner().unwrap(), failures)
-}
-
 #[test]
 fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
     if let Some(seed) = env_u64("KACRAB_SIM_SEED") {
@@ -119,46 +82,53 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
         println!("KACRAB_SIM_SEED={seed} is set: see the replay test");
         return;
     }
-    let first = env_u64("KACRAB_SIM_FIRST_SEED").unwrap_or(0);
-    let count = env_u64("KACRAB_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
-    let started = Instant::now();
-    let (totals, failures) = run_seeds(first, count);
-    let elapsed = started.elapsed();
-    println!(
-        "{} seeds ({}..{}) in {elapsed:.1?}: {} records ({} per run), {} acked, {} failed definitely, \
-         {} outcome unknown ({} of them in the log), {} epoch bumps, {} retries, {} disconnects, \
-         {} leader moves, {} broker failures ({} more while idle), {} producer-state losses, \
-         {} events",
-        count,
-        first,
-        first + count,
-        totals.records,
-        DEFAULT_RECORDS,
-        totals.acked,
-        totals.failed_definitely,
-        totals.failed_unknown,
-        totals.unknown_in_log,
-        totals.epoch_bumps,
-        totals.retries,
-        totals.disconnects,
-        totals.leader_moves,
-        totals.broker_failures,
-        totals.idle_broker_failures,
-        totals.state_losses,
-        totals.events
-    );
-    if !failures.is_empty() {
-        let mut report = format!("{} of {count} seeds failed:\n", failures.len());
-        for (seed, message) in failures.iter().take(20) {
-            report.push_str(&format!(
-                "  seed {seed}: {message}\n    replay: {}\n",
-                replay_command(*seed)
+    let mut reports = Vec::new();
+    for range in seed_ranges(DEFAULT_SEEDS, DEFAULT_WINDOW) {
+        if range.moving {
+            announce(&format!(
+                "{TEST}: moving window {}..{} ({} seeds, drawn for this run); replay it: {}",
+                range.first,
+                range.end(),
+                range.count,
+                range_replay_command(TEST, "random_seeds", &range)
             ));
         }
-        panic!("{report}");
+        let started = Instant::now();
+        let (totals, failures) = run_range(&range, run_seed, Totals::add);
+        let elapsed = started.elapsed();
+        println!(
+            "{} {} seeds ({}..{}) in {elapsed:.1?}: {} records ({} per run), {} acked, {} failed \
+             definitely, {} outcome unknown ({} of them in the log), {} epoch bumps, {} retries, \
+             {} disconnects, {} leader moves, {} broker failures ({} more while idle), {} \
+             producer-state losses, {} events, {} failed",
+            range.label(),
+            range.count,
+            range.first,
+            range.end(),
+            totals.records,
+            DEFAULT_RECORDS,
+            totals.acked,
+            totals.failed_definitely,
+            totals.failed_unknown,
+            totals.unknown_in_log,
+            totals.epoch_bumps,
+            totals.retries,
+            totals.disconnects,
+            totals.leader_moves,
+            totals.broker_failures,
+            totals.idle_broker_failures,
+            totals.state_losses,
+            totals.events,
+            failures.len()
+        );
+        if failures.is_empty() {
+            assert_eq!(totals.runs, range.count);
+            assert_coverage_floors(&totals);
+        } else {
+            reports.push(failure_report(TEST, "random_seeds", &range, &failures));
+        }
     }
-    assert_eq!(totals.runs, count);
-    assert_coverage_floors(&totals);
+    assert!(reports.is_empty(), "{}", reports.concat());
 }
 
 /// Runs at or above which [`assert_coverage_floors`] applies (the CI run has 2,000 or more).
@@ -217,6 +187,7 @@ fn fault_class_floor(name: &str) -> u64 {
     match name {
         "drop_request" | "reset_before_processing" | "drop_response" | "reset_mid_frame" => 300,
         "inject_retriable" | "append_then_answer" => 300,
+        "leader_lost_after_append" => 100,
         "delay" => 900,
         "inject_fatal" => 180,
         "coordinator_not_available" => 25,
@@ -265,12 +236,52 @@ fn seeds_that_found_engine_bugs_pass() {
             100188,
             "an expired split child left an unmarked sequence gap",
         ),
+        (
+            10785,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            12907,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7002960,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7003709,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7004969,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7006680,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7007091,
+            "reorder: a rewrite renumbered refused batches queued before one of unknown \
+             outcome that a broker without the producer's state had appended first",
+        ),
+        (
+            7010504,
+            "duplicate: a rewrite renumbered a batch of unknown outcome that was in the log \
+             behind refused batches",
+        ),
     ] {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
             panic!(
                 "seed {seed} ({bug}): {}\n  replay: {}",
                 panic_message(payload.as_ref()),
-                replay_command(seed)
+                seed_replay_command(TEST, seed)
             );
         }
     }

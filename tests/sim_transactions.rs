@@ -8,42 +8,32 @@
 //! outcome (fenced, fatal) all or nothing; nothing else is visible. A healthy producer must
 //! then commit one more transaction over every partition.
 //!
-//! - `KACRAB_SIM_SEEDS=N` runs seeds `0..N` (default 1000); `KACRAB_SIM_FIRST_SEED=S` starts
-//!   at `S` instead of 0.
+//! The seeds (`sim_seeds` module doc):
+//! - by default the fixed seeds `0..750` and a moving window of 250 seeds whose start is
+//!   drawn afresh for every run (at or above 1,000,000,000); the window and the command that
+//!   replays it go to stderr before it runs, and each failing seed is reported with its own
+//!   replay command;
+//! - `KACRAB_SIM_SEEDS=N` sets the fixed count (`0..N`), `KACRAB_SIM_WINDOW=W` the window's
+//!   size (0: no window);
+//! - `KACRAB_SIM_FIRST_SEED=S` runs `S..S+N` alone (N from `KACRAB_SIM_SEEDS`, default 750):
+//!   a longer run by hand, or the replay of a window;
 //! - `KACRAB_SIM_SEED=S` replays one seed (`-- replay`); add `KACRAB_SIM_DEBUG=1` to print
-//!   the engines' state and the request trace when it fails.
+//!   the engines' state and the request trace when it fails;
 //! - `KACRAB_SIM_THREADS=T` sets the worker threads (default: every core).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+mod sim_seeds;
+
 use std::time::Instant;
 
 use kacrab::testkit::sim::txn_random::{run_txn_seed, TxnPlan, TxnRunReport, DEFAULT_TRANSACTIONS};
 
-const DEFAULT_SEEDS: u64 = 1_000;
+use sim_seeds::{announce, env_u64, failure_report, range_replay_command, run_range, seed_ranges};
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}"))
-    })
-}
-
-fn replay_command(seed: u64) -> String {
-    format!(
-        "KACRAB_SIM_SEED={seed} cargo test --features testkit --test sim_transactions -- replay --nocapture"
-    )
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panic without a message".to_string())
-}
+const TEST: &str = "sim_transactions";
+/// Fixed seeds and moving-window seeds of a default run: together about the 1,000 seeds the
+/// debug-build CI budget holds.
+const DEFAULT_SEEDS: u64 = 750;
+const DEFAULT_WINDOW: u64 = 250;
 
 #[derive(Default)]
 struct Totals {
@@ -94,114 +84,98 @@ impl Totals {
     }
 }
 
-/// Runs `first..first + count` on every core; returns the failing seeds with their messages.
-fn run_seeds(first: u64, count: u64) -> (Totals, Vec<(u64, String)>) {
-    let next = AtomicU64::new(first);
-    let end = first + count;
-    let totals = Mutex::new(Totals::default());
-    let failures = Mutex::new(Vec::new());
-    let threads = env_u64("KACRAB_SIM_THREADS").map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |t| t.max(1) as usize,
-    );
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| loop {
-                let seed = next.fetch_add(1, Ordering::Relaxed);
-                if seed >= end {
-                    break;
-                }
-                match catch_unwind(AssertUnwindSafe(|| run_txn_seed(seed))) {
-                    Ok(report) => totals.lock().unwrap().add(&report),
-                    Err(payload) => failures
-                        .lock()
-                        .unwrap()
-                        .push((seed, panic_message(payload.as_ref()))),
-                }
-            });
-        }
-    });
-    let mut failures = failures.into_inner().unwrap();
-    failures.sort();
-    (totals.into_inner().unwrap(), failures)
-}
-
 #[test]
 fn random_transactions_are_atomic_and_visible_only_when_committed() {
     if let Some(seed) = env_u64("KACRAB_SIM_SEED") {
         println!("KACRAB_SIM_SEED={seed} is set: see the replay test");
         return;
     }
-    let first = env_u64("KACRAB_SIM_FIRST_SEED").unwrap_or(0);
-    let count = env_u64("KACRAB_SIM_SEEDS").unwrap_or(DEFAULT_SEEDS);
-    let started = Instant::now();
-    let (totals, failures) = run_seeds(first, count);
-    let elapsed = started.elapsed();
-    println!(
-        "{count} seeds ({first}..{}) in {elapsed:.1?}: {} transactions committed, {} aborted, \
-         {} of unknown outcome ({} runs ended fatal); {} records ({} acked, {} failed definitely, \
-         {} outcome unknown); read_committed showed {} records, {} aborted records stayed \
-         hidden, {} markers; {} repeated calls after a caller timeout, {} leader moves, \
-         {} broker failures, {} transactions aborted by the coordinator's timeout, {} events",
-        first + count,
-        totals.committed,
-        totals.aborted,
-        totals.unknown_txns,
-        totals.fatal_runs,
-        totals.records,
-        totals.acked,
-        totals.failed,
-        totals.unknown,
-        totals.visible,
-        totals.aborted_in_log,
-        totals.markers,
-        totals.repeated_calls,
-        totals.leader_moves,
-        totals.broker_failures,
-        totals.timed_out,
-        totals.events
-    );
-    println!(
-        "committed consumer offsets checked against the transactions that sent them: {} group \
-         partitions; {} transactions had their markers written after EndTxn was answered; {} \
-         coordinator moves",
-        totals.offsets_checked, totals.late_markers, totals.coordinator_moves
-    );
-    if !failures.is_empty() {
-        let mut report = format!("{} of {count} seeds failed:\n", failures.len());
-        for (seed, message) in failures.iter().take(20) {
-            report.push_str(&format!(
-                "  seed {seed}: {message}\n    replay: {}\n",
-                replay_command(*seed)
+    let mut reports = Vec::new();
+    for range in seed_ranges(DEFAULT_SEEDS, DEFAULT_WINDOW) {
+        if range.moving {
+            announce(&format!(
+                "{TEST}: moving window {}..{} ({} seeds, drawn for this run); replay it: {}",
+                range.first,
+                range.end(),
+                range.count,
+                range_replay_command(TEST, "random_transactions", &range)
             ));
         }
-        panic!("{report}");
-    }
-    assert_eq!(totals.runs, count);
-    // Coverage floors: over a hundred seeds or more, every fault class of the plans was drawn.
-    if count >= 100 {
-        for (what, drawn) in [
-            ("committed offsets checked", totals.offsets_checked),
-            ("markers written after EndTxn", totals.late_markers),
-            ("coordinator moves", totals.coordinator_moves),
-            ("leader moves", totals.leader_moves),
-            ("broker failures", totals.broker_failures),
-            (
-                "calls repeated after a caller timeout",
-                totals.repeated_calls,
-            ),
-        ] {
-            assert!(drawn > 0, "no run drew {what}");
+        let started = Instant::now();
+        let (totals, failures) = run_range(&range, run_txn_seed, Totals::add);
+        let elapsed = started.elapsed();
+        println!(
+            "{} {} seeds ({}..{}) in {elapsed:.1?}: {} transactions committed, {} aborted, {} \
+             of unknown outcome ({} runs ended fatal); {} records ({} acked, {} failed \
+             definitely, {} outcome unknown); read_committed showed {} records, {} aborted \
+             records stayed hidden, {} markers; {} repeated calls after a caller timeout, {} \
+             leader moves, {} broker failures, {} transactions aborted by the coordinator's \
+             timeout, {} events, {} failed",
+            range.label(),
+            range.count,
+            range.first,
+            range.end(),
+            totals.committed,
+            totals.aborted,
+            totals.unknown_txns,
+            totals.fatal_runs,
+            totals.records,
+            totals.acked,
+            totals.failed,
+            totals.unknown,
+            totals.visible,
+            totals.aborted_in_log,
+            totals.markers,
+            totals.repeated_calls,
+            totals.leader_moves,
+            totals.broker_failures,
+            totals.timed_out,
+            totals.events,
+            failures.len()
+        );
+        println!(
+            "committed consumer offsets checked against the transactions that sent them: {} \
+             group partitions; {} transactions had their markers written after EndTxn was \
+             answered; {} coordinator moves",
+            totals.offsets_checked, totals.late_markers, totals.coordinator_moves
+        );
+        if !failures.is_empty() {
+            reports.push(failure_report(
+                TEST,
+                "random_transactions",
+                &range,
+                &failures,
+            ));
+            continue;
+        }
+        assert_eq!(totals.runs, range.count);
+        // The runs must have exercised both outcomes, not ended fatal at the first request.
+        assert!(
+            totals.committed > range.count && totals.aborted > 0 && totals.markers > 0,
+            "the runs committed {} and aborted {} transactions with {} markers",
+            totals.committed,
+            totals.aborted,
+            totals.markers
+        );
+        // Coverage floors: over a hundred seeds or more, every fault class of the plans was
+        // drawn.
+        if range.count >= 100 {
+            for (what, drawn) in [
+                ("committed offsets checked", totals.offsets_checked),
+                ("markers written after EndTxn", totals.late_markers),
+                ("coordinator moves", totals.coordinator_moves),
+                ("leader moves", totals.leader_moves),
+                ("broker failures", totals.broker_failures),
+                (
+                    "calls repeated after a caller timeout",
+                    totals.repeated_calls,
+                ),
+            ] {
+                assert!(drawn > 0, "no run drew {what}");
+            }
         }
     }
-    // The runs must have exercised both outcomes, not ended fatal at the first request.
-    assert!(
-        totals.committed > count && totals.aborted > 0 && totals.markers > 0,
-        "the runs committed {} and aborted {} transactions with {} markers",
-        totals.committed,
-        totals.aborted,
-        totals.markers
-    );
+    assert!(reports.is_empty(), "{}", reports.concat());
 }
 
 /// Replays `KACRAB_SIM_SEED` (seed 0 when unset), printing its plan and report.

@@ -692,7 +692,7 @@ impl<D: Delivery> Engine<D> {
             // overtaken: a later batch of the partition is in the log (a broker with no state
             // for the producer accepts any first sequence). None of its attempts landed, and
             // renumbering it under the new epoch would append it after records sent later, so
-            // it fails instead.
+            // it fails instead. (None is of unknown outcome: those blocked the rewrite above.)
             let last_acked = slot.entry.last_acked_sequence;
             while let Some(front) = slot.deque.front() {
                 let overtaken = match front.last_sequence() {
@@ -704,7 +704,11 @@ impl<D: Delivery> Engine<D> {
                 if !overtaken {
                     break;
                 }
-                unplaceable.push((slot_index, slot.deque.pop_front().expect("front checked")));
+                let batch = slot.deque.pop_front().expect("front checked");
+                let stamp = batch.stamp.expect("stamped");
+                slot.entry
+                    .remove_inflight(stamp.producer, stamp.base_sequence);
+                unplaceable.push((slot_index, batch));
             }
             let mut next = 0i32;
             let mut inflight = Vec::new();

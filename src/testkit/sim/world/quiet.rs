@@ -93,6 +93,8 @@ pub struct FaultCounts {
     pub inject_retriable: u64,
     pub inject_fatal: u64,
     pub append_then_answer: u64,
+    /// NOT_LEADER_OR_FOLLOWER or KAFKA_STORAGE_ERROR after the append (`Chaos::leader_lost_after_append`).
+    pub leader_lost_after_append: u64,
     pub coordinator_not_available: u64,
     /// Requests in transit when the client closed, served anyway (`Chaos::late_serve`).
     pub late_serve: u64,
@@ -110,7 +112,7 @@ impl FaultCounts {
     }
 
     /// Every class by name, for reports and floors.
-    pub fn classes(&self) -> [(&'static str, u64); 14] {
+    pub fn classes(&self) -> [(&'static str, u64); 15] {
         [
             ("drop_request", self.drop_request),
             ("reset_before_processing", self.reset_before_processing),
@@ -120,6 +122,7 @@ impl FaultCounts {
             ("inject_retriable", self.inject_retriable),
             ("inject_fatal", self.inject_fatal),
             ("append_then_answer", self.append_then_answer),
+            ("leader_lost_after_append", self.leader_lost_after_append),
             ("coordinator_not_available", self.coordinator_not_available),
             ("late_serve", self.late_serve),
             ("snapshot_reloads", self.snapshot_reloads),
@@ -129,7 +132,7 @@ impl FaultCounts {
         ]
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 14] {
+    fn fields_mut(&mut self) -> [&mut u64; 15] {
         [
             &mut self.drop_request,
             &mut self.reset_before_processing,
@@ -139,6 +142,7 @@ impl FaultCounts {
             &mut self.inject_retriable,
             &mut self.inject_fatal,
             &mut self.append_then_answer,
+            &mut self.leader_lost_after_append,
             &mut self.coordinator_not_available,
             &mut self.late_serve,
             &mut self.snapshot_reloads,
@@ -162,6 +166,11 @@ impl FaultCounts {
                 &mut self.inject_fatal
             }
             Fault::Inject(_) => &mut self.inject_retriable,
+            Fault::AppendThenAnswer(error)
+                if chaos.is_some_and(|c| c.leader_lost_after_append.contains(&error)) =>
+            {
+                &mut self.leader_lost_after_append
+            }
             Fault::AppendThenAnswer(_) => &mut self.append_then_answer,
         };
         *field += 1;
