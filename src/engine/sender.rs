@@ -48,7 +48,11 @@ use super::partition::{InflightSequence, PartitionSlot, TopicPartition};
 use super::transaction::{TransactionManager, TxnAction};
 use super::{Action, Delivery, Micros, NodeId, RecordMetadata};
 
+mod epoch_bump;
 mod txn;
+use epoch_bump::mark_sequence_unresolved;
+// Lets the child modules name `super::partition::…` as the code they came from did.
+use super::partition;
 pub use txn::TxnParticipant;
 
 /// The engine's share of the producer configuration, in engine units.
@@ -396,17 +400,6 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// The identity in force for the whole producer changed (installed or bumped).
-    pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
-        self.identity = identity;
-        if self
-            .bump_requested_from
-            .is_some_and(|from| from != identity)
-        {
-            self.bump_requested_from = None;
-        }
-    }
-
     // ----------------------------------------------------------------------------------------
     // Events from the network side
     // ----------------------------------------------------------------------------------------
@@ -592,168 +585,6 @@ impl<D: Delivery> Engine<D> {
             consider(t.max(now));
         }
         next
-    }
-
-    // ----------------------------------------------------------------------------------------
-    // Sequences and epochs
-    // ----------------------------------------------------------------------------------------
-
-    /// `TM.maybeResolveSequences`: settle unresolved partitions that have nothing in flight.
-    fn maybe_resolve_sequences(&mut self) {
-        for slot_index in 0..self.partitions.len() {
-            let slot = &mut self.partitions[slot_index];
-            if slot.unresolved_sequence.is_none() || slot.entry.has_inflight_batches() {
-                continue;
-            }
-            let all_acked = slot.entry.is_next_sequence(slot.entry.next_sequence);
-            slot.unresolved_sequence = None;
-            if !all_acked && self.config.transactional_id.is_some() {
-                // `transitionToAbortableErrorOrFatalError`: only an abort with an epoch bump
-                // brings the sequences back in line.
-                let tp = slot.tp.clone();
-                self.txn_report_failure(
-                    &ProduceError::OutcomeUnknown {
-                        topic: tp.topic.clone(),
-                        partition: tp.partition,
-                        reason: "a batch of unknown outcome left a sequence gap".to_string(),
-                    },
-                    false,
-                );
-            } else if !all_acked {
-                // The expired batch's sequences can be neither reused nor skipped: abandon the
-                // sequence space by moving to a new epoch.
-                self.request_bump_for(slot_index);
-            }
-        }
-    }
-
-    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
-    /// partition's sequences are under, the one the failure was observed with, not the
-    /// engine's current one: when another shard has bumped meanwhile and this engine already
-    /// adopted the result, that bump covers this partition too, and naming the newer identity
-    /// would make a second bump for the same failure (design.md: concurrent requests for the
-    /// same epoch produce one bump). Such a late request is still made, once per observed
-    /// identity, and the ticket ring's rule discards it, so whether two shards' requests
-    /// collide does not depend on which answer arrived first; the partition is then only
-    /// rewritten.
-    fn request_bump_for(&mut self, slot_index: usize) {
-        // A transactional producer bumps only through InitProducerId at the abort (§4.5);
-        // its failures reach the transaction manager instead.
-        if !self.config.idempotent || self.config.transactional_id.is_some() {
-            return;
-        }
-        self.partitions[slot_index].rewrite_pending = true;
-        let observed = match self.partitions[slot_index].entry.producer_id_and_epoch {
-            stamped if stamped.is_valid() => stamped,
-            _ => self.identity,
-        };
-        if !observed.is_valid() {
-            return;
-        }
-        if observed == self.identity {
-            self.bump_requested_from = Some(observed);
-        }
-        if self.last_bump_request != Some(observed) {
-            self.last_bump_request = Some(observed);
-            self.stats.epoch_bumps_requested += 1;
-            self.actions
-                .push_back(Action::RequestEpochBump { observed });
-        }
-    }
-
-    /// `TPE.startSequencesAtBeginning` for the partitions that asked for a bump, once the new
-    /// identity is in force and none of their batches is on the wire or of unknown outcome.
-    fn apply_sequence_rewrites(&mut self) {
-        if !self.identity.is_valid() || self.bump_requested_from.is_some() {
-            return;
-        }
-        let mut unplaceable = Vec::new();
-        for (slot_index, slot) in self.partitions.iter_mut().enumerate() {
-            if !slot.rewrite_pending {
-                continue;
-            }
-            if slot.entry.producer_id_and_epoch == self.identity {
-                // Already on the current identity (adopted lazily): nothing to rewrite.
-                slot.rewrite_pending = false;
-                continue;
-            }
-            // Any queued batch of unknown outcome blocks the rewrite, not only the lowest
-            // one: a broker with no state for the producer on the partition (a new producer
-            // id, expired state) takes any first sequence, so a later batch can be in the log
-            // while an earlier one is not. Renumbering the later one would append it twice,
-            // and renumbering the earlier one would append it after it. The partition first
-            // settles those batches under their old stamps (`head_is_drainable` lets the
-            // batches up to the last of them go out so).
-            let blocked = slot.on_wire > 0 || slot.has_queued_outcome_unknown();
-            if blocked {
-                continue;
-            }
-            // A queued batch whose sequences lie at or before the last acked sequence was
-            // overtaken: a later batch of the partition is in the log (a broker with no state
-            // for the producer accepts any first sequence). None of its attempts landed, and
-            // renumbering it under the new epoch would append it after records sent later, so
-            // it fails instead.
-            let last_acked = slot.entry.last_acked_sequence;
-            while let Some(front) = slot.deque.front() {
-                let overtaken = match front.last_sequence() {
-                    Some(last) => {
-                        last_acked >= 0 && super::partition::sequence_at_or_after(last_acked, last)
-                    }
-                    None => false,
-                };
-                if !overtaken {
-                    break;
-                }
-                unplaceable.push((slot_index, slot.deque.pop_front().expect("front checked")));
-            }
-            let mut next = 0i32;
-            let mut inflight = Vec::new();
-            for batch in slot.deque.iter_mut() {
-                if batch.stamp.is_none() {
-                    break;
-                }
-                // No attempt of it may have landed (the rewrite waited for every batch of
-                // unknown outcome): the new stamp is this batch's only one that counts.
-                debug_assert!(
-                    !batch.outcome_unknown,
-                    "re-stamping a batch that may have landed"
-                );
-                batch.set_stamp(
-                    BatchStamp {
-                        producer: self.identity,
-                        base_sequence: next,
-                    },
-                    false,
-                );
-                inflight.push(InflightSequence {
-                    producer: self.identity,
-                    base_sequence: next,
-                    record_count: batch.record_count,
-                });
-                next = record_batch::increment_sequence(next, batch.record_count);
-            }
-            slot.entry.inflight_batches_by_sequence = inflight;
-            slot.entry.next_sequence = next;
-            slot.entry.last_acked_sequence = -1;
-            slot.entry.producer_id_and_epoch = self.identity;
-            slot.unresolved_sequence = None;
-            slot.rewrite_pending = false;
-            self.stats.sequence_rewrites += 1;
-        }
-        for (slot_index, batch) in unplaceable {
-            let tp = &self.partitions[slot_index].tp;
-            let err = ProduceError::rejected(
-                &tp.topic,
-                tp.partition,
-                code::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                Some(
-                    "a batch sent after this one was appended first; this one cannot be \
-                     appended in order"
-                        .to_string(),
-                ),
-            );
-            self.finish_batch(slot_index, batch, Err(err));
-        }
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1333,12 +1164,8 @@ impl<D: Delivery> Engine<D> {
                 !slot.rewrite_pending || head.outcome_unknown || slot.has_queued_outcome_unknown()
             }
             None => {
-                let stale = slot.entry.producer_id_and_epoch != self.identity;
-                if stale && slot.entry.has_inflight_batches() {
-                    return false; // gate 3a
-                }
-                if slot.unresolved_sequence.is_some() || slot.rewrite_pending {
-                    return false; // gate 3b
+                if !self.bump_gate_open(slot) {
+                    return false; // gates 3a, 3b
                 }
                 if slot.entry.inflight_batches_by_sequence.len() >= self.config.max_in_flight {
                     return false;
@@ -1428,16 +1255,9 @@ impl<D: Delivery> Engine<D> {
         if batch.stamp.is_some() || !self.config.idempotent {
             return;
         }
+        self.maybe_update_producer_id_and_epoch(slot_index);
         let identity = self.identity;
         let slot = &mut self.partitions[slot_index];
-        if slot.entry.producer_id_and_epoch != identity {
-            debug_assert!(!slot.entry.has_inflight_batches());
-            // `TM.maybeUpdateProducerIdAndEpoch` → `startSequencesAtBeginning` with nothing in
-            // flight.
-            slot.entry.producer_id_and_epoch = identity;
-            slot.entry.next_sequence = 0;
-            slot.entry.last_acked_sequence = -1;
-        }
         let base_sequence = slot.entry.next_sequence;
         batch.set_stamp(
             BatchStamp {
@@ -1659,85 +1479,6 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (§4.7) and UNKNOWN_PRODUCER_ID (§4.6),
-    /// idempotent producer. Requests a bump where Java does; the retry itself happens later.
-    fn idempotent_can_retry(
-        &mut self,
-        slot_index: usize,
-        batch: &ProducerBatch<D>,
-        class: ProduceErrorClass,
-        log_start_offset: i64,
-    ) -> bool {
-        if !self.config.idempotent || batch.expired {
-            return false;
-        }
-        let Some(stamp) = batch.stamp else {
-            return false;
-        };
-        if stamp.producer != self.identity
-            && !batch.outcome_unknown
-            && class == ProduceErrorClass::OutOfOrderSequence
-            && self.partitions[slot_index].has_queued_outcome_unknown()
-        {
-            // Retried under its old stamp ahead of a batch of unknown outcome while the
-            // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
-            // will not append it in order under that stamp (a batch sent after it is in the
-            // log, as on a fresh partition, or one before it never landed), and renumbered it
-            // could land after that later batch of unknown outcome. No attempt of it landed:
-            // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
-            return false;
-        }
-        if stamp.producer != self.identity
-            && batch.outcome_unknown
-            && class == ProduceErrorClass::OutOfOrderSequence
-        {
-            // The producer has moved past this batch's identity, and the broker has not got
-            // this batch's predecessor under it. The batch may not be re-stamped (an earlier
-            // attempt's outcome is unknown), and retried under its old stamp it keeps the
-            // partition's rewrite waiting while every attempt is answered out of order, until
-            // its delivery timeout. It fails now, as of unknown outcome, as Java's
-            // `TM.canRetry` fails a batch whose producer id and epoch are no longer current.
-            return false;
-        }
-        let slot = &self.partitions[slot_index];
-        if stamp.producer != slot.entry.producer_id_and_epoch {
-            // An answer about an identity this partition already left: just retry; the
-            // retry goes out under its own stamp or after the rewrite.
-            return true;
-        }
-        let transactional = self.config.transactional_id.is_some();
-        match class {
-            ProduceErrorClass::UnknownProducerId => {
-                if log_start_offset == -1 || batch.reopened {
-                    return true;
-                }
-                if transactional {
-                    // §4.6 case 5: the batch fails and the transaction must abort. (The
-                    // retention case, restarting the partition at 0 under the same epoch, is
-                    // not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
-                    return false;
-                }
-                self.request_bump_for(slot_index);
-                true
-            }
-            _ => {
-                let unresolved = slot.unresolved_sequence;
-                if unresolved.is_none()
-                    && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
-                {
-                    return true;
-                }
-                if transactional {
-                    return false; // §4.7 case 3: next in line, the transaction must abort
-                }
-                if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
-                    self.request_bump_for(slot_index);
-                }
-                true
-            }
-        }
-    }
-
     /// Retry if `S.canRetry` allows, else fail the batch.
     fn retry_or_fail(
         &mut self,
@@ -1805,39 +1546,7 @@ impl<D: Delivery> Engine<D> {
         } else {
             ProduceError::rejected(&tp.topic, tp.partition, error, message)
         };
-        if let Some(stamp) = batch.stamp {
-            self.partitions[slot_index]
-                .entry
-                .remove_inflight(stamp.producer, stamp.base_sequence);
-            let class = classify_produce_error(error);
-            let oosn = matches!(
-                class,
-                ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId
-            );
-            if self.config.transactional_id.is_some() {
-                // `TM.handleFailedBatch`, transactional: a definite failure gives its
-                // sequences back (§4.10); an unknown outcome leaves a gap to resolve.
-                let same =
-                    stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch;
-                if batch.outcome_unknown && same {
-                    let last = batch.last_sequence().expect("stamped");
-                    mark_sequence_unresolved(&mut self.partitions[slot_index], last);
-                } else if adjust_sequences && same && self.fatal.is_none() {
-                    self.adjust_sequences_due_to_failed_batch(
-                        slot_index,
-                        stamp,
-                        batch.record_count,
-                    );
-                }
-            } else if self.fatal.is_none() && (oosn || adjust_sequences) {
-                self.request_bump_for(slot_index);
-            } else if batch.outcome_unknown
-                && stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch
-            {
-                let last = batch.last_sequence().expect("stamped");
-                mark_sequence_unresolved(&mut self.partitions[slot_index], last);
-            }
-        }
+        self.handle_failed_batch(slot_index, &batch, error, adjust_sequences);
         self.finish_batch(slot_index, batch, Err(err));
     }
 
@@ -2142,15 +1851,6 @@ impl<D: Delivery> Engine<D> {
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
         self.partition_index.get(tp).map(|&i| &self.partitions[i])
     }
-}
-
-/// `TM.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
-fn mark_sequence_unresolved<D>(slot: &mut PartitionSlot<D>, last_sequence: i32) {
-    let next = record_batch::increment_sequence(last_sequence, 1);
-    slot.unresolved_sequence = Some(match slot.unresolved_sequence {
-        Some(old) if super::partition::sequence_is_after(old, next) => old,
-        _ => next,
-    });
 }
 
 /// A produce request's `timeout_ms` (an i32 of milliseconds) for a request timeout in
