@@ -20,7 +20,6 @@
 //!   never reported as definitely failed).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
@@ -44,11 +43,11 @@ use super::{Action, Delivery, Micros, NodeId};
 mod completion;
 mod connections;
 mod epoch_bump;
+mod expiry;
 mod init_producer_id;
 mod metadata_refresh;
 mod split;
 mod txn;
-use epoch_bump::mark_sequence_unresolved;
 // Lets the child modules name `super::partition::…` as the code they came from did.
 use super::partition;
 pub use txn::TxnParticipant;
@@ -403,101 +402,6 @@ impl<D: Delivery> Engine<D> {
             consider(t.max(now));
         }
         next
-    }
-
-    // ----------------------------------------------------------------------------------------
-    // Timeouts and expiry
-    // ----------------------------------------------------------------------------------------
-
-    /// Fails batches past `delivery.timeout.ms` (`S.getExpiredInflightBatches`,
-    /// `RA.expiredBatches`).
-    fn expire_batches(&mut self, now: Micros) {
-        let timeout = self.config.delivery_timeout;
-        for slot_index in 0..self.partitions.len() {
-            loop {
-                let slot = &mut self.partitions[slot_index];
-                let Some(position) = slot.deque.iter().position(|b| now >= b.created + timeout)
-                else {
-                    break;
-                };
-                let batch = slot.deque.remove(position).expect("position is valid");
-                let result = Err(self.expiry_error(slot_index, &batch));
-                if let (Some(stamp), Some(last)) = (batch.stamp, batch.last_sequence()) {
-                    let slot = &mut self.partitions[slot_index];
-                    slot.entry
-                        .remove_inflight(stamp.producer, stamp.base_sequence);
-                    // Its sequences leave a gap whether or not it was ever retried (a split
-                    // child or a rewritten batch expires without an attempt of its own).
-                    if stamp.producer == slot.entry.producer_id_and_epoch {
-                        mark_sequence_unresolved(slot, last);
-                    }
-                }
-                self.finish_batch(slot_index, batch, result);
-            }
-        }
-        // Batches whose attempt is on the wire: complete their deliveries now; the batch stays
-        // in its request for bookkeeping until the answer or the disconnect.
-        let mut expired_on_wire = Vec::new();
-        for conn in self.connections.values_mut() {
-            for (_, body) in conn.in_flight.iter_mut() {
-                if let RequestBody::Produce(batches) = body {
-                    for (slot_index, batch) in batches.iter_mut() {
-                        if !batch.expired && now >= batch.created + timeout {
-                            batch.expired = true;
-                            let records = std::mem::take(&mut batch.records);
-                            expired_on_wire.push((
-                                *slot_index,
-                                batch.stamp,
-                                batch.last_sequence(),
-                                records,
-                            ));
-                        }
-                    }
-                }
-            }
-        }
-        for (slot_index, stamp, last, records) in expired_on_wire {
-            let err = self.unknown_outcome_error(
-                slot_index,
-                &format!(
-                    "delivery.timeout.ms ({:?}) passed while an attempt was in flight",
-                    Duration::from_micros(timeout)
-                ),
-            );
-            if !records.is_empty() {
-                self.txn_report_failure(&err, false);
-            }
-            for record in records {
-                record.delivery.complete(Err(err.clone()));
-            }
-            let slot = &mut self.partitions[slot_index];
-            if let (Some(stamp), Some(last)) = (stamp, last) {
-                slot.entry
-                    .remove_inflight(stamp.producer, stamp.base_sequence);
-                if stamp.producer == slot.entry.producer_id_and_epoch {
-                    mark_sequence_unresolved(slot, last);
-                }
-            }
-        }
-    }
-
-    fn expiry_error(&self, slot_index: usize, batch: &ProducerBatch<D>) -> ProduceError {
-        let tp = &self.partitions[slot_index].tp;
-        if batch.outcome_unknown {
-            self.unknown_outcome_error(
-                slot_index,
-                &format!(
-                    "delivery.timeout.ms ({:?}) passed after an attempt of unknown outcome",
-                    Duration::from_micros(self.config.delivery_timeout)
-                ),
-            )
-        } else {
-            ProduceError::TimedOut {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                timeout: Duration::from_micros(self.config.delivery_timeout),
-            }
-        }
     }
 
     // ----------------------------------------------------------------------------------------
