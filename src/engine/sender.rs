@@ -26,10 +26,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::ProduceError;
 use crate::protocol::error_code::code;
-use crate::protocol::record_batch::{self, Header};
 use crate::protocol::wire::{self};
 
-use super::batch::{record_size_upper_bound, ProducerBatch};
+use super::batch::ProducerBatch;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
@@ -37,6 +36,7 @@ use super::partition::{PartitionSlot, TopicPartition};
 use super::transaction::{TransactionManager, TxnAction};
 use super::{Action, Delivery, Micros, NodeId};
 
+mod accumulator;
 mod completion;
 mod connections;
 mod drain;
@@ -187,97 +187,6 @@ impl<D: Delivery> Engine<D> {
     }
 
     // ----------------------------------------------------------------------------------------
-    // Events from the application side
-    // ----------------------------------------------------------------------------------------
-
-    /// Appends one record to its partition's open batch (Java's `RecordAccumulator.append`).
-    /// Size limits are checked by the caller before the record is queued.
-    #[allow(clippy::too_many_arguments)]
-    pub fn append(
-        &mut self,
-        now: Micros,
-        tp: &TopicPartition,
-        timestamp: i64,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[Header<'_>],
-        delivery: D,
-    ) {
-        if let Some(err) = &self.fatal {
-            delivery.complete(Err(err.clone()));
-            return;
-        }
-        if self.closing {
-            delivery.complete(Err(ProduceError::Closed));
-            return;
-        }
-        let slot_index = self.slot_index(tp);
-        self.txn_on_append(slot_index);
-        let delivery = {
-            let slot = &mut self.partitions[slot_index];
-            match slot.deque.back_mut() {
-                Some(batch) if batch.is_open() => {
-                    match batch.try_append(timestamp, key, value, headers, delivery) {
-                        Ok(()) => return,
-                        Err(d) => {
-                            batch.close();
-                            d
-                        }
-                    }
-                }
-                _ => delivery,
-            }
-        };
-        let upper_bound =
-            record_batch::RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, headers);
-        let max_size = self
-            .config
-            .batch_size
-            .min(self.config.max_request_size)
-            .max(upper_bound);
-        let mut batch = ProducerBatch::new(now, timestamp, max_size);
-        if batch
-            .try_append(timestamp, key, value, headers, delivery)
-            .is_err()
-        {
-            unreachable!("an empty batch takes one record")
-        }
-        batch.id = self.next_batch_id;
-        self.next_batch_id += 1;
-        self.incomplete_batches.insert(batch.id);
-        self.partitions[slot_index].deque.push_back(batch);
-    }
-
-    /// Starts a flush: every batch is ready at once. Returns a token that `flush_done` accepts
-    /// once every batch created before it has completed.
-    pub fn begin_flush(&mut self) -> u64 {
-        self.flushes += 1;
-        self.next_batch_id
-    }
-
-    /// True when every batch created before `token` has completed; ends that flush.
-    pub fn flush_done(&mut self, token: u64) -> bool {
-        let done = self
-            .incomplete_batches
-            .first()
-            .is_none_or(|&oldest| oldest >= token);
-        if done {
-            self.flushes = self.flushes.saturating_sub(1);
-        }
-        done
-    }
-
-    /// Close: send everything now; refuse new records.
-    pub fn begin_close(&mut self) {
-        self.closing = true;
-    }
-
-    /// True when no batch is queued or in flight.
-    pub fn is_idle(&self) -> bool {
-        self.incomplete_batches.is_empty()
-    }
-
-    // ----------------------------------------------------------------------------------------
     // Events from the network side
     // ----------------------------------------------------------------------------------------
 
@@ -406,18 +315,6 @@ impl<D: Delivery> Engine<D> {
     // ----------------------------------------------------------------------------------------
     // Drain and Produce
     // ----------------------------------------------------------------------------------------
-
-    /// `RA.batchReady` for an unstamped head.
-    fn batch_ready(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
-        let Some(head) = slot.deque.front() else {
-            return false;
-        };
-        slot.deque.len() > 1
-            || head.is_full()
-            || now >= head.created + self.config.linger
-            || self.flushes > 0
-            || self.closing
-    }
 
     fn fail_request_on_disconnect(
         &mut self,
