@@ -18,6 +18,13 @@
 //!   so a retry can still fall outside the five-batch de-duplication window. Its answer is then
 //!   OUT_OF_ORDER_SEQUENCE_NUMBER, and the batch keeps its unknown outcome (never re-stamped,
 //!   never reported as definitely failed).
+//!
+//! This file is the coordinator: it owns every field, runs `poll` and routes answers and lost
+//! requests by API. The rest lives in child modules, each an `impl Engine` block:
+//! `accumulator` (append, flush and close ledger), `drain` (stamping and the drain gates),
+//! `produce_request`, `completion` (how a batch ends), `split`, `expiry`, `epoch_bump`
+//! (sequencing after the stamp and the epoch bump, with a table of the Java rules),
+//! `connections`, `metadata_refresh`, `init_producer_id`, and `txn` (the transactional side).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
@@ -26,7 +33,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::error::ProduceError;
 use crate::protocol::error_code::code;
-use crate::protocol::wire::{self};
+use crate::protocol::wire;
 
 use super::batch::ProducerBatch;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
@@ -313,7 +320,7 @@ impl<D: Delivery> Engine<D> {
     }
 
     // ----------------------------------------------------------------------------------------
-    // Drain and Produce
+    // Requests lost with their connection, partitions, checks
     // ----------------------------------------------------------------------------------------
 
     fn fail_request_on_disconnect(

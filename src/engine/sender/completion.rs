@@ -5,7 +5,7 @@
 //! failure is `handle_failed_batch` in `epoch_bump.rs`.
 
 use crate::error::ProduceError;
-use crate::protocol::error_code::{self};
+use crate::protocol::error_code;
 
 use super::super::batch::ProducerBatch;
 use super::super::error_class::{classify_produce_error, may_have_appended, ProduceErrorClass};

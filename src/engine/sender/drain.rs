@@ -5,7 +5,7 @@
 //! `head_is_drainable`), and an unstamped batch is stamped at its first drain (§2.1).
 
 use crate::protocol::api::ApiKey;
-use crate::protocol::record_batch::{self};
+use crate::protocol::record_batch;
 
 use super::super::batch::{BatchStamp, ProducerBatch};
 use super::super::partition::{InflightSequence, PartitionSlot};
