@@ -1,6 +1,7 @@
 //! Java's `TransactionManager`, transactional half: the states and their legal transitions
-//! (java-producer-state-machine.md §6.1), the API calls and their cached results (§6.2, §6.3),
-//! the transactional request queue (§6.4) and the partition membership sets (§1.2). Sans-IO:
+//! (java-producer-state-machine.md §6.1, in `transaction/state.rs`), the API calls and their
+//! cached results (§6.2, §6.3), the transactional request queue (§6.4, in
+//! `transaction/queue.rs`) and the partition membership sets (§1.2). Sans-IO:
 //! the engine (`sender.rs`) sends the request this module hands out, classifies the answer with
 //! `txn_requests.rs` and feeds the outcome back here.
 //!
