@@ -18,13 +18,11 @@ use kafka_protocol::messages::{
 
 use crate::error::{ProduceError, TransactionError};
 use crate::protocol::api::ApiKey;
-use crate::protocol::record_batch;
 use crate::protocol::wire::{self, WireError};
 
-use super::super::batch::BatchStamp;
 use super::super::connection::InFlightHeader;
 use super::super::identity::ProducerIdAndEpoch;
-use super::super::partition::{sequence_is_after, TopicPartition};
+use super::super::partition::TopicPartition;
 use super::super::transaction::{
     CoordinatorType, GroupMetadata, OffsetAndMetadata, QueuedRequest, TransactionManager,
     TransactionState, TxnAction, TxnHandle, TxnRequest,
@@ -272,96 +270,6 @@ impl<D: Delivery> Engine<D> {
             needs_bump: error.is_outcome_unknown() || diverged,
             fatal,
         });
-    }
-
-    /// `TPE.adjustSequencesDueToFailedBatch` (§4.10): a definitely failed batch's sequences are
-    /// given back, and every later batch of the partition moves down by its record count, so
-    /// the remaining batches stay contiguous for the broker until the abort.
-    pub(super) fn adjust_sequences_due_to_failed_batch(
-        &mut self,
-        slot_index: usize,
-        stamp: BatchStamp,
-        record_count: i32,
-    ) {
-        let transactional = self.is_transactional();
-        let slot = &mut self.partitions[slot_index];
-        if stamp.producer != slot.entry.producer_id_and_epoch {
-            return;
-        }
-        let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
-        let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
-        let later = |s: BatchStamp| s.producer == stamp.producer && after(s.base_sequence);
-        if slot
-            .entry
-            .inflight_batches_by_sequence
-            .iter()
-            .any(|s| s.producer == stamp.producer && after(s.base_sequence))
-        {
-            self.participant.sequences_diverged = true;
-        }
-        // A later batch of unknown outcome may be in the log under its current sequence, so it
-        // is never re-stamped (its retry would be answered as a duplicate of another batch and
-        // acknowledged at that batch's offset), and moving only the others would break their
-        // contiguity: nothing moves. The later batches meet the gap (retried until their
-        // delivery timeout; the transaction is abortable anyway) and the abort bumps the epoch.
-        let later_unknown = slot
-            .deque
-            .iter()
-            .any(|b| b.outcome_unknown && b.stamp.is_some_and(later))
-            || self.connections.values().any(|conn| {
-                conn.in_flight.iter().any(|(_, body)| match body {
-                    RequestBody::Produce(batches) => batches.iter().any(|(i, b)| {
-                        *i == slot_index && b.outcome_unknown && b.stamp.is_some_and(later)
-                    }),
-                    _ => false,
-                })
-            });
-        if later_unknown {
-            self.participant.sequences_diverged = true;
-            return;
-        }
-        slot.entry.next_sequence = moved(slot.entry.next_sequence);
-        for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
-            if s.producer == stamp.producer && after(s.base_sequence) {
-                s.base_sequence = moved(s.base_sequence);
-            }
-        }
-        for batch in slot.deque.iter_mut() {
-            if let Some(s) = batch.stamp {
-                if s.producer == stamp.producer && after(s.base_sequence) {
-                    batch.set_stamp(
-                        BatchStamp {
-                            producer: s.producer,
-                            base_sequence: moved(s.base_sequence),
-                        },
-                        transactional,
-                    );
-                }
-            }
-        }
-        for conn in self.connections.values_mut() {
-            for (_, body) in conn.in_flight.iter_mut() {
-                let RequestBody::Produce(batches) = body else {
-                    continue;
-                };
-                for (i, batch) in batches.iter_mut() {
-                    let Some(s) = batch.stamp else { continue };
-                    if *i == slot_index
-                        && !batch.expired
-                        && s.producer == stamp.producer
-                        && after(s.base_sequence)
-                    {
-                        batch.set_stamp(
-                            BatchStamp {
-                                producer: s.producer,
-                                base_sequence: moved(s.base_sequence),
-                            },
-                            transactional,
-                        );
-                    }
-                }
-            }
-        }
     }
 
     // ----------------------------------------------------------------------------------------
@@ -727,12 +635,4 @@ fn coordinator_key(tm: &TransactionManager, request: &TxnRequest, kind: Coordina
         (CoordinatorType::Group, TxnRequest::AddOffsets { group, .. }) => group.group_id.clone(),
         _ => tm.transactional_id.clone(),
     }
-}
-
-/// `a - b` on the 31-bit sequence circle.
-fn wrap_sub(a: i32, b: i32) -> i32 {
-    let r = (i64::from(a) - i64::from(b)).rem_euclid(1i64 << 31);
-    let r = r as i32;
-    debug_assert_eq!(record_batch::increment_sequence(r, b), a);
-    r
 }

@@ -1,0 +1,67 @@
+//! The engine's configuration: the share of `ProducerConfig` the engine reads, converted to
+//! engine units (microseconds) once.
+
+use std::time::Duration;
+
+use crate::config::ProducerConfig;
+
+use super::Micros;
+
+/// The engine's share of the producer configuration, in engine units.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub client_id: String,
+    pub bootstrap_servers: Vec<String>,
+    pub acks: i16,
+    pub idempotent: bool,
+    pub transactional_id: Option<String>,
+    pub transaction_timeout_ms: i32,
+    pub linger: Micros,
+    pub batch_size: usize,
+    pub max_in_flight: usize,
+    pub delivery_timeout: Micros,
+    pub request_timeout: Micros,
+    pub retries: i32,
+    pub retry_backoff: Micros,
+    pub retry_backoff_max: Micros,
+    pub reconnect_backoff: Micros,
+    pub reconnect_backoff_max: Micros,
+    pub connection_setup_timeout: Micros,
+    pub max_request_size: usize,
+    pub metadata_max_age: Micros,
+    /// This engine sends InitProducerId when no identity is in force. In a sharded producer
+    /// exactly one engine owns the identity; the others adopt what it obtains.
+    pub owns_identity: bool,
+}
+
+fn micros(d: Duration) -> Micros {
+    d.as_micros().min(u64::MAX as u128) as Micros
+}
+
+impl EngineConfig {
+    pub fn from_producer_config(config: &ProducerConfig, owns_identity: bool) -> Self {
+        EngineConfig {
+            client_id: config.client_id.clone(),
+            bootstrap_servers: config.bootstrap_servers.clone(),
+            acks: config.acks.as_i16(),
+            idempotent: config.enable_idempotence,
+            transactional_id: config.transactional_id.clone(),
+            transaction_timeout_ms: config.transaction_timeout.as_millis().min(i32::MAX as u128)
+                as i32,
+            linger: micros(config.linger),
+            batch_size: config.batch_size.max(1),
+            max_in_flight: config.max_in_flight_requests_per_connection,
+            delivery_timeout: micros(config.delivery_timeout),
+            request_timeout: micros(config.request_timeout),
+            retries: config.retries,
+            retry_backoff: micros(config.retry_backoff),
+            retry_backoff_max: micros(config.retry_backoff_max),
+            reconnect_backoff: micros(config.reconnect_backoff),
+            reconnect_backoff_max: micros(config.reconnect_backoff_max),
+            connection_setup_timeout: micros(config.socket_connection_setup_timeout),
+            max_request_size: config.max_request_size,
+            metadata_max_age: micros(config.metadata_max_age),
+            owns_identity,
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The accumulator's side of the engine (Java's `RecordAccumulator`): appending a record to its
+//! partition's open batch, readiness of an unstamped head (`RA.batchReady`), and the ledger
+//! of incomplete batches behind `flush` and `close`.
+
+use crate::error::ProduceError;
+use crate::protocol::record_batch::{self, Header};
+
+use super::super::batch::{record_size_upper_bound, ProducerBatch};
+use super::super::partition::{PartitionSlot, TopicPartition};
+use super::super::{Delivery, Micros};
+use super::Engine;
+
+impl<D: Delivery> Engine<D> {
+    /// Appends one record to its partition's open batch (Java's `RecordAccumulator.append`).
+    /// Size limits are checked by the caller before the record is queued.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append(
+        &mut self,
+        now: Micros,
+        tp: &TopicPartition,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+        delivery: D,
+    ) {
+        if let Some(err) = &self.fatal {
+            delivery.complete(Err(err.clone()));
+            return;
+        }
+        if self.closing {
+            delivery.complete(Err(ProduceError::Closed));
+            return;
+        }
+        let slot_index = self.slot_index(tp);
+        self.txn_on_append(slot_index);
+        let delivery = {
+            let slot = &mut self.partitions[slot_index];
+            match slot.deque.back_mut() {
+                Some(batch) if batch.is_open() => {
+                    match batch.try_append(timestamp, key, value, headers, delivery) {
+                        Ok(()) => return,
+                        Err(d) => {
+                            batch.close();
+                            d
+                        }
+                    }
+                }
+                _ => delivery,
+            }
+        };
+        let upper_bound =
+            record_batch::RECORD_BATCH_OVERHEAD + record_size_upper_bound(key, value, headers);
+        let max_size = self
+            .config
+            .batch_size
+            .min(self.config.max_request_size)
+            .max(upper_bound);
+        let mut batch = ProducerBatch::new(now, timestamp, max_size);
+        if batch
+            .try_append(timestamp, key, value, headers, delivery)
+            .is_err()
+        {
+            unreachable!("an empty batch takes one record")
+        }
+        batch.id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.incomplete_batches.insert(batch.id);
+        self.partitions[slot_index].deque.push_back(batch);
+    }
+
+    /// Starts a flush: every batch is ready at once. Returns a token that `flush_done` accepts
+    /// once every batch created before it has completed.
+    pub fn begin_flush(&mut self) -> u64 {
+        self.flushes += 1;
+        self.next_batch_id
+    }
+
+    /// True when every batch created before `token` has completed; ends that flush.
+    pub fn flush_done(&mut self, token: u64) -> bool {
+        let done = self
+            .incomplete_batches
+            .first()
+            .is_none_or(|&oldest| oldest >= token);
+        if done {
+            self.flushes = self.flushes.saturating_sub(1);
+        }
+        done
+    }
+
+    /// Close: send everything now; refuse new records.
+    pub fn begin_close(&mut self) {
+        self.closing = true;
+    }
+
+    /// True when no batch is queued or in flight.
+    pub fn is_idle(&self) -> bool {
+        self.incomplete_batches.is_empty()
+    }
+
+    /// `RA.batchReady` for an unstamped head.
+    pub(super) fn batch_ready(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
+        let Some(head) = slot.deque.front() else {
+            return false;
+        };
+        slot.deque.len() > 1
+            || head.is_full()
+            || now >= head.created + self.config.linger
+            || self.flushes > 0
+            || self.closing
+    }
+}

@@ -1,0 +1,477 @@
+//! Partition sequencing after the stamp, and the epoch bump: request, resolve, rewrite, adopt.
+//! This module is the only place that requests a bump, writes a partition's `rewrite_pending`
+//! or `unresolved_sequence`, or re-stamps a batch that already has a stamp; the first stamp is
+//! drain's (`stamp_if_needed`, §2.1), after `maybe_update_producer_id_and_epoch` here; split
+//! children inherit their parent's.
+//!
+//! Read it beside `java-producer-state-machine.md` (the § numbers are its sections):
+//!
+//! | Java rule | here |
+//! |---|---|
+//! | §2.1 step 1 `TM.maybeUpdateProducerIdAndEpoch` | `maybe_update_producer_id_and_epoch` |
+//! | §2.3 gates 3a, 3b | `bump_gate_open` (gates 2 and 4 are checked in `head_is_drainable`) |
+//! | §4.2 `TM.handleFailedBatch` | `handle_failed_batch` |
+//! | §4.4 `TM.requestIdempotentEpochBumpForPartition` | `request_bump_for` |
+//! | §4.4 `TM.bumpIdempotentProducerEpoch` | `EpochCoordinator::request_bump` (identity.rs), carried by the runtime's ticket ring, adopted in `on_identity` |
+//! | §4.4 `TPE.startSequencesAtBeginning` | `apply_sequence_rewrites` |
+//! | §4.6, §4.7 `TM.canRetry` | `idempotent_can_retry` |
+//! | §4.9 `TM.markSequenceUnresolved`, `TM.maybeResolveSequences` | `mark_sequence_unresolved`, `maybe_resolve_sequences` |
+//! | §4.10 `TPE.adjustSequencesDueToFailedBatch` | `adjust_sequences_due_to_failed_batch` |
+//!
+//! Deviations from Java, on purpose:
+//! - The idempotent bump is producer-wide across shards: each engine only asks
+//!   (`Action::RequestEpochBump`, naming the identity it observed the failure under) and adopts
+//!   whatever identity is installed; concurrent requests for the same identity make one bump.
+//! - A partition's rewrite waits until none of its batches is on the wire or of unknown outcome
+//!   (Java rewrites them at once, on the wire or not, and retries the answers to their old
+//!   attempts as `sequenceHasBeenReset`, §4.4).
+//! - A transactional producer never bumps here: its failures go to the transaction manager,
+//!   which bumps through InitProducerId or EndTxn at the abort (§4.5).
+//! - Sequence comparisons are wrap-aware (§2.2 recommendation).
+
+use crate::error::ProduceError;
+use crate::protocol::error_code::code;
+use crate::protocol::record_batch;
+
+use super::super::batch::{BatchStamp, ProducerBatch};
+use super::super::error_class::{classify_produce_error, ProduceErrorClass};
+use super::super::identity::ProducerIdAndEpoch;
+use super::super::partition::{sequence_is_after, InflightSequence, PartitionSlot};
+use super::super::{Action, Delivery};
+use super::{Engine, RequestBody};
+
+impl<D: Delivery> Engine<D> {
+    /// The identity in force for the whole producer changed (installed or bumped).
+    pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
+        self.identity = identity;
+        if self
+            .bump_requested_from
+            .is_some_and(|from| from != identity)
+        {
+            self.bump_requested_from = None;
+        }
+    }
+
+    /// `TM.maybeUpdateProducerIdAndEpoch` (§2.1 step 1), the lazy switch: an unstamped batch
+    /// about to be stamped moves its partition to the identity in force, which
+    /// `startSequencesAtBeginning` does with nothing in flight (gate 3a holds until then).
+    pub(super) fn maybe_update_producer_id_and_epoch(&mut self, slot_index: usize) {
+        let identity = self.identity;
+        let slot = &mut self.partitions[slot_index];
+        if slot.entry.producer_id_and_epoch != identity {
+            debug_assert!(!slot.entry.has_inflight_batches());
+            // `TM.maybeUpdateProducerIdAndEpoch` → `startSequencesAtBeginning` with nothing in
+            // flight.
+            slot.entry.producer_id_and_epoch = identity;
+            slot.entry.next_sequence = 0;
+            slot.entry.last_acked_sequence = -1;
+        }
+    }
+
+    /// Gates 3a and 3b (§2.3) for an unstamped head: whether the epoch bump lets the partition
+    /// stamp a new batch now.
+    pub(super) fn bump_gate_open(&self, slot: &PartitionSlot<D>) -> bool {
+        let stale = slot.entry.producer_id_and_epoch != self.identity;
+        if stale && slot.entry.has_inflight_batches() {
+            return false; // gate 3a
+        }
+        if slot.unresolved_sequence.is_some() || slot.rewrite_pending {
+            return false; // gate 3b
+        }
+        true
+    }
+
+    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
+    /// partition's sequences are under, the one the failure was observed with, not the
+    /// engine's current one: when another shard has bumped meanwhile and this engine already
+    /// adopted the result, that bump covers this partition too, and naming the newer identity
+    /// would make a second bump for the same failure (design.md: concurrent requests for the
+    /// same epoch produce one bump). Such a late request is still made, once per observed
+    /// identity, and the ticket ring's rule discards it, so whether two shards' requests
+    /// collide does not depend on which answer arrived first; the partition is then only
+    /// rewritten.
+    fn request_bump_for(&mut self, slot_index: usize) {
+        // A transactional producer bumps only through InitProducerId at the abort (§4.5);
+        // its failures reach the transaction manager instead.
+        if !self.config.idempotent || self.config.transactional_id.is_some() {
+            return;
+        }
+        self.partitions[slot_index].rewrite_pending = true;
+        let observed = match self.partitions[slot_index].entry.producer_id_and_epoch {
+            stamped if stamped.is_valid() => stamped,
+            _ => self.identity,
+        };
+        if !observed.is_valid() {
+            return;
+        }
+        if observed == self.identity {
+            self.bump_requested_from = Some(observed);
+        }
+        if self.last_bump_request != Some(observed) {
+            self.last_bump_request = Some(observed);
+            self.stats.epoch_bumps_requested += 1;
+            self.actions
+                .push_back(Action::RequestEpochBump { observed });
+        }
+    }
+
+    /// `TM.maybeResolveSequences`: settle unresolved partitions that have nothing in flight.
+    pub(super) fn maybe_resolve_sequences(&mut self) {
+        for slot_index in 0..self.partitions.len() {
+            let slot = &mut self.partitions[slot_index];
+            if slot.unresolved_sequence.is_none() || slot.entry.has_inflight_batches() {
+                continue;
+            }
+            let all_acked = slot.entry.is_next_sequence(slot.entry.next_sequence);
+            slot.unresolved_sequence = None;
+            if !all_acked && self.config.transactional_id.is_some() {
+                // `transitionToAbortableErrorOrFatalError`: only an abort with an epoch bump
+                // brings the sequences back in line.
+                let tp = slot.tp.clone();
+                self.txn_report_failure(
+                    &ProduceError::OutcomeUnknown {
+                        topic: tp.topic.clone(),
+                        partition: tp.partition,
+                        reason: "a batch of unknown outcome left a sequence gap".to_string(),
+                    },
+                    false,
+                );
+            } else if !all_acked {
+                // The expired batch's sequences can be neither reused nor skipped: abandon the
+                // sequence space by moving to a new epoch.
+                self.request_bump_for(slot_index);
+            }
+        }
+    }
+
+    /// `TPE.startSequencesAtBeginning` for the partitions that asked for a bump, once the new
+    /// identity is in force and none of their batches is on the wire or of unknown outcome.
+    pub(super) fn apply_sequence_rewrites(&mut self) {
+        if !self.identity.is_valid() || self.bump_requested_from.is_some() {
+            return;
+        }
+        let mut unplaceable = Vec::new();
+        for (slot_index, slot) in self.partitions.iter_mut().enumerate() {
+            if !slot.rewrite_pending {
+                continue;
+            }
+            if slot.entry.producer_id_and_epoch == self.identity {
+                // Already on the current identity (adopted lazily): nothing to rewrite.
+                slot.rewrite_pending = false;
+                continue;
+            }
+            // Any queued batch of unknown outcome blocks the rewrite, not only the lowest
+            // one: a broker with no state for the producer on the partition (a new producer
+            // id, expired state) takes any first sequence, so a later batch can be in the log
+            // while an earlier one is not. Renumbering the later one would append it twice,
+            // and renumbering the earlier one would append it after it. The partition first
+            // settles those batches under their old stamps (`head_is_drainable` lets the
+            // batches up to the last of them go out so).
+            let blocked = slot.on_wire > 0 || slot.has_queued_outcome_unknown();
+            if blocked {
+                continue;
+            }
+            // A queued batch whose sequences lie at or before the last acked sequence was
+            // overtaken: a later batch of the partition is in the log (a broker with no state
+            // for the producer accepts any first sequence). None of its attempts landed, and
+            // renumbering it under the new epoch would append it after records sent later, so
+            // it fails instead. (None is of unknown outcome: those blocked the rewrite above.)
+            let last_acked = slot.entry.last_acked_sequence;
+            while let Some(front) = slot.deque.front() {
+                let overtaken = match front.last_sequence() {
+                    Some(last) => {
+                        last_acked >= 0 && super::partition::sequence_at_or_after(last_acked, last)
+                    }
+                    None => false,
+                };
+                if !overtaken {
+                    break;
+                }
+                let batch = slot.deque.pop_front().expect("front checked");
+                let stamp = batch.stamp.expect("stamped");
+                slot.entry
+                    .remove_inflight(stamp.producer, stamp.base_sequence);
+                unplaceable.push((slot_index, batch));
+            }
+            let mut next = 0i32;
+            let mut inflight = Vec::new();
+            for batch in slot.deque.iter_mut() {
+                if batch.stamp.is_none() {
+                    break;
+                }
+                // No attempt of it may have landed (the rewrite waited for every batch of
+                // unknown outcome): the new stamp is this batch's only one that counts.
+                debug_assert!(
+                    !batch.outcome_unknown,
+                    "re-stamping a batch that may have landed"
+                );
+                batch.set_stamp(
+                    BatchStamp {
+                        producer: self.identity,
+                        base_sequence: next,
+                    },
+                    false,
+                );
+                inflight.push(InflightSequence {
+                    producer: self.identity,
+                    base_sequence: next,
+                    record_count: batch.record_count,
+                });
+                next = record_batch::increment_sequence(next, batch.record_count);
+            }
+            slot.entry.inflight_batches_by_sequence = inflight;
+            slot.entry.next_sequence = next;
+            slot.entry.last_acked_sequence = -1;
+            slot.entry.producer_id_and_epoch = self.identity;
+            slot.unresolved_sequence = None;
+            slot.rewrite_pending = false;
+            self.stats.sequence_rewrites += 1;
+        }
+        for (slot_index, batch) in unplaceable {
+            let tp = &self.partitions[slot_index].tp;
+            let err = ProduceError::rejected(
+                &tp.topic,
+                tp.partition,
+                code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                Some(
+                    "a batch sent after this one was appended first; this one cannot be \
+                     appended in order"
+                        .to_string(),
+                ),
+            );
+            self.finish_batch(slot_index, batch, Err(err));
+        }
+    }
+
+    /// `TM.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (§4.7) and UNKNOWN_PRODUCER_ID (§4.6),
+    /// idempotent producer. Requests a bump where Java does; the retry itself happens later.
+    pub(super) fn idempotent_can_retry(
+        &mut self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        class: ProduceErrorClass,
+        log_start_offset: i64,
+    ) -> bool {
+        if !self.config.idempotent || batch.expired {
+            return false;
+        }
+        let Some(stamp) = batch.stamp else {
+            return false;
+        };
+        if stamp.producer != self.identity
+            && !batch.outcome_unknown
+            && class == ProduceErrorClass::OutOfOrderSequence
+            && self.partitions[slot_index].has_queued_outcome_unknown()
+        {
+            // Retried under its old stamp ahead of a batch of unknown outcome while the
+            // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
+            // will not append it in order under that stamp (a batch sent after it is in the
+            // log, as on a fresh partition, or one before it never landed), and renumbered it
+            // could land after that later batch of unknown outcome. No attempt of it landed:
+            // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
+            return false;
+        }
+        if stamp.producer != self.identity
+            && batch.outcome_unknown
+            && class == ProduceErrorClass::OutOfOrderSequence
+        {
+            // The producer has moved past this batch's identity, and the broker has not got
+            // this batch's predecessor under it. The batch may not be re-stamped (an earlier
+            // attempt's outcome is unknown), and retried under its old stamp it keeps the
+            // partition's rewrite waiting while every attempt is answered out of order, until
+            // its delivery timeout. It fails now, as of unknown outcome, as Java's
+            // `TM.canRetry` fails a batch whose producer id and epoch are no longer current.
+            return false;
+        }
+        let slot = &self.partitions[slot_index];
+        if stamp.producer != slot.entry.producer_id_and_epoch {
+            // An answer about an identity this partition already left: just retry; the
+            // retry goes out under its own stamp or after the rewrite.
+            return true;
+        }
+        let transactional = self.config.transactional_id.is_some();
+        match class {
+            ProduceErrorClass::UnknownProducerId => {
+                if log_start_offset == -1 || batch.reopened {
+                    return true;
+                }
+                if transactional {
+                    // §4.6 case 5: the batch fails and the transaction must abort. (The
+                    // retention case, restarting the partition at 0 under the same epoch, is
+                    // not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
+                    return false;
+                }
+                self.request_bump_for(slot_index);
+                true
+            }
+            _ => {
+                let unresolved = slot.unresolved_sequence;
+                if unresolved.is_none()
+                    && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
+                {
+                    return true;
+                }
+                if transactional {
+                    return false; // §4.7 case 3: next in line, the transaction must abort
+                }
+                if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
+                    self.request_bump_for(slot_index);
+                }
+                true
+            }
+        }
+    }
+
+    /// `TM.handleFailedBatch` (§4.2), the sequence side of a failed batch: it leaves the
+    /// in-flight list, and then its sequences are given back (transactional, definite
+    /// failure, §4.10), marked unresolved (unknown outcome, §4.9), or abandoned with an
+    /// epoch bump (idempotent, §4.4).
+    pub(super) fn handle_failed_batch(
+        &mut self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        error: i16,
+        adjust_sequences: bool,
+    ) {
+        if let Some(stamp) = batch.stamp {
+            self.partitions[slot_index]
+                .entry
+                .remove_inflight(stamp.producer, stamp.base_sequence);
+            let class = classify_produce_error(error);
+            let oosn = matches!(
+                class,
+                ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId
+            );
+            if self.config.transactional_id.is_some() {
+                // `TM.handleFailedBatch`, transactional: a definite failure gives its
+                // sequences back (§4.10); an unknown outcome leaves a gap to resolve.
+                let same =
+                    stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch;
+                if batch.outcome_unknown && same {
+                    let last = batch.last_sequence().expect("stamped");
+                    mark_sequence_unresolved(&mut self.partitions[slot_index], last);
+                } else if adjust_sequences && same && self.fatal.is_none() {
+                    self.adjust_sequences_due_to_failed_batch(
+                        slot_index,
+                        stamp,
+                        batch.record_count,
+                    );
+                }
+            } else if self.fatal.is_none() && (oosn || adjust_sequences) {
+                self.request_bump_for(slot_index);
+            } else if batch.outcome_unknown
+                && stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch
+            {
+                let last = batch.last_sequence().expect("stamped");
+                mark_sequence_unresolved(&mut self.partitions[slot_index], last);
+            }
+        }
+    }
+
+    /// `TPE.adjustSequencesDueToFailedBatch` (§4.10): a definitely failed batch's sequences are
+    /// given back, and every later batch of the partition moves down by its record count, so
+    /// the remaining batches stay contiguous for the broker until the abort.
+    fn adjust_sequences_due_to_failed_batch(
+        &mut self,
+        slot_index: usize,
+        stamp: BatchStamp,
+        record_count: i32,
+    ) {
+        let transactional = self.is_transactional();
+        let slot = &mut self.partitions[slot_index];
+        if stamp.producer != slot.entry.producer_id_and_epoch {
+            return;
+        }
+        let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
+        let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
+        let later = |s: BatchStamp| s.producer == stamp.producer && after(s.base_sequence);
+        if slot
+            .entry
+            .inflight_batches_by_sequence
+            .iter()
+            .any(|s| s.producer == stamp.producer && after(s.base_sequence))
+        {
+            self.participant.sequences_diverged = true;
+        }
+        // A later batch of unknown outcome may be in the log under its current sequence, so it
+        // is never re-stamped (its retry would be answered as a duplicate of another batch and
+        // acknowledged at that batch's offset), and moving only the others would break their
+        // contiguity: nothing moves. The later batches meet the gap (retried until their
+        // delivery timeout; the transaction is abortable anyway) and the abort bumps the epoch.
+        let later_unknown = slot
+            .deque
+            .iter()
+            .any(|b| b.outcome_unknown && b.stamp.is_some_and(later))
+            || self.connections.values().any(|conn| {
+                conn.in_flight.iter().any(|(_, body)| match body {
+                    RequestBody::Produce(batches) => batches.iter().any(|(i, b)| {
+                        *i == slot_index && b.outcome_unknown && b.stamp.is_some_and(later)
+                    }),
+                    _ => false,
+                })
+            });
+        if later_unknown {
+            self.participant.sequences_diverged = true;
+            return;
+        }
+        slot.entry.next_sequence = moved(slot.entry.next_sequence);
+        for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
+            if s.producer == stamp.producer && after(s.base_sequence) {
+                s.base_sequence = moved(s.base_sequence);
+            }
+        }
+        for batch in slot.deque.iter_mut() {
+            if let Some(s) = batch.stamp {
+                if s.producer == stamp.producer && after(s.base_sequence) {
+                    batch.set_stamp(
+                        BatchStamp {
+                            producer: s.producer,
+                            base_sequence: moved(s.base_sequence),
+                        },
+                        transactional,
+                    );
+                }
+            }
+        }
+        for conn in self.connections.values_mut() {
+            for (_, body) in conn.in_flight.iter_mut() {
+                let RequestBody::Produce(batches) = body else {
+                    continue;
+                };
+                for (i, batch) in batches.iter_mut() {
+                    let Some(s) = batch.stamp else { continue };
+                    if *i == slot_index
+                        && !batch.expired
+                        && s.producer == stamp.producer
+                        && after(s.base_sequence)
+                    {
+                        batch.set_stamp(
+                            BatchStamp {
+                                producer: s.producer,
+                                base_sequence: moved(s.base_sequence),
+                            },
+                            transactional,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `TM.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
+pub(super) fn mark_sequence_unresolved<D>(slot: &mut PartitionSlot<D>, last_sequence: i32) {
+    let next = record_batch::increment_sequence(last_sequence, 1);
+    slot.unresolved_sequence = Some(match slot.unresolved_sequence {
+        Some(old) if super::partition::sequence_is_after(old, next) => old,
+        _ => next,
+    });
+}
+
+/// `a - b` on the 31-bit sequence circle.
+fn wrap_sub(a: i32, b: i32) -> i32 {
+    let r = (i64::from(a) - i64::from(b)).rem_euclid(1i64 << 31);
+    let r = r as i32;
+    debug_assert_eq!(record_batch::increment_sequence(r, b), a);
+    r
+}

@@ -1,0 +1,147 @@
+//! Cluster metadata for the engine: topics asked for by the application, the periodic and
+//! on-demand refresh (`metadata.max.age.ms`, a retriable error that calls for fresh
+//! metadata), and applying an answer to the partitions' leaders (Java's `Metadata` and
+//! `Sender`'s metadata updates).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::protocol::api::ApiKey;
+use crate::protocol::error_code::code;
+use crate::protocol::wire::{self, WireError};
+
+use super::super::connection::InFlightHeader;
+use super::super::{Action, Delivery, Micros};
+use super::{Engine, RequestBody};
+
+impl<D: Delivery> Engine<D> {
+    /// Asks for a topic's metadata (the caller's partitioner needs its partition count).
+    pub fn request_topic(&mut self, topic: &str) {
+        if !self.metadata.interest.contains(topic) {
+            self.metadata.interest.insert(Arc::from(topic));
+            self.metadata_refresh_needed = true;
+            self.metadata_retry_at = 0;
+        } else if let Some(count) = self.metadata.partition_count(topic) {
+            self.actions.push_back(Action::TopicMetadata {
+                topic: Arc::from(topic),
+                partition_count: count,
+                error_code: code::NONE,
+            });
+        } else {
+            self.metadata_refresh_needed = true;
+        }
+    }
+
+    pub(super) fn maybe_refresh_metadata(&mut self, now: Micros) {
+        if let Some(last) = self.last_metadata_refresh {
+            if now >= last + self.config.metadata_max_age {
+                self.metadata_refresh_needed = true;
+            }
+        }
+        if !self.metadata_refresh_needed || self.metadata_in_flight || now < self.metadata_retry_at
+        {
+            return;
+        }
+        let Some(node) = self.least_loaded_ready() else {
+            self.ensure_some_connection(now);
+            return;
+        };
+        let version = match self.connections[&node].versions.version(ApiKey::Metadata) {
+            Ok(v) => v,
+            Err(_) => return,
+        };
+        let topics = self
+            .metadata
+            .interest
+            .iter()
+            .map(|t| {
+                MetadataRequestTopic::default()
+                    .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
+            })
+            .collect();
+        let mut request = MetadataRequest::default().with_topics(Some(topics));
+        if version >= 4 {
+            request = request.with_allow_auto_topic_creation(false);
+        }
+        self.metadata_in_flight = true;
+        self.metadata_refresh_needed = false;
+        self.send_request(
+            now,
+            node,
+            ApiKey::Metadata,
+            version,
+            &request,
+            RequestBody::Metadata,
+        );
+    }
+
+    pub(super) fn handle_metadata(
+        &mut self,
+        now: Micros,
+        header: InFlightHeader,
+        body: Bytes,
+    ) -> Result<(), WireError> {
+        self.metadata_in_flight = false;
+        let response =
+            match wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)
+            {
+                Ok(response) => response,
+                Err(e) => {
+                    // The refresh this request stood for is still owed.
+                    self.metadata_refresh_needed = true;
+                    return Err(e);
+                }
+            };
+        self.last_metadata_refresh = Some(now);
+        self.metadata_retry_at = now + self.config.retry_backoff;
+        let changed = self.metadata.update(&response);
+        for topic in &response.topics {
+            let Some(name) = &topic.name else { continue };
+            let name: Arc<str> = Arc::from(name.0.as_str());
+            if topic.error_code != code::NONE {
+                // Keep asking while someone waits for the topic.
+                self.metadata_refresh_needed = true;
+            }
+            let partition_count = self.metadata.partition_count(&name).unwrap_or(0);
+            if changed.contains(&name) || topic.error_code != code::NONE {
+                self.actions.push_back(Action::TopicMetadata {
+                    topic: name,
+                    partition_count,
+                    error_code: topic.error_code,
+                });
+            }
+        }
+        // Update the leaders of our partitions; a higher leader epoch lets a waiting retry skip
+        // its backoff (KIP-951).
+        for slot in &mut self.partitions {
+            let Some(leader) = self.metadata.leader(&slot.tp.topic, slot.tp.partition) else {
+                self.metadata_refresh_needed = true;
+                continue;
+            };
+            if leader.leader_epoch > slot.leader_epoch {
+                for batch in slot.deque.iter_mut().filter(|b| b.attempts > 0) {
+                    batch.backoff_skip = true;
+                }
+            }
+            if leader.leader.is_none() {
+                self.metadata_refresh_needed = true;
+            }
+            slot.leader = leader.leader;
+            slot.leader_epoch = leader.leader_epoch;
+        }
+        Ok(())
+    }
+
+    /// Invalidates this partition's leader so the retry waits for fresh metadata and is
+    /// routed to the new leader; other partitions keep theirs.
+    pub(super) fn invalidate_leader(&mut self, now: Micros, slot_index: usize) {
+        let slot = &mut self.partitions[slot_index];
+        slot.leader = None;
+        self.metadata_refresh_needed = true;
+        self.metadata_retry_at = self.metadata_retry_at.min(now);
+    }
+}

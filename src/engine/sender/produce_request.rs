@@ -1,0 +1,139 @@
+//! The Produce request (`S.sendProduceRequest`, `S.handleProduceResponse`): the drained
+//! batches of one node in one request, and its answer routed per partition to
+//! `complete_batch`; a partition the answer leaves out is of unknown outcome.
+
+use bytes::Bytes;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use crate::protocol::api::ApiKey;
+use crate::protocol::error_code::code;
+use crate::protocol::wire::{self, WireError};
+
+use super::super::batch::ProducerBatch;
+use super::super::connection::InFlightHeader;
+use super::super::{Action, Delivery, Micros, NodeId};
+use super::{Engine, RequestBody};
+
+impl<D: Delivery> Engine<D> {
+    pub(super) fn send_produce(
+        &mut self,
+        now: Micros,
+        node: NodeId,
+        version: i16,
+        batches: Vec<(usize, ProducerBatch<D>)>,
+    ) {
+        let mut topic_data: Vec<TopicProduceData> = Vec::new();
+        for (slot_index, batch) in &batches {
+            let tp = &self.partitions[*slot_index].tp;
+            let partition = PartitionProduceData::default()
+                .with_index(tp.partition)
+                .with_records(Some(batch.bytes()));
+            match topic_data
+                .iter_mut()
+                .find(|t| t.name.0.as_str() == &*tp.topic)
+            {
+                Some(t) => t.partition_data.push(partition),
+                None => topic_data.push(
+                    TopicProduceData::default()
+                        .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                        .with_partition_data(vec![partition]),
+                ),
+            }
+        }
+        let request = ProduceRequest::default()
+            .with_transactional_id(self.config.transactional_id.as_ref().map(|t| {
+                kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))
+            }))
+            .with_acks(self.config.acks)
+            .with_timeout_ms(produce_timeout_ms(self.config.request_timeout))
+            .with_topic_data(topic_data);
+        self.stats.produce_requests += 1;
+        self.stats.batches_sent += batches.len() as u64;
+        if self.config.acks == 0 {
+            // No response will come: the request being written is all the confirmation acks=0
+            // gives (Java completes with offset -1).
+            let conn = self.connections.get_mut(&node).expect("known");
+            let correlation_id = conn.take_correlation_id();
+            if let Ok(frame) = wire::encode_request(
+                ApiKey::Produce,
+                version,
+                correlation_id,
+                &self.client_id,
+                &request,
+            ) {
+                self.actions.push_back(Action::Write {
+                    node,
+                    generation: conn.generation,
+                    frame,
+                });
+            }
+            for (slot_index, batch) in batches {
+                self.partitions[slot_index].on_wire -= 1;
+                self.complete_success(slot_index, batch, -1, -1);
+            }
+            return;
+        }
+        self.send_request(
+            now,
+            node,
+            ApiKey::Produce,
+            version,
+            &request,
+            RequestBody::Produce(batches),
+        );
+    }
+
+    pub(super) fn handle_produce(
+        &mut self,
+        now: Micros,
+        _node: NodeId,
+        header: InFlightHeader,
+        body: Bytes,
+        batches: Vec<(usize, ProducerBatch<D>)>,
+    ) -> Result<(), WireError> {
+        let response: ProduceResponse =
+            match wire::decode_response::<ProduceResponse>(ApiKey::Produce, header.version, body) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The batches' fate is unknown; treat them as a lost connection would.
+                    self.fail_request_on_disconnect(now, header, RequestBody::Produce(batches));
+                    return Err(e);
+                }
+            };
+        for (slot_index, batch) in batches {
+            self.partitions[slot_index].on_wire -= 1;
+            let tp = self.partitions[slot_index].tp.clone();
+            let partition_response = response
+                .responses
+                .iter()
+                .filter(|t| t.name.0.as_str() == &*tp.topic)
+                .flat_map(|t| t.partition_responses.iter())
+                .find(|p| p.index == tp.partition);
+            match partition_response {
+                Some(p) => self.complete_batch(
+                    now,
+                    slot_index,
+                    batch,
+                    p.error_code,
+                    p.base_offset,
+                    p.log_append_time_ms,
+                    p.log_start_offset,
+                    p.error_message.as_ref().map(|m| m.to_string()),
+                ),
+                // A response that leaves out a partition it was sent: its fate is unknown.
+                None => {
+                    self.retry_or_fail(now, slot_index, batch, code::NETWORK_EXCEPTION, true, None)
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A produce request's `timeout_ms` (an i32 of milliseconds) for a request timeout in
+/// microseconds: converted first, then clamped, so a long timeout never wraps negative.
+fn produce_timeout_ms(request_timeout: Micros) -> i32 {
+    (request_timeout / 1_000).min(i32::MAX as u64) as i32
+}

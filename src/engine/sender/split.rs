@@ -1,0 +1,124 @@
+//! Splitting a batch the broker refused as too large (MESSAGE_TOO_LARGE with more than one
+//! record, `S.completeBatch` → `RA.splitAndReenqueue`): the records are re-batched to fit,
+//! the children inherit consecutive sequences under the parent's producer id and epoch
+//! (`PB.assignProducerStateToBatches`), and the parent ends when its last child does.
+
+use crate::protocol::error_code::code;
+use crate::protocol::record_batch::{self, Header};
+
+use super::super::batch::{BatchStamp, ProducerBatch};
+use super::super::partition::InflightSequence;
+use super::super::Delivery;
+use super::Engine;
+
+impl<D: Delivery> Engine<D> {
+    /// `RA.splitAndReenqueue`: MESSAGE_TOO_LARGE for a multi-record batch. The children keep the
+    /// parent's pid/epoch and consecutive sequences; they are not a new attempt.
+    pub(super) fn split_and_reenqueue(&mut self, slot_index: usize, mut batch: ProducerBatch<D>) {
+        let decoded = match record_batch::decode_records(&batch.bytes()) {
+            Ok(records) => records,
+            Err(_) => {
+                return self.fail_batch(slot_index, batch, code::MESSAGE_TOO_LARGE, None, true);
+            }
+        };
+        let records = std::mem::take(&mut batch.records);
+        let half = (batch.size_in_bytes() / 2).max(1);
+        let stamp = batch.stamp;
+        let mut children: Vec<ProducerBatch<D>> = Vec::new();
+        for (record, pending) in decoded.into_iter().zip(records) {
+            let headers: Vec<Header<'_>> = record
+                .headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: k.as_str(),
+                    value: v.as_deref(),
+                })
+                .collect();
+            let delivery = match children.last_mut() {
+                Some(child) => match child.try_append(
+                    pending.timestamp,
+                    record.key.as_deref(),
+                    record.value.as_deref(),
+                    &headers,
+                    pending.delivery,
+                ) {
+                    Ok(()) => continue,
+                    Err(d) => d,
+                },
+                None => pending.delivery,
+            };
+            let mut child = ProducerBatch::new(batch.created, pending.timestamp, half);
+            child.last_attempt = batch.last_attempt;
+            child.outcome_unknown = batch.outcome_unknown;
+            if child
+                .try_append(
+                    pending.timestamp,
+                    record.key.as_deref(),
+                    record.value.as_deref(),
+                    &headers,
+                    delivery,
+                )
+                .is_err()
+            {
+                unreachable!("an empty batch takes one record");
+            }
+            children.push(child);
+        }
+        let slot = &mut self.partitions[slot_index];
+        if let Some(stamp) = stamp {
+            let position = slot
+                .entry
+                .inflight_batches_by_sequence
+                .iter()
+                .position(|s| {
+                    s.producer == stamp.producer && s.base_sequence == stamp.base_sequence
+                });
+            let mut base = stamp.base_sequence;
+            let mut entries = Vec::new();
+            for child in &mut children {
+                child.set_stamp(
+                    BatchStamp {
+                        producer: stamp.producer,
+                        base_sequence: base,
+                    },
+                    self.config.transactional_id.is_some(),
+                );
+                child.reopened = false;
+                entries.push(InflightSequence {
+                    producer: stamp.producer,
+                    base_sequence: base,
+                    record_count: child.record_count,
+                });
+                base = record_batch::increment_sequence(base, child.record_count);
+            }
+            if let Some(position) = position {
+                slot.entry
+                    .inflight_batches_by_sequence
+                    .splice(position..=position, entries);
+            }
+        }
+        // Every child keeps the parent's id, so a flush waiting for the parent waits for all
+        // of them (a fresh id would sort after flush tokens taken since the parent was
+        // created). The id stays incomplete while `split_children` counts a live batch under
+        // it: a first split counts its children; a child that splits again is replaced by its
+        // own children, so the count grows by their number less the one it stood for, and
+        // its siblings still waiting stay counted.
+        let children_count = children.len();
+        match self.split_children.get_mut(&batch.id) {
+            Some(left) => *left += children_count - 1,
+            None => {
+                self.split_children.insert(batch.id, children_count);
+            }
+        }
+        for child in &mut children {
+            child.id = batch.id;
+        }
+        for child in children.into_iter().rev() {
+            if child.stamp.is_some() {
+                self.partitions[slot_index].reenqueue_in_sequence_order(child);
+            } else {
+                self.partitions[slot_index].deque.push_front(child);
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+use super::*;
+use TransactionState::*;
+
+const ALL: [TransactionState; 8] = [
+    Uninitialized,
+    Initializing,
+    Ready,
+    InTransaction,
+    CommittingTransaction,
+    AbortingTransaction,
+    AbortableError,
+    FatalError,
+];
+
+#[test]
+fn transition_table_matches_java_is_transition_valid() {
+    let legal: &[(TransactionState, TransactionState)] = &[
+        (Ready, Uninitialized),
+        (AbortableError, Uninitialized),
+        (Uninitialized, Initializing),
+        (CommittingTransaction, Initializing),
+        (AbortingTransaction, Initializing),
+        (Initializing, Ready),
+        (CommittingTransaction, Ready),
+        (AbortingTransaction, Ready),
+        (Ready, InTransaction),
+        (InTransaction, CommittingTransaction),
+        (InTransaction, AbortingTransaction),
+        (AbortableError, AbortingTransaction),
+        (InTransaction, AbortableError),
+        (CommittingTransaction, AbortableError),
+        (AbortableError, AbortableError),
+        (Initializing, AbortableError),
+    ];
+    for from in ALL {
+        for to in ALL {
+            let expected = to == FatalError || legal.contains(&(from, to));
+            assert_eq!(
+                from.is_transition_valid(to),
+                expected,
+                "{} -> {}",
+                from.name(),
+                to.name()
+            );
+        }
+    }
+}
+
+fn ready() -> TransactionManager {
+    let mut tm = TransactionManager::new("tx".into(), 60_000);
+    let handle = tm.init_transactions().unwrap();
+    let request = tm.next_request(0).unwrap();
+    assert_eq!(request.request, TxnRequest::InitProducerId { bump: false });
+    tm.on_init_producer_id(&request, ProducerIdAndEpoch::new(7, 0));
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    assert_eq!(tm.state(), Ready);
+    tm
+}
+
+fn tp(p: i32) -> TopicPartition {
+    TopicPartition::new("t", p)
+}
+
+#[test]
+fn illegal_calls_give_typed_errors_and_change_nothing() {
+    let mut tm = TransactionManager::new("tx".into(), 60_000);
+    assert_eq!(
+        tm.begin_transaction(),
+        Err(TransactionError::InvalidState {
+            operation: "begin_transaction",
+            state: "UNINITIALIZED"
+        })
+    );
+    assert!(matches!(
+        tm.commit_transaction(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    assert_eq!(tm.state(), Uninitialized);
+    let mut tm = ready();
+    assert!(matches!(
+        tm.commit_transaction(),
+        Err(TransactionError::InvalidState { state: "READY", .. })
+    ));
+    assert!(matches!(
+        tm.check_send(),
+        Err(TransactionError::InvalidState {
+            operation: "send",
+            ..
+        })
+    ));
+    assert!(matches!(
+        tm.init_transactions(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    tm.begin_transaction().unwrap();
+    assert!(matches!(
+        tm.begin_transaction(),
+        Err(TransactionError::InvalidState { .. })
+    ));
+    assert_eq!(tm.state(), InTransaction);
+}
+
+#[test]
+fn a_repeated_commit_returns_the_pending_handle_and_other_calls_are_refused() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    let first = tm.commit_transaction().unwrap();
+    assert_eq!(tm.commit_transaction().unwrap(), first);
+    assert!(matches!(
+        tm.abort_transaction(),
+        Err(TransactionError::PendingOperation {
+            pending: "commit_transaction",
+            ..
+        })
+    ));
+    assert!(matches!(
+        tm.begin_transaction(),
+        Err(TransactionError::PendingOperation { .. })
+    ));
+    assert_eq!(tm.take_result(first), None, "still running");
+    // Nothing was added: EndTxn completes unsent once the flush is reported.
+    assert!(tm.next_request(0).is_none());
+    tm.all_flushed(1);
+    assert!(tm.next_request(0).is_none());
+    assert_eq!(tm.take_result(first), Some(Ok(())));
+    assert_eq!(tm.state(), Ready);
+    // The result was taken: a new commit is a new call.
+    tm.begin_transaction().unwrap();
+    assert_ne!(tm.commit_transaction().unwrap(), first);
+}
+
+#[test]
+fn end_txn_waits_for_the_flush_of_its_round() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    assert!(tm.add_partitions(&[tp(0)]).is_empty());
+    let add = tm.next_request(0).unwrap();
+    assert_eq!(add.request, TxnRequest::AddPartitions);
+    assert!(tm.pending_partitions.contains(&tp(0)));
+    tm.in_flight = Some(add);
+    tm.in_flight = None;
+    tm.on_partitions_added();
+    assert!(tm.partitions_in_transaction.contains(&tp(0)));
+    let handle = tm.commit_transaction().unwrap();
+    assert!(tm.next_request(0).is_none(), "EndTxn waits for the flush");
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    assert_eq!(end.request, TxnRequest::EndTxn { commit: true });
+    tm.on_end_txn(&end);
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    assert!(tm.partitions_in_transaction.is_empty());
+    assert!(tm.actions.contains(&TxnAction::Ended));
+}
+
+#[test]
+fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.add_partitions(&[tp(0)]);
+    let add = tm.next_request(0).unwrap();
+    let _ = add;
+    tm.on_partitions_added();
+    let err = ProduceError::TransactionAbortable("test".into());
+    tm.produce_failed(&err, false, false);
+    assert_eq!(tm.state(), AbortableError);
+    assert!(tm.epoch_bump_required);
+    assert!(matches!(
+        tm.commit_transaction(),
+        Err(TransactionError::Abortable(_))
+    ));
+    assert!(matches!(
+        tm.check_send(),
+        Err(TransactionError::Abortable(_))
+    ));
+    let handle = tm.abort_transaction().unwrap();
+    assert_eq!(tm.state(), AbortingTransaction);
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+    assert_eq!(end.op, None, "the bump decides the abort's result");
+    tm.on_end_txn(&end);
+    assert_eq!(tm.state(), Initializing);
+    let bump = tm.next_request(0).unwrap();
+    assert_eq!(bump.request, TxnRequest::InitProducerId { bump: true });
+    tm.on_init_producer_id(&bump, ProducerIdAndEpoch::new(7, 1));
+    assert_eq!(tm.state(), Ready);
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    assert!(!tm.epoch_bump_required);
+}
+
+#[test]
+fn requests_go_out_by_priority_then_fifo() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.enqueue(TxnRequest::EndTxn { commit: true }, None, 0);
+    tm.add_partitions(&[tp(1)]);
+    tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
+    tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
+    let first = tm.next_request(0).unwrap();
+    assert!(matches!(first.request, TxnRequest::FindCoordinator { .. }));
+    let second = tm.next_request(0).unwrap();
+    assert_eq!(second.request, TxnRequest::AddPartitions);
+    assert!(tm
+        .queued()
+        .all(|q| !matches!(q.request, TxnRequest::FindCoordinator { .. })));
+}
+
+#[test]
+fn a_fatal_error_fails_the_pending_call_and_every_queued_request() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    let handle = tm.commit_transaction().unwrap();
+    tm.transition_to_fatal(TransactionError::Fenced("test".into()));
+    assert_eq!(
+        tm.take_result(handle),
+        Some(Err(TransactionError::Fenced("test".into())))
+    );
+    tm.all_flushed(1);
+    assert!(tm.next_request(0).is_none());
+    assert_eq!(tm.queued().count(), 0);
+    assert!(matches!(
+        tm.abort_transaction(),
+        Err(TransactionError::Fenced(_))
+    ));
+    assert!(matches!(
+        tm.begin_transaction(),
+        Err(TransactionError::Fenced(_))
+    ));
+}
