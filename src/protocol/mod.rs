@@ -3,11 +3,10 @@
 //! response the producer reads is decoded by our own bounded decoders (`response` and the
 //! `*_response` files), into `kafka-protocol`'s message types.
 
-mod add_offsets_to_txn_response;
 mod add_partitions_to_txn_response;
 pub mod api;
 mod api_versions_response;
-mod end_txn_response;
+mod end_txn_responses;
 pub mod error_code;
 mod find_coordinator_response;
 mod init_producer_id_response;
