@@ -26,7 +26,7 @@ use std::time::Instant;
 use kacrab::testkit::sim::{run_seed, FaultCounts, RandomPlan, RunReport, DEFAULT_RECORDS};
 
 use sim_seeds::{
-    announce, env_u64, failure_report, panic_message, range_replay_command, run_range, seed_ranges,
+    announce_if_moving, env_u64, failure_report, panic_message, run_range, seed_ranges,
     seed_replay_command,
 };
 
@@ -84,15 +84,7 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
     }
     let mut reports = Vec::new();
     for range in seed_ranges(DEFAULT_SEEDS, DEFAULT_WINDOW) {
-        if range.moving {
-            announce(&format!(
-                "{TEST}: moving window {}..{} ({} seeds, drawn for this run); replay it: {}",
-                range.first,
-                range.end(),
-                range.count,
-                range_replay_command(TEST, "random_seeds", &range)
-            ));
-        }
+        announce_if_moving(TEST, "random_seeds", &range);
         let started = Instant::now();
         let (totals, failures) = run_range(&range, run_seed, Totals::add);
         let elapsed = started.elapsed();

@@ -27,7 +27,7 @@ use std::time::Instant;
 
 use kacrab::testkit::sim::txn_random::{run_txn_seed, TxnPlan, TxnRunReport, DEFAULT_TRANSACTIONS};
 
-use sim_seeds::{announce, env_u64, failure_report, range_replay_command, run_range, seed_ranges};
+use sim_seeds::{announce_if_moving, env_u64, failure_report, run_range, seed_ranges};
 
 const TEST: &str = "sim_transactions";
 /// Fixed seeds and moving-window seeds of a default run: together about the 1,000 seeds the
@@ -92,15 +92,7 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
     }
     let mut reports = Vec::new();
     for range in seed_ranges(DEFAULT_SEEDS, DEFAULT_WINDOW) {
-        if range.moving {
-            announce(&format!(
-                "{TEST}: moving window {}..{} ({} seeds, drawn for this run); replay it: {}",
-                range.first,
-                range.end(),
-                range.count,
-                range_replay_command(TEST, "random_transactions", &range)
-            ));
-        }
+        announce_if_moving(TEST, "random_transactions", &range);
         let started = Instant::now();
         let (totals, failures) = run_range(&range, run_txn_seed, Totals::add);
         let elapsed = started.elapsed();

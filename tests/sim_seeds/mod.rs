@@ -125,6 +125,20 @@ pub fn announce(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
+/// Announces a moving window (see [`announce`]) with the command that replays it; a fixed
+/// range needs no announcement.
+pub fn announce_if_moving(test: &str, filter: &str, range: &SeedRange) {
+    if range.moving {
+        announce(&format!(
+            "{test}: moving window {}..{} ({} seeds, drawn for this run); replay it: {}",
+            range.first,
+            range.end(),
+            range.count,
+            range_replay_command(test, filter, range)
+        ));
+    }
+}
+
 /// Runs `range` on `KACRAB_SIM_THREADS` threads (default: every core), folding each report
 /// into `T` with `add`; returns the totals and the failing seeds with their messages, sorted.
 pub fn run_range<R, T>(
