@@ -661,6 +661,275 @@ mod tests {
         ));
     }
 
+    fn is_fenced(outcome: &TxnOutcome) -> bool {
+        matches!(outcome, TxnOutcome::Fatal(TransactionError::Fenced(_)))
+    }
+
+    fn is_fatal(outcome: &TxnOutcome) -> bool {
+        matches!(outcome, TxnOutcome::Fatal(TransactionError::Fatal(_)))
+    }
+
+    fn is_abortable(outcome: &TxnOutcome) -> bool {
+        matches!(
+            outcome,
+            TxnOutcome::Abortable(TransactionError::Abortable(_))
+        )
+    }
+
+    fn is_abortable_if_possible(outcome: &TxnOutcome) -> bool {
+        matches!(
+            outcome,
+            TxnOutcome::AbortableIfPossible(TransactionError::Abortable(_))
+        )
+    }
+
+    const LOOKUP: TxnOutcome = TxnOutcome::LookupCoordinator(CoordinatorType::Transaction);
+    const RETRY: TxnOutcome = TxnOutcome::Retry { short: false };
+
+    #[test]
+    fn only_kafkas_retriable_exceptions_are_retriable() {
+        for error in [
+            code::CORRUPT_MESSAGE,
+            code::UNKNOWN_TOPIC_OR_PARTITION,
+            code::LEADER_NOT_AVAILABLE,
+            code::NOT_LEADER_OR_FOLLOWER,
+            code::REQUEST_TIMED_OUT,
+            code::NETWORK_EXCEPTION,
+            code::COORDINATOR_LOAD_IN_PROGRESS,
+            code::COORDINATOR_NOT_AVAILABLE,
+            code::NOT_COORDINATOR,
+            code::NOT_ENOUGH_REPLICAS,
+            code::NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            code::CONCURRENT_TRANSACTIONS,
+            code::KAFKA_STORAGE_ERROR,
+            code::FENCED_LEADER_EPOCH,
+            code::UNKNOWN_LEADER_EPOCH,
+            code::UNSTABLE_OFFSET_COMMIT,
+            code::THROTTLING_QUOTA_EXCEEDED,
+        ] {
+            assert!(is_retriable(error), "{}", error_code::name(error));
+        }
+        for error in [
+            code::NONE,
+            code::UNKNOWN_SERVER_ERROR,
+            code::INVALID_PRODUCER_EPOCH,
+            code::PRODUCER_FENCED,
+            code::INVALID_TXN_STATE,
+            code::TRANSACTION_ABORTABLE,
+            code::UNKNOWN_PRODUCER_ID,
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        ] {
+            assert!(!is_retriable(error), "{}", error_code::name(error));
+        }
+    }
+
+    #[test]
+    fn an_error_outcome_names_the_api_and_the_kafka_error() {
+        assert_eq!(
+            classify_end_txn(code::INVALID_TXN_STATE, true),
+            TxnOutcome::Fatal(TransactionError::Fatal(
+                "EndTxn failed: INVALID_TXN_STATE".to_string()
+            ))
+        );
+        assert_eq!(
+            classify_add_offsets(code::PRODUCER_FENCED),
+            TxnOutcome::Fatal(TransactionError::Fenced(
+                "AddOffsetsToTxn failed: PRODUCER_FENCED".to_string()
+            ))
+        );
+        assert_eq!(
+            classify_init_producer_id(code::TRANSACTION_ABORTABLE),
+            TxnOutcome::Abortable(TransactionError::Abortable(
+                "InitProducerId failed: TRANSACTION_ABORTABLE".to_string()
+            ))
+        );
+    }
+
+    #[test]
+    fn find_coordinator_follows_javas_handler_error_by_error() {
+        let answer = |error: i16, node: i32, port: i32| {
+            FindCoordinatorResponse::default()
+                .with_error_code(error)
+                .with_node_id(BrokerId(node))
+                .with_host(str_bytes("b0"))
+                .with_port(port)
+        };
+        let v4 = |error: i16, node: i32, port: i32| {
+            FindCoordinatorResponse::default().with_coordinators(vec![Coordinator::default()
+                .with_error_code(error)
+                .with_node_id(BrokerId(node))
+                .with_host(str_bytes("b1"))
+                .with_port(port)])
+        };
+        // Node 0 and port 1 are valid; a negative node or a port of 0 or below is not.
+        assert_eq!(
+            classify_find_coordinator(3, &answer(code::NONE, 0, 1)),
+            Ok(FoundCoordinator {
+                node: 0,
+                host: "b0".into(),
+                port: 1
+            })
+        );
+        assert_eq!(
+            classify_find_coordinator(4, &v4(code::NONE, 3, 9092)),
+            Ok(FoundCoordinator {
+                node: 3,
+                host: "b1".into(),
+                port: 9092
+            })
+        );
+        for (node, port) in [(-1, 9092), (2, 0), (2, -1), (-1, 0)] {
+            let outcome = classify_find_coordinator(3, &answer(code::NONE, node, port));
+            assert!(
+                matches!(&outcome, Err(o) if is_fatal(o)),
+                "{node}:{port} {outcome:?}"
+            );
+        }
+        assert_eq!(
+            classify_find_coordinator(4, &v4(code::COORDINATOR_LOAD_IN_PROGRESS, -1, 0)),
+            Err(RETRY)
+        );
+        for error in [
+            code::GROUP_AUTHORIZATION_FAILED,
+            code::TRANSACTION_ABORTABLE,
+        ] {
+            let outcome = classify_find_coordinator(3, &answer(error, -1, 0));
+            assert!(matches!(&outcome, Err(o) if is_abortable(o)), "{outcome:?}");
+        }
+        for error in [
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            code::INVALID_REQUEST,
+        ] {
+            let outcome = classify_find_coordinator(3, &answer(error, -1, 0));
+            assert!(matches!(&outcome, Err(o) if is_fatal(o)), "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn init_producer_id_follows_javas_handler_error_by_error() {
+        assert_eq!(classify_init_producer_id(code::NONE), TxnOutcome::Done);
+        assert_eq!(classify_init_producer_id(code::NOT_COORDINATOR), LOOKUP);
+        assert_eq!(
+            classify_init_producer_id(code::COORDINATOR_NOT_AVAILABLE),
+            LOOKUP
+        );
+        assert_eq!(
+            classify_init_producer_id(code::CONCURRENT_TRANSACTIONS),
+            RETRY
+        );
+        for error in [
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            code::CLUSTER_AUTHORIZATION_FAILED,
+            code::TRANSACTION_ABORTABLE,
+        ] {
+            assert!(is_abortable(&classify_init_producer_id(error)), "{error}");
+        }
+        for error in [code::INVALID_PRODUCER_EPOCH, code::PRODUCER_FENCED] {
+            assert!(is_fenced(&classify_init_producer_id(error)), "{error}");
+        }
+        assert!(is_fatal(&classify_init_producer_id(
+            code::UNKNOWN_SERVER_ERROR
+        )));
+    }
+
+    #[test]
+    fn add_partitions_follows_javas_handler_error_by_error() {
+        let one =
+            |error: i16| classify_add_partitions(&add_response(&[(0, error)]), &tps(1), false);
+        assert_eq!(one(code::COORDINATOR_NOT_AVAILABLE), LOOKUP);
+        assert_eq!(one(code::COORDINATOR_LOAD_IN_PROGRESS), RETRY);
+        assert_eq!(one(code::UNKNOWN_TOPIC_OR_PARTITION), RETRY);
+        assert!(is_fenced(&one(code::PRODUCER_FENCED)));
+        for error in [
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            code::INVALID_TXN_STATE,
+            code::INVALID_PRODUCER_ID_MAPPING,
+        ] {
+            assert!(is_fatal(&one(error)), "{error}");
+        }
+        assert!(is_abortable_if_possible(&one(code::UNKNOWN_PRODUCER_ID)));
+        assert!(is_abortable(&one(code::TRANSACTION_ABORTABLE)));
+        // Any other partition error is abortable after the whole answer was read.
+        let outcome = one(code::INVALID_REQUEST);
+        assert!(
+            matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.contains("could not add partitions")),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn add_partitions_stops_at_the_first_error_that_decides() {
+        // TRANSACTION_ABORTABLE decides at once: a later partition's fencing is not read.
+        let outcome = classify_add_partitions(
+            &add_response(&[(0, code::TRANSACTION_ABORTABLE), (1, code::PRODUCER_FENCED)]),
+            &tps(2),
+            false,
+        );
+        assert!(is_abortable(&outcome), "{outcome:?}");
+        // A partition error that does not decide lets a later one decide.
+        let outcome = classify_add_partitions(
+            &add_response(&[(0, code::INVALID_REQUEST), (1, code::PRODUCER_FENCED)]),
+            &tps(2),
+            false,
+        );
+        assert!(is_fenced(&outcome), "{outcome:?}");
+    }
+
+    #[test]
+    fn add_offsets_follows_javas_handler_error_by_error() {
+        assert_eq!(classify_add_offsets(code::NONE), TxnOutcome::Done);
+        assert_eq!(
+            classify_add_offsets(code::COORDINATOR_NOT_AVAILABLE),
+            LOOKUP
+        );
+        assert_eq!(classify_add_offsets(code::NOT_COORDINATOR), LOOKUP);
+        assert_eq!(classify_add_offsets(code::CONCURRENT_TRANSACTIONS), RETRY);
+        assert!(is_abortable_if_possible(&classify_add_offsets(
+            code::UNKNOWN_PRODUCER_ID
+        )));
+        for error in [code::INVALID_PRODUCER_EPOCH, code::PRODUCER_FENCED] {
+            assert!(is_fenced(&classify_add_offsets(error)), "{error}");
+        }
+        for error in [
+            code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            code::INVALID_TXN_STATE,
+            code::INVALID_PRODUCER_ID_MAPPING,
+            code::UNKNOWN_SERVER_ERROR,
+        ] {
+            assert!(is_fatal(&classify_add_offsets(error)), "{error}");
+        }
+        for error in [
+            code::GROUP_AUTHORIZATION_FAILED,
+            code::TRANSACTION_ABORTABLE,
+        ] {
+            assert!(is_abortable(&classify_add_offsets(error)), "{error}");
+        }
+    }
+
+    #[test]
+    fn end_txn_follows_javas_handler_error_by_error() {
+        for commit in [true, false] {
+            assert_eq!(classify_end_txn(code::NOT_COORDINATOR, commit), LOOKUP);
+            assert_eq!(classify_end_txn(code::REQUEST_TIMED_OUT, commit), RETRY);
+            assert!(is_fenced(&classify_end_txn(
+                code::INVALID_PRODUCER_EPOCH,
+                commit
+            )));
+            for error in [
+                code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                code::INVALID_TXN_STATE,
+                code::INVALID_PRODUCER_ID_MAPPING,
+                code::UNKNOWN_SERVER_ERROR,
+            ] {
+                assert!(is_fatal(&classify_end_txn(error, commit)), "{error}");
+            }
+        }
+        assert!(is_abortable_if_possible(&classify_end_txn(
+            code::UNKNOWN_PRODUCER_ID,
+            true
+        )));
+    }
+
     #[test]
     fn find_coordinator_needs_exactly_one_valid_coordinator() {
         let ok = FindCoordinatorResponse::default()
