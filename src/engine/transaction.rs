@@ -1181,6 +1181,79 @@ mod tests {
     }
 
     #[test]
+    fn only_committing_and_aborting_are_completing() {
+        for state in ALL {
+            assert_eq!(
+                state.is_completing(),
+                matches!(state, CommittingTransaction | AbortingTransaction),
+                "{}",
+                state.name()
+            );
+        }
+    }
+
+    #[test]
+    fn a_batch_failing_while_the_commit_completes_asks_for_a_bump_only_if_it_needs_one() {
+        // While the transaction is open, any failed batch makes the abort bump the epoch.
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.produce_failed(
+            &ProduceError::TransactionAbortable("t".into()),
+            false,
+            false,
+        );
+        assert_eq!(tm.state(), AbortableError);
+        assert!(tm.epoch_bump_required);
+
+        // Once the commit is completing (Java's `isCompleting`), only a batch that needs
+        // the bump (unknown outcome) asks for one.
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.commit_transaction().unwrap();
+        assert_eq!(tm.state(), CommittingTransaction);
+        tm.produce_failed(
+            &ProduceError::TransactionAbortable("t".into()),
+            false,
+            false,
+        );
+        assert_eq!(tm.state(), AbortableError);
+        assert!(!tm.epoch_bump_required);
+
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.commit_transaction().unwrap();
+        tm.produce_failed(&ProduceError::TransactionAbortable("t".into()), true, false);
+        assert!(tm.epoch_bump_required);
+    }
+
+    #[test]
+    fn leaving_an_error_state_by_aborting_clears_the_last_error() {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.add_partitions(&[tp(0)]);
+        let _add = tm.next_request(0).unwrap();
+        tm.on_partitions_added();
+        tm.produce_failed(
+            &ProduceError::TransactionAbortable("t".into()),
+            false,
+            false,
+        );
+        assert!(matches!(
+            tm.last_error(),
+            Some(TransactionError::Abortable(_))
+        ));
+        let handle = tm.abort_transaction().unwrap();
+        tm.all_flushed(1);
+        let end = tm.next_request(0).unwrap();
+        tm.on_end_txn(&end);
+        let bump = tm.next_request(0).unwrap();
+        tm.on_init_producer_id(&bump, ProducerIdAndEpoch::new(7, 1));
+        assert_eq!(tm.take_result(handle), Some(Ok(())));
+        assert_eq!(tm.state(), Ready);
+        assert_eq!(tm.last_error(), None);
+    }
+
+    #[test]
     fn requests_go_out_by_priority_then_fifo() {
         let mut tm = ready();
         tm.begin_transaction().unwrap();
