@@ -1254,6 +1254,25 @@ mod tests {
     }
 
     #[test]
+    fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
+        let mut tm = ready();
+        tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+        assert_eq!(tm.state(), FatalError);
+        assert!(
+            matches!(tm.last_error(), Some(TransactionError::Fatal(m)) if m.contains("abortable error in state READY")),
+            "{:?}",
+            tm.last_error()
+        );
+        // While aborting, an abortable error changes nothing: the abort goes on.
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        tm.abort_transaction().unwrap();
+        tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+        assert_eq!(tm.state(), AbortingTransaction);
+        assert_eq!(tm.last_error(), None);
+    }
+
+    #[test]
     fn requests_go_out_by_priority_then_fifo() {
         let mut tm = ready();
         tm.begin_transaction().unwrap();
