@@ -781,7 +781,7 @@ mod tests {
         for (node, port) in [(-1, 9092), (2, 0), (2, -1), (-1, 0)] {
             let outcome = classify_find_coordinator(3, &answer(code::NONE, node, port));
             assert!(
-                matches!(&outcome, Err(o) if is_fatal(o)),
+                matches!(&outcome, Err(TxnOutcome::Fatal(TransactionError::Fatal(m))) if m.contains("invalid node")),
                 "{node}:{port} {outcome:?}"
             );
         }
