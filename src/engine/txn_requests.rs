@@ -931,6 +931,115 @@ mod tests {
     }
 
     #[test]
+    fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
+        let identity = ProducerIdAndEpoch::new(7, 3);
+
+        let v3 = find_coordinator_request(3, CoordinatorType::Group, "g");
+        assert_eq!(v3.key_type, CoordinatorType::Group as i8);
+        assert_eq!(v3.key.as_str(), "g");
+        assert!(v3.coordinator_keys.is_empty());
+        let v4 = find_coordinator_request(4, CoordinatorType::Transaction, "tx");
+        assert_eq!(v4.key_type, CoordinatorType::Transaction as i8);
+        assert_eq!(
+            v4.coordinator_keys
+                .iter()
+                .map(|k| k.as_str())
+                .collect::<Vec<_>>(),
+            vec!["tx"]
+        );
+
+        let init = init_producer_id_request("tx", 60_000, None);
+        assert_eq!(init.transactional_id.as_ref().unwrap().0.as_str(), "tx");
+        assert_eq!(init.transaction_timeout_ms, 60_000);
+        assert_eq!((init.producer_id.0, init.producer_epoch), (-1, -1));
+        let bump = init_producer_id_request("tx", 60_000, Some(identity));
+        assert_eq!((bump.producer_id.0, bump.producer_epoch), (7, 3));
+
+        let add = add_partitions_request(
+            "tx",
+            identity,
+            &[
+                TopicPartition::new("b", 1),
+                TopicPartition::new("a", 0),
+                TopicPartition::new("b", 0),
+            ],
+        );
+        assert_eq!(add.v3_and_below_transactional_id.0.as_str(), "tx");
+        assert_eq!(
+            (
+                add.v3_and_below_producer_id.0,
+                add.v3_and_below_producer_epoch
+            ),
+            (7, 3)
+        );
+        let topics: Vec<(&str, Vec<i32>)> = add
+            .v3_and_below_topics
+            .iter()
+            .map(|t| (t.name.0.as_str(), t.partitions.clone()))
+            .collect();
+        assert_eq!(topics, vec![("a", vec![0]), ("b", vec![1, 0])]);
+
+        let offsets = add_offsets_request("tx", identity, "g");
+        assert_eq!(offsets.transactional_id.0.as_str(), "tx");
+        assert_eq!((offsets.producer_id.0, offsets.producer_epoch), (7, 3));
+        assert_eq!(offsets.group_id.0.as_str(), "g");
+
+        let group = GroupMetadata {
+            group_id: "g".into(),
+            generation_id: 5,
+            member_id: "m".into(),
+            group_instance_id: Some("i".into()),
+        };
+        let mut committed = BTreeMap::new();
+        committed.insert(
+            TopicPartition::new("t", 2),
+            OffsetAndMetadata {
+                offset: 42,
+                leader_epoch: 4,
+                metadata: Some("md".into()),
+            },
+        );
+        for version in [2, 3] {
+            let commit = txn_offset_commit_request(version, "tx", identity, &group, &committed);
+            assert_eq!(commit.transactional_id.0.as_str(), "tx");
+            assert_eq!(commit.group_id.0.as_str(), "g");
+            assert_eq!((commit.producer_id.0, commit.producer_epoch), (7, 3));
+            let [topic] = commit.topics.as_slice() else {
+                panic!("{:?}", commit.topics)
+            };
+            assert_eq!(topic.name.0.as_str(), "t");
+            let [p] = topic.partitions.as_slice() else {
+                panic!("{:?}", topic.partitions)
+            };
+            assert_eq!(
+                (
+                    p.partition_index,
+                    p.committed_offset,
+                    p.committed_leader_epoch
+                ),
+                (2, 42, 4)
+            );
+            assert_eq!(p.committed_metadata.as_deref(), Some("md"));
+            // The group's generation and member only exist from v3 on (KIP-447).
+            if version >= 3 {
+                assert_eq!(commit.generation_id, 5);
+                assert_eq!(commit.member_id.as_str(), "m");
+                assert_eq!(commit.group_instance_id.as_deref(), Some("i"));
+            } else {
+                assert_eq!(commit.generation_id, -1);
+                assert_eq!(commit.group_instance_id, None);
+            }
+        }
+
+        for commit in [true, false] {
+            let end = end_txn_request("tx", identity, commit);
+            assert_eq!(end.transactional_id.0.as_str(), "tx");
+            assert_eq!((end.producer_id.0, end.producer_epoch), (7, 3));
+            assert_eq!(end.committed, commit);
+        }
+    }
+
+    #[test]
     fn find_coordinator_needs_exactly_one_valid_coordinator() {
         let ok = FindCoordinatorResponse::default()
             .with_node_id(BrokerId(2))
