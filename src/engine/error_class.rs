@@ -149,4 +149,66 @@ mod tests {
         assert!(!may_have_appended(code::NOT_LEADER_OR_FOLLOWER, 1));
         assert!(!may_have_appended(code::KAFKA_STORAGE_ERROR, 1));
     }
+
+    #[test]
+    fn every_produce_error_code_gets_the_class_of_javas_sender() {
+        use ProduceErrorClass::*;
+        let table: &[(i16, ProduceErrorClass)] = &[
+            (code::NONE, Success),
+            (code::DUPLICATE_SEQUENCE_NUMBER, DuplicateSequence),
+            (code::UNKNOWN_TOPIC_OR_PARTITION, RetriableRefreshMetadata),
+            (code::LEADER_NOT_AVAILABLE, RetriableRefreshMetadata),
+            (code::NOT_LEADER_OR_FOLLOWER, RetriableRefreshMetadata),
+            (code::REPLICA_NOT_AVAILABLE, RetriableRefreshMetadata),
+            (code::FENCED_LEADER_EPOCH, RetriableRefreshMetadata),
+            (code::KAFKA_STORAGE_ERROR, RetriableRefreshMetadata),
+            (code::NETWORK_EXCEPTION, RetriableRefreshMetadata),
+            (code::UNKNOWN_TOPIC_ID, RetriableRefreshMetadata),
+            (code::INCONSISTENT_TOPIC_ID, RetriableRefreshMetadata),
+            (code::LISTENER_NOT_FOUND, RetriableRefreshMetadata),
+            (
+                code::PREFERRED_LEADER_NOT_AVAILABLE,
+                RetriableRefreshMetadata,
+            ),
+            (code::ELECTION_NOT_NEEDED, RetriableRefreshMetadata),
+            (
+                code::ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                RetriableRefreshMetadata,
+            ),
+            (code::CORRUPT_MESSAGE, Retriable),
+            (code::REQUEST_TIMED_OUT, Retriable),
+            (code::NOT_ENOUGH_REPLICAS, Retriable),
+            (code::NOT_ENOUGH_REPLICAS_AFTER_APPEND, Retriable),
+            (code::UNKNOWN_LEADER_EPOCH, Retriable),
+            (code::THROTTLING_QUOTA_EXCEEDED, Retriable),
+            (code::CONCURRENT_TRANSACTIONS, Retriable),
+            (code::COORDINATOR_LOAD_IN_PROGRESS, Retriable),
+            (code::COORDINATOR_NOT_AVAILABLE, Retriable),
+            (code::NOT_COORDINATOR, Retriable),
+            (code::UNSTABLE_OFFSET_COMMIT, Retriable),
+            (code::OUT_OF_ORDER_SEQUENCE_NUMBER, OutOfOrderSequence),
+            (code::UNKNOWN_PRODUCER_ID, UnknownProducerId),
+            (code::MESSAGE_TOO_LARGE, MessageTooLarge),
+            (code::INVALID_PRODUCER_EPOCH, InvalidProducerEpoch),
+            (code::PRODUCER_FENCED, Fatal),
+            (code::INVALID_PRODUCER_ID_MAPPING, Fatal),
+            (code::CLUSTER_AUTHORIZATION_FAILED, Fatal),
+            (code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED, Fatal),
+            (code::UNSUPPORTED_VERSION, Fatal),
+            (code::INVALID_TXN_STATE, TransactionAbortable),
+            (code::TRANSACTION_ABORTABLE, TransactionAbortable),
+            (code::INVALID_RECORD, NonRetriable),
+            (code::RECORD_LIST_TOO_LARGE, NonRetriable),
+            (code::TOPIC_AUTHORIZATION_FAILED, NonRetriable),
+            (code::UNKNOWN_SERVER_ERROR, NonRetriable),
+        ];
+        for &(error, class) in table {
+            assert_eq!(
+                classify_produce_error(error),
+                class,
+                "{}",
+                crate::protocol::error_code::name(error)
+            );
+        }
+    }
 }

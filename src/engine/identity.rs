@@ -127,4 +127,91 @@ mod tests {
         c.install(ProducerIdAndEpoch::new(7, 0));
         assert!(!c.install(ProducerIdAndEpoch::new(9, 0)));
     }
+
+    #[test]
+    fn none_is_invalid_and_every_non_negative_producer_id_is_valid() {
+        assert_eq!(ProducerIdAndEpoch::NONE, ProducerIdAndEpoch::new(-1, -1));
+        assert!(!ProducerIdAndEpoch::NONE.is_valid());
+        assert!(!ProducerIdAndEpoch::new(-2, 0).is_valid());
+        assert!(ProducerIdAndEpoch::new(0, 0).is_valid());
+        assert!(ProducerIdAndEpoch::new(1, 0).is_valid());
+        assert!(ProducerIdAndEpoch::new(i64::MAX, 5).is_valid());
+        assert_eq!(
+            EpochCoordinator::default().current(),
+            ProducerIdAndEpoch::NONE
+        );
+    }
+
+    #[test]
+    fn install_takes_only_a_valid_identity_and_only_when_none_is_in_force() {
+        let mut c = EpochCoordinator::default();
+        assert!(!c.install(ProducerIdAndEpoch::NONE));
+        assert_eq!(c.current(), ProducerIdAndEpoch::NONE);
+        assert_eq!(c.generation(), 0);
+        assert!(c.install(ProducerIdAndEpoch::new(7, 3)));
+        assert_eq!(c.current(), ProducerIdAndEpoch::new(7, 3));
+        assert_eq!(c.generation(), 1);
+        // A second valid identity (a late answer) and an invalid one are both refused.
+        assert!(!c.install(ProducerIdAndEpoch::new(9, 0)));
+        assert!(!c.install(ProducerIdAndEpoch::NONE));
+        assert_eq!(c.current(), ProducerIdAndEpoch::new(7, 3));
+        assert_eq!(c.generation(), 1);
+    }
+
+    #[test]
+    fn every_change_of_identity_raises_the_generation_by_one_and_a_refusal_does_not() {
+        let mut c = EpochCoordinator::default();
+        assert_eq!(c.generation(), 0);
+        assert!(c.install(ProducerIdAndEpoch::new(7, 0)));
+        assert_eq!(c.generation(), 1);
+        assert!(c.request_bump(ProducerIdAndEpoch::new(7, 0)).is_some());
+        assert_eq!(c.generation(), 2);
+        assert!(c.request_bump(ProducerIdAndEpoch::new(7, 0)).is_none());
+        assert_eq!(c.generation(), 2);
+        assert!(c.replace(ProducerIdAndEpoch::new(7, 1), ProducerIdAndEpoch::new(8, 0)));
+        assert_eq!(c.generation(), 3);
+        assert!(!c.replace(ProducerIdAndEpoch::new(7, 1), ProducerIdAndEpoch::new(9, 0)));
+        assert_eq!(c.generation(), 3);
+    }
+
+    #[test]
+    fn replace_needs_the_identity_in_force_and_a_different_valid_one() {
+        let mut c = EpochCoordinator::default();
+        let first = ProducerIdAndEpoch::new(7, 0);
+        // From NONE to the first identity of a transactional producer.
+        assert!(c.replace(ProducerIdAndEpoch::NONE, first));
+        assert_eq!(c.current(), first);
+        // `from` no longer in force.
+        assert!(!c.replace(ProducerIdAndEpoch::NONE, ProducerIdAndEpoch::new(9, 0)));
+        // To an invalid identity.
+        assert!(!c.replace(first, ProducerIdAndEpoch::NONE));
+        // To itself: nothing changes.
+        assert!(!c.replace(first, first));
+        assert_eq!(c.current(), first);
+        assert_eq!(c.generation(), 1);
+        // A coordinator bump.
+        let bumped = ProducerIdAndEpoch::new(7, 1);
+        assert!(c.replace(first, bumped));
+        assert_eq!(c.current(), bumped);
+        assert_eq!(c.generation(), 2);
+    }
+
+    #[test]
+    fn a_bump_raises_the_epoch_by_one_and_only_from_a_valid_identity_in_force() {
+        let mut c = EpochCoordinator::default();
+        // Nothing in force: a request naming NONE does not bump.
+        assert_eq!(c.request_bump(ProducerIdAndEpoch::NONE), None);
+        assert_eq!(c.current(), ProducerIdAndEpoch::NONE);
+        assert_eq!(c.generation(), 0);
+        assert!(c.install(ProducerIdAndEpoch::new(7, 4)));
+        // A request naming another identity is ignored.
+        assert_eq!(c.request_bump(ProducerIdAndEpoch::new(7, 3)), None);
+        assert_eq!(c.request_bump(ProducerIdAndEpoch::new(8, 4)), None);
+        assert_eq!(c.current(), ProducerIdAndEpoch::new(7, 4));
+        assert_eq!(
+            c.request_bump(ProducerIdAndEpoch::new(7, 4)),
+            Some(ProducerIdAndEpoch::new(7, 5))
+        );
+        assert_eq!(c.current(), ProducerIdAndEpoch::new(7, 5));
+    }
 }

@@ -289,4 +289,258 @@ mod tests {
         };
         assert!(entry.is_next_sequence(0));
     }
+
+    fn pid(epoch: i16) -> ProducerIdAndEpoch {
+        ProducerIdAndEpoch::new(7, epoch)
+    }
+
+    fn inflight(producer: ProducerIdAndEpoch, base_sequence: i32) -> InflightSequence {
+        InflightSequence {
+            producer,
+            base_sequence,
+            record_count: 5,
+        }
+    }
+
+    /// A closed batch of five records stamped at `base_sequence`, or unstamped.
+    fn batch(stamp: Option<(ProducerIdAndEpoch, i32)>) -> ProducerBatch<()> {
+        let mut b = ProducerBatch::new(0, 0, 1024);
+        for _ in 0..5 {
+            b.try_append(0, None, Some(b"v"), &[], ()).unwrap();
+        }
+        match stamp {
+            Some((producer, base_sequence)) => b.set_stamp(
+                crate::engine::batch::BatchStamp {
+                    producer,
+                    base_sequence,
+                },
+                false,
+            ),
+            None => b.close(),
+        }
+        b
+    }
+
+    /// A partition with batches at 0, 5 and 10 of one identity stamped, next sequence 15.
+    fn slot_with_three_stamped() -> PartitionSlot<()> {
+        let mut slot = PartitionSlot::new(TopicPartition::new("t", 0));
+        slot.entry.producer_id_and_epoch = pid(0);
+        slot.entry.next_sequence = 15;
+        for base in [0, 5, 10] {
+            slot.entry.add_inflight(inflight(pid(0), base));
+        }
+        slot
+    }
+
+    fn queued_bases(slot: &PartitionSlot<()>) -> Vec<Option<i32>> {
+        slot.deque.iter().map(|b| b.base_sequence()).collect()
+    }
+
+    #[test]
+    fn a_topic_partition_displays_as_topic_dash_partition() {
+        assert_eq!(TopicPartition::new("orders", 3).to_string(), "orders-3");
+    }
+
+    #[test]
+    fn the_first_in_flight_sequence_is_the_oldest_stamped_base_or_minus_one() {
+        let mut entry = TxnPartitionEntry::default();
+        assert_eq!(entry.first_in_flight_sequence(), -1);
+        assert!(!entry.has_inflight_batches());
+        entry.add_inflight(inflight(pid(0), 5));
+        entry.add_inflight(inflight(pid(0), 10));
+        assert_eq!(entry.first_in_flight_sequence(), 5);
+        assert!(entry.has_inflight_batches());
+    }
+
+    #[test]
+    fn remove_inflight_removes_only_the_batch_of_that_identity_and_base() {
+        let mut entry = TxnPartitionEntry::default();
+        entry.add_inflight(inflight(pid(0), 0));
+        entry.add_inflight(inflight(pid(0), 5));
+        entry.add_inflight(inflight(pid(1), 0));
+        // Unknown base, unknown identity: nothing leaves.
+        entry.remove_inflight(pid(0), 99);
+        entry.remove_inflight(pid(2), 0);
+        assert_eq!(entry.inflight_batches_by_sequence.len(), 3);
+        entry.remove_inflight(pid(1), 0);
+        assert_eq!(
+            entry.inflight_batches_by_sequence,
+            vec![inflight(pid(0), 0), inflight(pid(0), 5)]
+        );
+        entry.remove_inflight(pid(0), 5);
+        assert_eq!(
+            entry.inflight_batches_by_sequence,
+            vec![inflight(pid(0), 0)]
+        );
+        entry.remove_inflight(pid(0), 0);
+        assert!(!entry.has_inflight_batches());
+    }
+
+    #[test]
+    fn the_last_acked_sequence_only_rises_and_the_first_ack_always_sets_it() {
+        let mut entry = TxnPartitionEntry::default();
+        // The first ack sets it whatever its value (nothing to compare with).
+        entry.maybe_update_last_acked_sequence((1 << 30) + 5);
+        assert_eq!(entry.last_acked_sequence, (1 << 30) + 5);
+
+        let mut entry = TxnPartitionEntry::default();
+        entry.maybe_update_last_acked_sequence(4);
+        assert_eq!(entry.last_acked_sequence, 4);
+        // A late answer for an older batch does not lower it.
+        entry.maybe_update_last_acked_sequence(2);
+        assert_eq!(entry.last_acked_sequence, 4);
+        entry.maybe_update_last_acked_sequence(9);
+        assert_eq!(entry.last_acked_sequence, 9);
+
+        // At 0, a late answer for the batch that ended just before the wrap stays below it.
+        let mut entry = TxnPartitionEntry {
+            last_acked_sequence: 0,
+            ..Default::default()
+        };
+        entry.maybe_update_last_acked_sequence(i32::MAX);
+        assert_eq!(entry.last_acked_sequence, 0);
+        entry.maybe_update_last_acked_sequence(3);
+        assert_eq!(entry.last_acked_sequence, 3);
+    }
+
+    #[test]
+    fn the_next_sequence_is_the_one_after_the_last_acked() {
+        let at = |last_acked_sequence| TxnPartitionEntry {
+            last_acked_sequence,
+            ..Default::default()
+        };
+        // Nothing acked: only 0 is next.
+        assert!(at(-1).is_next_sequence(0));
+        assert!(!at(-1).is_next_sequence(1));
+        assert!(!at(-1).is_next_sequence(3));
+        assert!(at(1).is_next_sequence(2));
+        assert!(!at(1).is_next_sequence(0));
+        assert!(at(4).is_next_sequence(5));
+        assert!(!at(4).is_next_sequence(4));
+        assert!(!at(4).is_next_sequence(0));
+        assert!(!at(4).is_next_sequence(6));
+    }
+
+    #[test]
+    fn a_sequence_is_after_another_only_when_less_than_half_the_space_ahead() {
+        assert!(!sequence_is_after(7, 7));
+        assert!(sequence_is_after((1 << 30) - 1, 0));
+        assert!(!sequence_is_after(1 << 30, 0));
+        assert!(sequence_is_after(0, i32::MAX - ((1 << 30) - 2)));
+        assert!(!sequence_is_after(0, i32::MAX - ((1 << 30) - 1)));
+    }
+
+    #[test]
+    fn at_or_after_is_equal_or_after_across_the_wrap() {
+        assert!(sequence_at_or_after(5, 5));
+        assert!(sequence_at_or_after(6, 5));
+        assert!(!sequence_at_or_after(4, 5));
+        assert!(sequence_at_or_after(0, i32::MAX));
+        assert!(!sequence_at_or_after(i32::MAX, 0));
+    }
+
+    #[test]
+    fn only_a_queued_stamped_batch_of_unknown_outcome_counts_as_queued_outcome_unknown() {
+        let mut slot = slot_with_three_stamped();
+        assert!(!slot.has_queued_outcome_unknown());
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        let mut unstamped = batch(None);
+        unstamped.outcome_unknown = true;
+        slot.deque.push_back(unstamped);
+        assert!(!slot.has_queued_outcome_unknown());
+        slot.deque[0].outcome_unknown = true;
+        assert!(slot.has_queued_outcome_unknown());
+    }
+
+    #[test]
+    fn a_retried_batch_goes_back_between_its_sequence_neighbours_and_before_unstamped_ones() {
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.deque.push_back(batch(Some((pid(0), 10))));
+        slot.deque.push_back(batch(None));
+        slot.reenqueue_in_sequence_order(batch(Some((pid(0), 5))));
+        assert_eq!(queued_bases(&slot), vec![Some(0), Some(5), Some(10), None]);
+        slot.assert_invariants();
+
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.deque.push_back(batch(Some((pid(0), 5))));
+        slot.deque.push_back(batch(None));
+        slot.reenqueue_in_sequence_order(batch(Some((pid(0), 10))));
+        assert_eq!(queued_bases(&slot), vec![Some(0), Some(5), Some(10), None]);
+        slot.assert_invariants();
+
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(0), 5))));
+        slot.reenqueue_in_sequence_order(batch(Some((pid(0), 0))));
+        assert_eq!(queued_bases(&slot), vec![Some(0), Some(5)]);
+    }
+
+    #[test]
+    fn invariants_hold_for_retries_in_order_and_batches_of_two_identities() {
+        let mut slot = slot_with_three_stamped();
+        // An older identity's batches may share sequence numbers with the current one's.
+        slot.entry
+            .inflight_batches_by_sequence
+            .insert(0, inflight(pid(1), 5));
+        slot.entry
+            .inflight_batches_by_sequence
+            .insert(0, inflight(pid(1), 0));
+        slot.entry.producer_id_and_epoch = pid(1);
+        slot.entry.next_sequence = 0;
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.deque.push_back(batch(Some((pid(0), 10))));
+        slot.deque.push_back(batch(None));
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "sits behind an unstamped one")]
+    fn invariants_refuse_a_stamped_batch_behind_an_unstamped_one() {
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(None));
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "is not tracked in flight")]
+    fn invariants_refuse_a_queued_stamped_batch_not_in_flight() {
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(1), 0))));
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "retries are out of sequence order")]
+    fn invariants_refuse_retries_out_of_sequence_order() {
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(0), 5))));
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "overlap or are out of order")]
+    fn invariants_refuse_overlapping_in_flight_sequences() {
+        let mut slot = slot_with_three_stamped();
+        slot.entry.inflight_batches_by_sequence[1].base_sequence = 3;
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "is below the end of the last stamped batch")]
+    fn invariants_refuse_a_next_sequence_inside_the_last_stamped_batch() {
+        let mut slot = slot_with_three_stamped();
+        slot.entry.next_sequence = 12;
+        slot.assert_invariants();
+    }
+
+    #[test]
+    #[should_panic(expected = "negative next_sequence")]
+    fn invariants_refuse_a_negative_next_sequence() {
+        let mut slot = PartitionSlot::<()>::new(TopicPartition::new("t", 0));
+        slot.entry.next_sequence = -3;
+        slot.assert_invariants();
+    }
 }

@@ -227,3 +227,95 @@ fn a_fatal_error_fails_the_pending_call_and_every_queued_request() {
         Err(TransactionError::Fenced(_))
     ));
 }
+
+#[test]
+fn only_committing_and_aborting_are_completing() {
+    for state in ALL {
+        assert_eq!(
+            state.is_completing(),
+            matches!(state, CommittingTransaction | AbortingTransaction),
+            "{}",
+            state.name()
+        );
+    }
+}
+
+#[test]
+fn a_batch_failing_while_the_commit_completes_asks_for_a_bump_only_if_it_needs_one() {
+    // While the transaction is open, any failed batch makes the abort bump the epoch.
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable("t".into()),
+        false,
+        false,
+    );
+    assert_eq!(tm.state(), AbortableError);
+    assert!(tm.epoch_bump_required);
+
+    // Once the commit is completing (Java's `isCompleting`), only a batch that needs
+    // the bump (unknown outcome) asks for one.
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.commit_transaction().unwrap();
+    assert_eq!(tm.state(), CommittingTransaction);
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable("t".into()),
+        false,
+        false,
+    );
+    assert_eq!(tm.state(), AbortableError);
+    assert!(!tm.epoch_bump_required);
+
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.commit_transaction().unwrap();
+    tm.produce_failed(&ProduceError::TransactionAbortable("t".into()), true, false);
+    assert!(tm.epoch_bump_required);
+}
+
+#[test]
+fn leaving_an_error_state_by_aborting_clears_the_last_error() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.add_partitions(&[tp(0)]);
+    let _add = tm.next_request(0).unwrap();
+    tm.on_partitions_added();
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable("t".into()),
+        false,
+        false,
+    );
+    assert!(matches!(
+        tm.last_error(),
+        Some(TransactionError::Abortable(_))
+    ));
+    let handle = tm.abort_transaction().unwrap();
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    tm.on_end_txn(&end);
+    let bump = tm.next_request(0).unwrap();
+    tm.on_init_producer_id(&bump, ProducerIdAndEpoch::new(7, 1));
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    assert_eq!(tm.state(), Ready);
+    assert_eq!(tm.last_error(), None);
+}
+
+#[test]
+fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
+    let mut tm = ready();
+    tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+    assert_eq!(tm.state(), FatalError);
+    assert!(
+        matches!(tm.last_error(), Some(TransactionError::Fatal(m)) if m.contains("abortable error in state READY")),
+        "{:?}",
+        tm.last_error()
+    );
+    // While aborting, an abortable error changes nothing: the abort goes on.
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.abort_transaction().unwrap();
+    tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+    assert_eq!(tm.state(), AbortingTransaction);
+    assert_eq!(tm.last_error(), None);
+}
