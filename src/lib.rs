@@ -25,4 +25,6 @@ pub use engine::{
     GroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition, TransactionState,
 };
 pub use error::{Error, ProduceError, TransactionError};
-pub use producer::{DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader};
+pub use producer::{
+    DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader, TrySendError,
+};

@@ -47,8 +47,20 @@ pub struct RecordMetadata {
 }
 
 /// A record's delivery handle: the engine completes it exactly once.
-pub trait Delivery {
+pub trait Delivery: Sized {
     fn complete(self, result: Result<RecordMetadata, ProduceError>);
+
+    /// The record is in the log at `offset` of `tp`. A handle that knows its partition already
+    /// overrides this to skip building the metadata (a reference count on the topic name per
+    /// record).
+    fn appended(self, tp: &TopicPartition, offset: i64, timestamp: i64) {
+        self.complete(Ok(RecordMetadata {
+            topic: tp.topic.clone(),
+            partition: tp.partition,
+            offset,
+            timestamp,
+        }));
+    }
 }
 
 /// What the driver must do on the engine's behalf.

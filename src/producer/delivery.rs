@@ -1,152 +1,191 @@
-//! `DeliveryFuture`: one record's result, awaitable from async code or waited on from a thread.
+//! `DeliveryFuture`: one record's result, awaitable from async code or waited on from a thread;
+//! and `DeliveryHandle`, the engine's side of it. Both point into a completion block
+//! ([`completion`](super::completion)); neither is a heap object of its own.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Condvar, Mutex};
-use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use crate::engine::{Delivery, RecordMetadata, TopicPartition};
 use crate::error::ProduceError;
 
-use super::shared::BufferMemory;
+use super::completion::{next_slot, CompletionBlock, Outcome};
+use super::shared::release_sink;
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
-
-#[derive(Default)]
-struct Slot {
-    result: Option<DeliveryResult>,
-    waker: Option<Waker>,
-    /// A thread is blocked in `wait`/`wait_timeout`. Completion only signals the condvar then:
-    /// an unconditional `notify_all` is a futex syscall per record on the shard thread.
-    waiting: bool,
-}
-
-#[derive(Default)]
-struct DeliveryState {
-    slot: Mutex<Slot>,
-    ready: Condvar,
-}
 
 /// Resolves to the record's [`RecordMetadata`] or a typed [`ProduceError`].
 #[must_use = "a DeliveryFuture reports whether the record was written"]
 pub struct DeliveryFuture {
-    state: Arc<DeliveryState>,
+    block: Arc<CompletionBlock>,
+    index: u32,
+    topic: Arc<str>,
+    partition: i32,
+    /// A waker of this future is registered with its block.
+    registered: bool,
 }
 
 impl DeliveryFuture {
-    pub(crate) fn failed(err: ProduceError) -> Self {
-        let state = Arc::new(DeliveryState::default());
-        state.slot.lock().expect("delivery lock").result = Some(Err(err));
-        DeliveryFuture { state }
+    /// A future for a record of `topic` bound for `partition` (-1 while it has none).
+    fn new(topic: Arc<str>, partition: i32) -> (DeliveryFuture, Arc<CompletionBlock>, u32) {
+        let (block, index) = next_slot();
+        (
+            DeliveryFuture {
+                block: block.clone(),
+                index,
+                topic,
+                partition,
+                registered: false,
+            },
+            block,
+            index,
+        )
+    }
+
+    /// A future that has already failed with `err`.
+    pub(crate) fn failed(topic: Arc<str>, err: ProduceError) -> Self {
+        let (future, block, index) = DeliveryFuture::new(topic, -1);
+        block.complete(index, Outcome::Failed(Box::new(err)));
+        future
+    }
+
+    fn result(&self, outcome: &Outcome) -> DeliveryResult {
+        match outcome {
+            Outcome::Appended { offset, timestamp } => Ok(RecordMetadata {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                offset: *offset,
+                timestamp: *timestamp,
+            }),
+            Outcome::Failed(err) => Err((**err).clone()),
+            Outcome::DroppedInEngine => Err(ProduceError::OutcomeUnknown {
+                topic: self.topic.clone(),
+                partition: self.partition,
+                reason: "the record's shard dropped it without an answer".into(),
+            }),
+        }
     }
 
     /// Blocks the calling thread until the result is known.
     pub fn wait(self) -> DeliveryResult {
-        let mut slot = self.state.slot.lock().expect("delivery lock");
-        loop {
-            if let Some(result) = slot.result.take() {
-                return result;
-            }
-            slot.waiting = true;
-            slot = self.state.ready.wait(slot).expect("delivery lock");
-        }
+        let outcome = self
+            .block
+            .wait(self.index, None)
+            .expect("a wait without a deadline returns a result");
+        self.result(outcome)
     }
 
     /// Blocks up to `timeout`; `None` if the result is not known by then.
     pub fn wait_timeout(&self, timeout: Duration) -> Option<DeliveryResult> {
-        let mut slot = self.state.slot.lock().expect("delivery lock");
-        slot.waiting = true;
-        let (mut slot, _) = self
-            .state
-            .ready
-            .wait_timeout_while(slot, timeout, |s| s.result.is_none())
-            .expect("delivery lock");
-        slot.result.take()
+        let deadline = Instant::now().checked_add(timeout);
+        self.block
+            .wait(self.index, deadline)
+            .map(|outcome| self.result(outcome))
     }
 
-    /// The result if it is already known.
+    /// The result if it is already known (never blocks; asking again gives it again).
     pub fn try_result(&self) -> Option<DeliveryResult> {
-        self.state.slot.lock().expect("delivery lock").result.take()
+        self.block
+            .outcome(self.index)
+            .map(|outcome| self.result(outcome))
     }
 }
 
 impl Future for DeliveryFuture {
     type Output = DeliveryResult;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = self.state.slot.lock().expect("delivery lock");
-        match slot.result.take() {
-            Some(result) => Poll::Ready(result),
-            None => {
-                slot.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(outcome) = self.block.outcome(self.index) {
+            return Poll::Ready(self.result(outcome));
+        }
+        let this = &mut *self;
+        if this
+            .block
+            .register_waker(this.index, cx.waker(), &mut this.registered)
+        {
+            return Poll::Pending;
+        }
+        let outcome = this.block.outcome(this.index).expect("written");
+        Poll::Ready(this.result(outcome))
+    }
+}
+
+impl Drop for DeliveryFuture {
+    fn drop(&mut self) {
+        if self.registered {
+            self.block.unregister_waker(self.index);
         }
     }
 }
 
-/// The engine's side of a `DeliveryFuture`; completing it also returns the record's share of
-/// `buffer.memory`.
+/// The engine's side of a `DeliveryFuture`. Completing it also returns the record's share of
+/// `buffer.memory`, through the completing thread's release sink (`shared::release_sink`),
+/// so that a shard returns memory once per turn rather than once per record.
 ///
-/// Invariant: every handle completes its future exactly once. One dropped without an answer
+/// Invariant: every handle completes its slot exactly once. One dropped without an answer
 /// (left in a queue when its shard stopped, dropped by a shard that panicked) completes it in
 /// `drop` with an error that keeps the promise: `Closed` (not in the log) while the record
 /// never reached an engine, `OutcomeUnknown` once it did (an engine may have sent it).
 pub(crate) struct DeliveryHandle {
-    state: Arc<DeliveryState>,
-    memory: Arc<BufferMemory>,
-    reserved: usize,
-    /// The record's partition, once the record was handed to an engine.
-    in_engine: Option<(Arc<str>, i32)>,
+    block: Arc<CompletionBlock>,
+    index: u32,
+    /// Bytes of `buffer.memory` the record holds.
+    reserved: u32,
+    /// The record was handed to the engine of its shard.
+    in_engine: bool,
     done: bool,
 }
 
 impl DeliveryHandle {
+    /// A handle and its future for a record of `topic`-`partition` holding `reserved` bytes of
+    /// `buffer.memory`.
     pub(crate) fn new(
-        memory: Arc<BufferMemory>,
+        topic: Arc<str>,
+        partition: i32,
         reserved: usize,
     ) -> (DeliveryHandle, DeliveryFuture) {
-        let state = Arc::new(DeliveryState::default());
+        let (future, block, index) = DeliveryFuture::new(topic, partition);
         (
             DeliveryHandle {
-                state: state.clone(),
-                memory,
-                reserved,
-                in_engine: None,
+                block,
+                index,
+                reserved: u32::try_from(reserved).expect("a record's reservation fits in u32"),
+                in_engine: false,
                 done: false,
             },
-            DeliveryFuture { state },
+            future,
         )
     }
 
     /// The record is being handed to the engine of its shard: from here on it may be sent.
-    pub(crate) fn entering_engine(&mut self, tp: &TopicPartition) {
-        self.in_engine = Some((tp.topic.clone(), tp.partition));
+    pub(crate) fn entering_engine(&mut self) {
+        self.in_engine = true;
     }
 
-    fn finish(&mut self, result: DeliveryResult) {
+    fn finish(&mut self, outcome: Outcome) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        self.memory.release(self.reserved);
-        let (waker, waiting) = {
-            let mut slot = self.state.slot.lock().expect("delivery lock");
-            slot.result = Some(result);
-            (slot.waker.take(), slot.waiting)
-        };
-        if waiting {
-            self.state.ready.notify_all();
-        }
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        release_sink::release(self.reserved as usize);
+        self.block.complete(self.index, outcome);
     }
 }
 
 impl Delivery for DeliveryHandle {
     fn complete(mut self, result: DeliveryResult) {
-        self.finish(result);
+        self.finish(match result {
+            Ok(metadata) => Outcome::Appended {
+                offset: metadata.offset,
+                timestamp: metadata.timestamp,
+            },
+            Err(err) => Outcome::Failed(Box::new(err)),
+        });
+    }
+
+    fn appended(mut self, _tp: &TopicPartition, offset: i64, timestamp: i64) {
+        self.finish(Outcome::Appended { offset, timestamp });
     }
 }
 
@@ -155,44 +194,46 @@ impl Drop for DeliveryHandle {
         if self.done {
             return;
         }
-        let error = match self.in_engine.take() {
-            Some((topic, partition)) => ProduceError::OutcomeUnknown {
-                topic,
-                partition,
-                reason: "the record's shard dropped it without an answer".into(),
-            },
-            None => ProduceError::Closed,
+        let outcome = if self.in_engine {
+            Outcome::DroppedInEngine
+        } else {
+            Outcome::Failed(Box::new(ProduceError::Closed))
         };
-        self.finish(Err(error));
+        self.finish(outcome);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::producer::shared::BufferMemory;
+
+    fn reserved(memory: &BufferMemory, bytes: usize) {
+        memory
+            .reserve(bytes, || std::time::Instant::now())
+            .expect("room");
+    }
 
     #[test]
     fn a_handle_dropped_before_its_record_reached_the_engine_resolves_closed_and_returns_its_memory(
     ) {
-        let memory = Arc::new(BufferMemory::new(1000));
-        memory
-            .reserve(100, std::time::Instant::now())
-            .expect("room");
-        let (handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        let memory = BufferMemory::new(1000);
+        reserved(&memory, 100);
+        let (handle, future) = DeliveryHandle::new("t".into(), 2, 100);
         drop(handle);
+        release_sink::flush_to(&memory);
         assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
         assert_eq!(memory.used(), 0);
     }
 
     #[test]
     fn a_handle_dropped_after_its_record_reached_the_engine_resolves_outcome_unknown() {
-        let memory = Arc::new(BufferMemory::new(1000));
-        memory
-            .reserve(100, std::time::Instant::now())
-            .expect("room");
-        let (mut handle, future) = DeliveryHandle::new(memory.clone(), 100);
-        handle.entering_engine(&TopicPartition::new("t", 2));
+        let memory = BufferMemory::new(1000);
+        reserved(&memory, 100);
+        let (mut handle, future) = DeliveryHandle::new("t".into(), 2, 100);
+        handle.entering_engine();
         drop(handle);
+        release_sink::flush_to(&memory);
         assert!(
             matches!(
                 future.try_result(),
@@ -205,16 +246,46 @@ mod tests {
 
     #[test]
     fn a_completed_handle_resolves_once_and_returns_its_memory_once() {
-        let memory = Arc::new(BufferMemory::new(1000));
-        memory
-            .reserve(300, std::time::Instant::now())
-            .expect("room");
-        let (handle, future) = DeliveryHandle::new(memory.clone(), 100);
+        let memory = BufferMemory::new(1000);
+        reserved(&memory, 300);
+        let (handle, future) = DeliveryHandle::new("t".into(), 0, 100);
         handle.complete(Err(ProduceError::TransactionAborted));
+        release_sink::flush_to(&memory);
         assert_eq!(
             future.try_result(),
             Some(Err(ProduceError::TransactionAborted))
         );
         assert_eq!(memory.used(), 200);
+    }
+
+    #[test]
+    fn an_appended_record_resolves_with_its_futures_topic_and_partition() {
+        let (handle, future) = DeliveryHandle::new("orders".into(), 3, 0);
+        handle.appended(&TopicPartition::new("orders", 3), 41, 1_700);
+        let metadata = future.wait().expect("appended");
+        assert_eq!(
+            (
+                &*metadata.topic,
+                metadata.partition,
+                metadata.offset,
+                metadata.timestamp
+            ),
+            ("orders", 3, 41, 1_700)
+        );
+    }
+
+    #[test]
+    fn an_awaited_future_is_woken_by_a_completion_on_another_thread() {
+        let (handle, mut future) = DeliveryHandle::new("t".into(), 0, 0);
+        // Registered as pending before the completion exists.
+        assert!(
+            futures_lite::future::block_on(futures_lite::future::poll_once(&mut future)).is_none()
+        );
+        let completer = std::thread::spawn(move || {
+            handle.appended(&TopicPartition::new("t", 0), 9, 0);
+        });
+        let metadata = futures_lite::future::block_on(future).expect("appended");
+        assert_eq!(metadata.offset, 9);
+        completer.join().expect("completer");
     }
 }

@@ -1,6 +1,7 @@
 //! The public producer: a builder over Java-named configuration, `send` from any thread, and
 //! `flush` / `close`.
 
+mod completion;
 pub(crate) mod delivery;
 mod record;
 pub(crate) mod shared;
@@ -19,6 +20,7 @@ use crate::engine::{EngineConfig, TopicPartition};
 use crate::error::{Error, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
+use crate::runtime::inbox::ShardInbox;
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus};
@@ -28,10 +30,12 @@ pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
 
 use delivery::DeliveryHandle;
-use shared::{BufferMemory, MetadataSnapshot};
+use shared::{release_sink, BufferMemory, MetadataSnapshot};
 
-/// Commands queued per shard before `send` waits (the byte bound is `buffer.memory`).
-const SHARD_QUEUE_CAPACITY: usize = 1 << 16;
+/// What a queued record holds beyond its encoded bytes, counted in `buffer.memory` so that the
+/// buffer bounds the memory records really take: its place in a shard's inbox (and the inbox
+/// the shard swapped it into), its completion slot, and its entry in its batch.
+pub(crate) const RECORD_MEMORY_OVERHEAD: usize = 2 * std::mem::size_of::<ShardCommand>() + 64;
 /// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
 /// keeps it and publishes it again).
@@ -84,16 +88,15 @@ impl ProducerBuilder {
 
 struct Inner {
     config: ProducerConfig,
-    shards: Vec<flume::Sender<ShardCommand>>,
+    inboxes: Vec<Arc<ShardInbox>>,
     metadata: Arc<MetadataSnapshot>,
     memory: Arc<BufferMemory>,
     sticky: Mutex<HashMap<Arc<str>, StickyPartitioner>>,
     joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
+    /// Set first thing by `close`: sends are refused from then on. A send that checked it
+    /// just before is still safe: a shard's inbox refuses pushes behind its `Close`, so no
+    /// record is left in a queue nobody reads.
     closed: AtomicBool,
-    /// `close` sets `closed` under the write side; `send` and `flush` queue under the read
-    /// side after checking it. So every record and flush queued on a shard is ahead of its
-    /// `Close` command, and none is left behind in a queue nobody reads.
-    open: std::sync::RwLock<()>,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
@@ -110,7 +113,7 @@ pub struct Producer {
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Producer")
-            .field("shards", &self.inner.shards.len())
+            .field("shards", &self.inner.inboxes.len())
             .field("cores", &self.inner.cores)
             .finish()
     }
@@ -141,16 +144,15 @@ impl Producer {
             (None, None) => online.clone(),
         };
         let shard_count = cores.len().max(1);
-        let mut senders = Vec::with_capacity(shard_count);
+        let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count).map(|_| Arc::default()).collect();
         let mut receivers = Vec::with_capacity(shard_count);
         let mut control = Vec::with_capacity(shard_count);
-        for _ in 0..shard_count {
-            let (tx, rx) = flume::bounded(SHARD_QUEUE_CAPACITY);
+        for inbox in &inboxes {
             let (control_tx, control_rx) = control_queue();
-            senders.push(tx);
-            receivers.push((rx, control_rx));
+            receivers.push((inbox.clone(), control_rx));
             control.push(control_tx);
         }
+        let memory = Arc::new(BufferMemory::new(config.buffer_memory));
         let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
@@ -158,7 +160,8 @@ impl Producer {
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
             tickets,
-            peers: senders.clone(),
+            inboxes: inboxes.clone(),
+            memory: memory.clone(),
             control: control.clone(),
             txn_status: txn_status.clone(),
             max_frame: config.max_response_size,
@@ -188,14 +191,13 @@ impl Producer {
         }
         Ok(Producer {
             inner: Arc::new(Inner {
-                memory: Arc::new(BufferMemory::new(config.buffer_memory)),
+                memory,
                 config,
-                shards: senders,
+                inboxes,
                 metadata,
                 sticky: Mutex::new(HashMap::new()),
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
-                open: std::sync::RwLock::new(()),
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
@@ -247,142 +249,164 @@ impl Producer {
         for b in tp.topic.as_bytes() {
             hash = (hash ^ *b as u32).wrapping_mul(0x01000193);
         }
-        (hash as usize).wrapping_add(tp.partition as usize) % self.inner.shards.len()
+        (hash as usize).wrapping_add(tp.partition as usize) % self.inner.inboxes.len()
     }
 
     /// Sends one record. Never blocks longer than `max.block.ms` (metadata for a new topic,
     /// or room in `buffer.memory`). The future resolves when the record is acknowledged or
     /// has failed; a record that cannot be sent at all resolves at once with its error.
     pub fn send(&self, record: ProducerRecord) -> DeliveryFuture {
-        match self.try_send(record) {
+        match self.send_record(record, Block::UpTo(self.inner.config.max_block)) {
             Ok(future) => future,
-            Err(err) => DeliveryFuture::failed(err),
+            Err(Refused::Failed(topic, err)) => DeliveryFuture::failed(topic, err),
+            Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
         }
     }
 
-    fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, ProduceError> {
+    /// Sends one record without ever blocking: when `buffer.memory` has no room for it, or
+    /// its topic's metadata is not known yet, the record comes back in
+    /// [`TrySendError`] and nothing was queued. Other failures resolve the future, as with
+    /// [`send`](Self::send).
+    pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, TrySendError> {
+        match self.send_record(record, Block::Never) {
+            Ok(future) => Ok(future),
+            Err(Refused::Failed(topic, err)) => Ok(DeliveryFuture::failed(topic, err)),
+            Err(Refused::WouldBlock(record, why)) => Err(match why {
+                WouldBlock::BufferFull => TrySendError::BufferFull(record),
+                WouldBlock::MetadataPending => TrySendError::MetadataPending(record),
+            }),
+        }
+    }
+
+    fn send_record(&self, record: ProducerRecord, block: Block) -> Result<DeliveryFuture, Refused> {
         let inner = &self.inner;
+        let fail = |record: &ProducerRecord, err| Refused::Failed(record.topic.clone(), err);
         if inner.closed.load(Ordering::Acquire) {
-            return Err(ProduceError::Closed);
+            return Err(fail(&record, ProduceError::Closed));
         }
         if let Some(err) = inner.metadata.fatal() {
-            return Err(err);
+            return Err(fail(&record, err));
         }
         let txn_barrier = if inner.config.transactional_id.is_some() {
-            inner
-                .txn_status
-                .check_send()
-                .map_err(ProduceError::Transaction)?
+            match inner.txn_status.check_send() {
+                Ok(barrier) => barrier,
+                Err(err) => return Err(fail(&record, ProduceError::Transaction(err))),
+            }
         } else {
             0
         };
-        let deadline = Instant::now() + inner.config.max_block;
-        let headers: Vec<Header<'_>> = record
-            .headers
-            .iter()
-            .map(|h| Header {
-                key: h.key.as_str(),
-                value: h.value.as_deref(),
-            })
-            .collect();
-        let size = RECORD_BATCH_OVERHEAD
-            + record_size_upper_bound(record.key.as_deref(), record.value.as_deref(), &headers);
-        drop(headers);
-        if size > inner.config.max_request_size {
-            return Err(ProduceError::RecordTooLarge {
-                size,
-                limit: inner.config.max_request_size,
-                key: "max.request.size",
-            });
+        // The deadline is computed only on a path that waits (one clock read per send
+        // otherwise: the timestamp).
+        let deadline = |block: &Block| match block {
+            Block::UpTo(max_block) => Instant::now() + *max_block,
+            Block::Never => Instant::now(),
+        };
+        let size =
+            RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record) + RECORD_MEMORY_OVERHEAD;
+        if size > inner.config.max_request_size + RECORD_MEMORY_OVERHEAD {
+            return Err(fail(
+                &record,
+                ProduceError::RecordTooLarge {
+                    size: size - RECORD_MEMORY_OVERHEAD,
+                    limit: inner.config.max_request_size,
+                    key: "max.request.size",
+                },
+            ));
         }
         if size > inner.config.buffer_memory {
-            return Err(ProduceError::RecordTooLarge {
-                size,
-                limit: inner.config.buffer_memory,
-                key: "buffer.memory",
-            });
+            return Err(fail(
+                &record,
+                ProduceError::RecordTooLarge {
+                    size,
+                    limit: inner.config.buffer_memory,
+                    key: "buffer.memory",
+                },
+            ));
         }
-        let info = self.topic_info(&record.topic, deadline)?;
+        let partition_count = match self.partition_count(&record.topic, &block, deadline) {
+            Ok(count) => count,
+            Err(None) => return Err(Refused::WouldBlock(record, WouldBlock::MetadataPending)),
+            Err(Some(err)) => return Err(fail(&record, err)),
+        };
+        let timestamp = record.timestamp.unwrap_or_else(now_millis);
         let partition = match record.partition {
-            Some(p) if p < 0 || p >= info => {
-                return Err(ProduceError::InvalidPartition {
+            Some(p) if p < 0 || p >= partition_count => {
+                let err = ProduceError::InvalidPartition {
                     topic: record.topic.clone(),
                     partition: p,
-                    partition_count: info,
-                })
+                    partition_count,
+                };
+                return Err(fail(&record, err));
             }
             Some(p) => p,
             None => match (&record.key, inner.config.partitioner_ignore_keys) {
-                (Some(key), false) => partition_for_key(key, info),
+                (Some(key), false) => partition_for_key(key, partition_count),
                 _ => {
                     let mut sticky = inner.sticky.lock().expect("sticky lock");
                     let state = sticky
                         .entry(record.topic.clone())
                         .or_insert_with(|| StickyPartitioner::new(inner.config.batch_size.max(1)));
-                    let p = state.partition(info, &[], seed());
-                    state.on_append(size);
+                    // The partitioner keeps its own xorshift state; the timestamp only stirs it.
+                    let p = state.partition(partition_count, &[], timestamp as u64 | 1);
+                    state.on_append(size - RECORD_MEMORY_OVERHEAD);
                     p
                 }
             },
         };
-        inner.memory.reserve(size, deadline)?;
-        let (delivery, future) = DeliveryHandle::new(inner.memory.clone(), size);
-        let timestamp = record.timestamp.unwrap_or_else(now_millis);
+        let reserved = match block {
+            Block::Never if !inner.memory.try_reserve(size) => {
+                return Err(Refused::WouldBlock(record, WouldBlock::BufferFull))
+            }
+            Block::Never => Ok(()),
+            Block::UpTo(_) => inner.memory.reserve(size, || deadline(&block)),
+        };
+        if let Err(err) = reserved {
+            return Err(fail(&record, err));
+        }
+        let (delivery, future) = DeliveryHandle::new(record.topic.clone(), partition, size);
         let tp = TopicPartition {
             topic: record.topic,
             partition,
         };
         let shard = self.shard_for(&tp);
-        let command = ShardCommand::Append(Box::new(OwnedRecord {
+        let command = ShardCommand::Append(OwnedRecord {
             tp,
             timestamp,
             key: record.key,
             value: record.value,
-            headers: record
-                .headers
-                .into_iter()
-                .map(|h| (h.key, h.value))
-                .collect(),
+            headers: record.headers,
             delivery,
             txn_barrier,
-        }));
-        let wait = deadline.saturating_duration_since(Instant::now());
-        let _open = inner.open.read().expect("open lock");
-        if inner.closed.load(Ordering::Acquire) {
-            // The command's delivery handle completes the record with `Closed` as it drops.
-            return Err(ProduceError::Closed);
-        }
-        if let Err(e) = inner.shards[shard].send_timeout(command, wait) {
-            let err = match e {
-                flume::SendTimeoutError::Timeout(_) => ProduceError::BufferExhausted {
-                    buffer_memory: inner.config.buffer_memory,
-                    waited: inner.config.max_block,
-                },
-                flume::SendTimeoutError::Disconnected(_) => ProduceError::Closed,
-            };
-            // The command (and its delivery handle) came back: complete it so the memory is
-            // returned, and hand the caller the error.
-            let returned = match e {
-                flume::SendTimeoutError::Timeout(c) | flume::SendTimeoutError::Disconnected(c) => c,
-            };
-            if let ShardCommand::Append(record) = returned {
-                crate::engine::Delivery::complete(record.delivery, Err(err.clone()));
-            }
-            return Err(err);
+        });
+        if let Err(command) = inner.inboxes[shard].push(command) {
+            // The shard closed its inbox (the producer is closing): the handle completes the
+            // record with `Closed` as it drops, and its memory goes back here.
+            drop(command);
+            release_sink::flush_to(&inner.memory);
         }
         Ok(future)
     }
 
-    /// The partition count of `topic`, waiting for metadata up to `deadline`.
-    fn topic_info(&self, topic: &Arc<str>, deadline: Instant) -> Result<i32, ProduceError> {
-        if let Some(info) = self
-            .inner
-            .metadata
-            .get(topic)
-            .filter(|i| i.partition_count > 0)
-        {
-            return Ok(info.partition_count);
+    /// The partition count of `topic`: known, or waited for as `block` allows. `Err(None)`:
+    /// not known and not to be waited for.
+    fn partition_count(
+        &self,
+        topic: &Arc<str>,
+        block: &Block,
+        deadline: impl Fn(&Block) -> Instant,
+    ) -> Result<i32, Option<ProduceError>> {
+        if let Some(count) = self.inner.metadata.topic_partition_count(topic) {
+            return Ok(count);
         }
+        self.request_topic(topic);
+        match block {
+            Block::Never => Err(None),
+            Block::UpTo(_) => self.topic_info(topic, deadline(block)).map_err(Some),
+        }
+    }
+
+    /// Asks shard 0 for `topic`'s metadata, once per topic (and again while it has none).
+    fn request_topic(&self, topic: &Arc<str>) {
         let first_ask = self
             .inner
             .requested
@@ -390,8 +414,13 @@ impl Producer {
             .expect("requested lock")
             .insert(topic.clone());
         if first_ask || self.inner.metadata.get(topic).is_none() {
-            let _ = self.inner.shards[0].send(ShardCommand::RequestTopic(topic.clone()));
+            let _ = self.inner.inboxes[0].push(ShardCommand::RequestTopic(topic.clone()));
         }
+    }
+
+    /// The partition count of `topic`, waiting for metadata up to `deadline` (already asked
+    /// for).
+    fn topic_info(&self, topic: &Arc<str>, deadline: Instant) -> Result<i32, ProduceError> {
         let started = Instant::now();
         self.inner
             .metadata
@@ -410,14 +439,10 @@ impl Producer {
     /// Sends everything queued now and waits until every record sent before this call has
     /// completed (successfully or not).
     pub fn flush(&self) {
-        let latch = Latch::new(self.inner.shards.len());
-        let _open = self.inner.open.read().expect("open lock");
-        if self.inner.closed.load(Ordering::Acquire) {
-            // `close` completes every record.
-            return;
-        }
-        for shard in &self.inner.shards {
-            if shard.send(ShardCommand::Flush(latch.clone())).is_err() {
+        let latch = Latch::new(self.inner.inboxes.len());
+        for inbox in &self.inner.inboxes {
+            // A closed inbox: `close` completes every record.
+            if inbox.push(ShardCommand::Flush(latch.clone())).is_err() {
                 latch.count_down();
             }
         }
@@ -437,23 +462,17 @@ impl Producer {
 impl Inner {
     /// Once per producer: by `close`, or by the drop of the last handle.
     fn close(&self, timeout: Duration) {
-        {
-            let _no_sends = self.open.write().expect("open lock");
-            if self.closed.swap(true, Ordering::AcqRel) {
-                return;
-            }
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
         }
         let deadline = Instant::now() + timeout;
         self.end_open_transaction(timeout);
-        let latch = Latch::new(self.shards.len());
-        for shard in &self.shards {
-            if shard
-                .send(ShardCommand::Close {
-                    deadline,
-                    done: latch.clone(),
-                })
-                .is_err()
-            {
+        let latch = Latch::new(self.inboxes.len());
+        for inbox in &self.inboxes {
+            if !inbox.push_last(ShardCommand::Close {
+                deadline,
+                done: latch.clone(),
+            }) {
                 latch.count_down();
             }
         }
@@ -473,6 +492,75 @@ impl Drop for Inner {
     }
 }
 
+/// How long a send may wait for metadata or memory.
+enum Block {
+    UpTo(Duration),
+    Never,
+}
+
+/// Why a send did not queue its record.
+enum Refused {
+    /// Resolve the future with this error.
+    Failed(Arc<str>, ProduceError),
+    /// A non-blocking send would have had to wait: give the record back.
+    WouldBlock(ProducerRecord, WouldBlock),
+}
+
+enum WouldBlock {
+    BufferFull,
+    MetadataPending,
+}
+
+/// A record [`Producer::try_send`] did not queue, given back unchanged.
+#[derive(Debug)]
+pub enum TrySendError {
+    /// `buffer.memory` has no room for it now.
+    BufferFull(ProducerRecord),
+    /// Its topic's partition count is not known yet (it has been asked for).
+    MetadataPending(ProducerRecord),
+}
+
+impl TrySendError {
+    /// The record, to send again later.
+    pub fn into_record(self) -> ProducerRecord {
+        match self {
+            TrySendError::BufferFull(record) | TrySendError::MetadataPending(record) => record,
+        }
+    }
+}
+
+impl std::fmt::Display for TrySendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TrySendError::BufferFull(r) => write!(
+                f,
+                "buffer.memory has no room for a record of {} now; nothing was queued",
+                r.topic
+            ),
+            TrySendError::MetadataPending(r) => write!(
+                f,
+                "the partition count of {} is not known yet; nothing was queued",
+                r.topic
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TrySendError {}
+
+/// The bound on a record's encoded size, as `buffer.memory` and `max.request.size` count it.
+fn record_size_upper_bound_of(record: &ProducerRecord) -> usize {
+    let headers: Vec<Header<'_>> = record
+        .headers
+        .iter()
+        .map(|h| Header {
+            key: h.key.as_str(),
+            value: h.value.as_deref(),
+        })
+        .collect();
+    record_size_upper_bound(record.key.as_deref(), record.value.as_deref(), &headers)
+}
+
 impl Clone for Producer {
     fn clone(&self) -> Self {
         Producer {
@@ -486,12 +574,4 @@ fn now_millis() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
-}
-
-fn seed() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0x9e3779b97f4a7c15)
-        | 1
 }

@@ -2,6 +2,7 @@
 //! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
 
 use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -9,63 +10,134 @@ use crate::error::ProduceError;
 
 /// `buffer.memory`: bytes of records accepted and not yet completed. `send` blocks up to
 /// `max.block.ms` for room, then fails with `BufferExhausted`.
+///
+/// The count is one atomic word: a reservation with room is one compare-and-swap, and a release
+/// one subtraction (once per shard turn, see [`release_sink`]). The mutex and condvar are only
+/// for callers that found the buffer full; a release signals only when one of them waits.
 pub(crate) struct BufferMemory {
     limit: usize,
-    used: Mutex<usize>,
+    used: AtomicUsize,
+    /// Callers blocked in `reserve`.
+    waiters: AtomicUsize,
+    wait_lock: Mutex<()>,
     freed: Condvar,
-    /// Threads blocked in `reserve`; `release` signals only when there are any (an
-    /// unconditional `notify_all` is a futex syscall per record on the shard thread).
-    waiters: std::sync::atomic::AtomicUsize,
 }
 
 impl BufferMemory {
     pub(crate) fn new(limit: usize) -> Self {
         BufferMemory {
             limit,
-            used: Mutex::new(0),
+            used: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            wait_lock: Mutex::new(()),
             freed: Condvar::new(),
-            waiters: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    pub(crate) fn reserve(&self, bytes: usize, deadline: Instant) -> Result<(), ProduceError> {
-        let mut used = self.used.lock().expect("buffer memory lock");
+    /// Takes `bytes` if they fit now.
+    pub(crate) fn try_reserve(&self, bytes: usize) -> bool {
+        let mut used = self.used.load(Ordering::Relaxed);
+        loop {
+            if used + bytes > self.limit {
+                return false;
+            }
+            match self.used.compare_exchange_weak(
+                used,
+                used + bytes,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    /// Takes `bytes`, waiting for room until the deadline `deadline()` gives (asked only when
+    /// the buffer is full, so that a send with room reads no clock here).
+    pub(crate) fn reserve(
+        &self,
+        bytes: usize,
+        deadline: impl FnOnce() -> Instant,
+    ) -> Result<(), ProduceError> {
+        if self.try_reserve(bytes) {
+            return Ok(());
+        }
         let started = Instant::now();
-        while *used + bytes > self.limit {
+        let deadline = deadline();
+        let mut guard = self.wait_lock.lock().expect("buffer memory lock");
+        self.waiters.fetch_add(1, Ordering::Relaxed);
+        // Pairs with the fence in `release`: either this sees the freed bytes, or the release
+        // sees this waiter and signals under the lock held here.
+        fence(Ordering::SeqCst);
+        let result = loop {
+            if self.try_reserve(bytes) {
+                break Ok(());
+            }
             let now = Instant::now();
             if now >= deadline {
-                return Err(ProduceError::BufferExhausted {
+                break Err(ProduceError::BufferExhausted {
                     buffer_memory: self.limit,
                     waited: now - started,
                 });
             }
-            // Registered under the lock, so a release that frees room after this point sees it.
-            self.waiters
-                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            used = self
+            guard = self
                 .freed
-                .wait_timeout(used, deadline - now)
+                .wait_timeout(guard, deadline - now)
                 .expect("buffer memory lock")
                 .0;
-            self.waiters
-                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        }
-        *used += bytes;
-        Ok(())
+        };
+        self.waiters.fetch_sub(1, Ordering::Relaxed);
+        result
     }
 
     pub(crate) fn release(&self, bytes: usize) {
-        let mut used = self.used.lock().expect("buffer memory lock");
-        *used = used.saturating_sub(bytes);
-        let waiters = self.waiters.load(std::sync::atomic::Ordering::SeqCst);
-        drop(used);
-        if waiters > 0 {
+        if bytes == 0 {
+            return;
+        }
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+        fence(Ordering::SeqCst);
+        if self.waiters.load(Ordering::Relaxed) > 0 {
+            drop(self.wait_lock.lock().expect("buffer memory lock"));
             self.freed.notify_all();
         }
     }
 
     pub(crate) fn used(&self) -> usize {
-        *self.used.lock().expect("buffer memory lock")
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// Memory returned by records completed on this thread and not yet given back to their
+/// `BufferMemory`. A record's handle does not hold its producer's `BufferMemory` (that would be
+/// a shared reference count touched twice per record by two threads); whoever completes
+/// handles gives the sum back with [`flush_to`](release_sink::flush_to): a shard at the end of
+/// every turn, a caller right after a record it could not queue.
+pub(crate) mod release_sink {
+    use std::cell::Cell;
+
+    use super::BufferMemory;
+
+    thread_local! {
+        static PENDING: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(crate) fn release(bytes: usize) {
+        PENDING.with(|p| p.set(p.get() + bytes));
+    }
+
+    /// Gives what this thread's completions freed back to `memory`.
+    pub(crate) fn flush_to(memory: &BufferMemory) {
+        memory.release(PENDING.with(|p| p.replace(0)));
+    }
+
+    /// Flushes on drop: a shard that unwinds still returns what its dropped records held.
+    pub(crate) struct FlushOnDrop<'a>(pub &'a BufferMemory);
+
+    impl Drop for FlushOnDrop<'_> {
+        fn drop(&mut self) {
+            flush_to(self.0);
+        }
     }
 }
 
@@ -77,16 +149,74 @@ pub(crate) struct TopicInfo {
 }
 
 /// The callers' view of topic metadata, published by the shards.
-#[derive(Default)]
 pub(crate) struct MetadataSnapshot {
     topics: RwLock<HashMap<Arc<str>, TopicInfo>>,
     /// Set once a shard's engine is in a fatal state: waiting callers stop waiting.
     fatal: RwLock<Option<ProduceError>>,
+    /// `fatal` is set: read first, so that a healthy producer's send takes no lock for it.
+    is_fatal: std::sync::atomic::AtomicBool,
     changed: Condvar,
     changed_lock: Mutex<u64>,
+    /// Bumped on every change of `topics`; unique across snapshots of a process, so that a
+    /// caller's cached answer (see [`topic_partition_count`](Self::topic_partition_count)) is
+    /// never taken for another snapshot's.
+    version: std::sync::atomic::AtomicU64,
+}
+
+impl Default for MetadataSnapshot {
+    fn default() -> Self {
+        /// Each snapshot's versions start at a distinct multiple of 2^32.
+        static SNAPSHOTS: AtomicU64 = AtomicU64::new(1);
+        MetadataSnapshot {
+            topics: RwLock::default(),
+            fatal: RwLock::default(),
+            is_fatal: Default::default(),
+            changed: Condvar::new(),
+            changed_lock: Mutex::new(0),
+            version: AtomicU64::new(SNAPSHOTS.fetch_add(1, Ordering::Relaxed) << 32),
+        }
+    }
+}
+
+/// A calling thread's last answer for one topic (most threads send to one topic at a time).
+struct CachedTopic {
+    version: u64,
+    topic: Arc<str>,
+    partition_count: i32,
+}
+
+thread_local! {
+    static LAST_TOPIC: std::cell::RefCell<Option<CachedTopic>> = const { std::cell::RefCell::new(None) };
 }
 
 impl MetadataSnapshot {
+    /// `topic`'s partition count if known: from this thread's last answer while the snapshot
+    /// has not changed since (one atomic load), else from the map.
+    pub(crate) fn topic_partition_count(&self, topic: &Arc<str>) -> Option<i32> {
+        let version = self.version.load(Ordering::Acquire);
+        let hit = LAST_TOPIC.with(|last| {
+            last.borrow().as_ref().and_then(|c| {
+                (c.version == version && (Arc::ptr_eq(&c.topic, topic) || c.topic == *topic))
+                    .then_some(c.partition_count)
+            })
+        });
+        if hit.is_some() {
+            return hit;
+        }
+        let count = self
+            .get(topic)
+            .map(|i| i.partition_count)
+            .filter(|&n| n > 0)?;
+        LAST_TOPIC.with(|last| {
+            *last.borrow_mut() = Some(CachedTopic {
+                version,
+                topic: topic.clone(),
+                partition_count: count,
+            })
+        });
+        Some(count)
+    }
+
     pub(crate) fn get(&self, topic: &str) -> Option<TopicInfo> {
         self.topics
             .read()
@@ -96,6 +226,10 @@ impl MetadataSnapshot {
     }
 
     pub(crate) fn fatal(&self) -> Option<ProduceError> {
+        // One load per send while the producer is healthy.
+        if !self.is_fatal.load(Ordering::Acquire) {
+            return None;
+        }
         self.fatal.read().expect("metadata lock").clone()
     }
 
@@ -106,6 +240,7 @@ impl MetadataSnapshot {
                 return;
             }
             *fatal = Some(err);
+            self.is_fatal.store(true, Ordering::Release);
         }
         *self.changed_lock.lock().expect("metadata lock") += 1;
         self.changed.notify_all();
@@ -121,6 +256,7 @@ impl MetadataSnapshot {
             } else {
                 entry.error_code = info.error_code;
             }
+            self.version.fetch_add(1, Ordering::AcqRel);
         }
         *self.changed_lock.lock().expect("metadata lock") += 1;
         self.changed.notify_all();

@@ -93,7 +93,7 @@ impl Inner {
             "abort_transaction"
         };
         let deadline = Instant::now() + timeout;
-        let barrier = self.txn_barrier(commit, operation, timeout, deadline)?;
+        let barrier = self.txn_barrier(commit)?;
         let call = if commit {
             TxnCall::Commit { barrier }
         } else {
@@ -132,29 +132,18 @@ impl Inner {
     /// (`commit`) or abort that names it covers them; sends are refused from here until the
     /// owner has handled the call (`TxnStatus`).
     /// (The caller checked that the producer is transactional.)
-    fn txn_barrier(
-        &self,
-        commit: bool,
-        operation: &'static str,
-        timeout: Duration,
-        deadline: Instant,
-    ) -> Result<u64, TransactionError> {
+    fn txn_barrier(&self, commit: bool) -> Result<u64, TransactionError> {
         let token = self.txn_status.begin_ending(commit);
-        for shard in &self.shards {
-            let wait = deadline.saturating_duration_since(Instant::now());
-            let pushed = shard
-                .send_timeout(ShardCommand::TxnBarrier { token, commit }, wait)
-                .map_err(|e| match e {
-                    flume::SendTimeoutError::Timeout(_) => TransactionError::Timeout {
-                        operation,
-                        waited: timeout,
-                    },
-                    flume::SendTimeoutError::Disconnected(_) => TransactionError::Closed,
-                });
-            if let Err(err) = pushed {
+        for inbox in &self.inboxes {
+            // An inbox never makes its caller wait; a closed one means the producer is
+            // closing.
+            if inbox
+                .push(ShardCommand::TxnBarrier { token, commit })
+                .is_err()
+            {
                 // The call never reaches the owner: the transaction stays as it was.
                 self.txn_status.settle(token);
-                return Err(err);
+                return Err(TransactionError::Closed);
             }
         }
         Ok(token)

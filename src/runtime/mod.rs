@@ -10,6 +10,7 @@
 
 mod connection;
 mod identity_replica;
+pub(crate) mod inbox;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;

@@ -2,7 +2,7 @@
 //! engine's broker connections, and its timer. The driver loop feeds the engine commands from
 //! application threads, connection events and time, and carries out its actions.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -15,11 +15,13 @@ use glommio::Task;
 use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
 use crate::producer::delivery::DeliveryHandle;
-use crate::producer::shared::{MetadataSnapshot, TopicInfo};
+use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
+use crate::producer::RecordHeader;
 use crate::protocol::record_batch::Header;
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
+use super::inbox::ShardInbox;
 use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
@@ -34,7 +36,7 @@ pub(crate) struct OwnedRecord {
     pub timestamp: i64,
     pub key: Option<Bytes>,
     pub value: Option<Bytes>,
-    pub headers: Vec<(String, Option<Bytes>)>,
+    pub headers: Vec<RecordHeader>,
     pub delivery: DeliveryHandle,
     /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
     /// 0 without a transactional id).
@@ -81,11 +83,9 @@ impl Latch {
 }
 
 pub(crate) enum ShardCommand {
-    Append(Box<OwnedRecord>),
+    Append(OwnedRecord),
     RequestTopic(Arc<str>),
     Flush(Arc<Latch>),
-    /// A peer published to the ticket ring: read it.
-    Tickets,
     /// A commit or abort call's barrier: every record queued before it is in that call's
     /// flush, every record checked before the call and queued after it is refused
     /// (`txn_driver`).
@@ -105,7 +105,10 @@ pub(crate) struct ShardContext {
     pub metadata: Arc<MetadataSnapshot>,
     /// Identity tickets, read by every shard in one order (consumer index = shard index).
     pub tickets: Arc<TicketRing>,
-    pub peers: Vec<flume::Sender<ShardCommand>>,
+    /// Every shard's inbox, by shard index.
+    pub inboxes: Vec<Arc<ShardInbox>>,
+    /// The producer's `buffer.memory`, which this shard's completions give back to.
+    pub memory: Arc<BufferMemory>,
     /// Each shard's control queue (transaction protocol messages), drained before every
     /// data command.
     pub control: Vec<ControlSender>,
@@ -118,11 +121,10 @@ pub(crate) struct ShardContext {
 impl ShardContext {
     /// Wakes every peer to read the ticket ring.
     fn nudge_peers(&self, shard: usize) {
-        for (index, peer) in self.peers.iter().enumerate() {
+        for (index, peer) in self.inboxes.iter().enumerate() {
             if index != shard {
-                // A full queue only delays the read: that shard has commands to handle, and
-                // it reads the ring on every loop.
-                let _ = peer.try_send(ShardCommand::Tickets);
+                // Wakes it only if it sleeps; awake, it reads the ring on every loop.
+                peer.nudge();
             }
         }
     }
@@ -239,7 +241,8 @@ const MAX_PARK: Duration = Duration::from_millis(50);
 const COMMANDS_PER_TURN: usize = 8192;
 
 enum Wake {
-    Command(Option<ShardCommand>),
+    /// The inbox has commands (or a peer nudged this shard to read the ticket ring).
+    Inbox,
     Control(Option<TxnCommand>),
     Event(Option<ConnectionEvent>),
     Timer,
@@ -248,11 +251,16 @@ enum Wake {
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
-    commands: flume::Receiver<ShardCommand>,
+    inbox: Arc<ShardInbox>,
     control: ControlReceiver,
     ctx: Arc<ShardContext>,
 ) {
     let _running = ctx.counters.shard_guard();
+    // Completions on this thread return their memory through the sink; this returns it even
+    // if the shard unwinds.
+    let _release = release_sink::FlushOnDrop(&ctx.memory);
+    // Commands taken from the inbox and not yet handled (at most one inbox's worth).
+    let mut local: VecDeque<ShardCommand> = VecDeque::new();
     let start = Instant::now();
     let now = move || start.elapsed().as_micros() as u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
@@ -275,7 +283,9 @@ pub(crate) async fn run_shard(
     txn.publish_status(&engine, &*ctx);
 
     loop {
-        // 1. What woke us, then everything else already waiting.
+        // 1. What woke us, then everything else already waiting. One clock read serves every
+        // record appended in this turn.
+        let turn_now = now();
         let mut handled = 0usize;
         let handle_command =
             |cmd: ShardCommand,
@@ -284,23 +294,22 @@ pub(crate) async fn run_shard(
              flushes: &mut Vec<(u64, Arc<Latch>)>,
              closing: &mut Option<(Instant, Arc<Latch>)>| {
                 match cmd {
-                    ShardCommand::Append(record) => {
-                        let mut record = *record;
+                    ShardCommand::Append(mut record) => {
                         if let Err(err) = txn.admit(record.txn_barrier) {
                             record.delivery.complete(Err(err));
                             return;
                         }
-                        record.delivery.entering_engine(&record.tp);
+                        record.delivery.entering_engine();
                         let headers: Vec<Header<'_>> = record
                             .headers
                             .iter()
-                            .map(|(k, v)| Header {
-                                key: k.as_str(),
-                                value: v.as_deref(),
+                            .map(|h| Header {
+                                key: h.key.as_str(),
+                                value: h.value.as_deref(),
                             })
                             .collect();
                         engine.append(
-                            now(),
+                            turn_now,
                             &record.tp,
                             record.timestamp,
                             record.key.as_deref(),
@@ -311,8 +320,6 @@ pub(crate) async fn run_shard(
                     }
                     ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
-                    // Read below, with whatever else the ring holds.
-                    ShardCommand::Tickets => {}
                     ShardCommand::TxnBarrier { token, commit } => {
                         txn.on_barrier(token, commit, engine)
                     }
@@ -336,36 +343,23 @@ pub(crate) async fn run_shard(
             }
         };
         match pending.take() {
-            Some(Wake::Command(Some(cmd))) => {
-                drain_control(&mut engine, &mut txn, None);
-                handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
-                handled += 1;
-            }
             Some(Wake::Control(Some(cmd))) => drain_control(&mut engine, &mut txn, Some(cmd)),
-            Some(Wake::Command(None)) if closing.is_none() => {
-                // Every sender is gone. Not while the shards run (each holds a sender to every
-                // shard): the last producer handle's drop closes the producer instead. Kept as
-                // a stop after sending, should the queue ever disconnect.
-                engine.begin_close();
-                closing = Some((Instant::now() + Duration::from_secs(30), Latch::new(1)));
-            }
             Some(Wake::Event(Some(event))) => {
                 handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
             }
             _ => {}
         }
         drain_control(&mut engine, &mut txn, None);
+        if local.is_empty() {
+            inbox.take_all(&mut local);
+        }
         while handled < COMMANDS_PER_TURN {
-            match commands.try_recv() {
-                Ok(cmd) => {
-                    if control.has_waiting() {
-                        drain_control(&mut engine, &mut txn, None);
-                    }
-                    handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
-                    handled += 1;
-                }
-                Err(_) => break,
+            let Some(cmd) = local.pop_front() else { break };
+            if control.has_waiting() {
+                drain_control(&mut engine, &mut txn, None);
             }
+            handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
+            handled += 1;
         }
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
             handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
@@ -470,9 +464,10 @@ pub(crate) async fn run_shard(
                 // Publishers must not wait for a reader that is gone.
                 attachment.detach();
                 txn.close();
-                // Nothing is queued behind `Close` (see `Producer::close`); whatever is, is
-                // answered rather than left in a queue nobody reads.
-                while let Ok(cmd) = commands.try_recv() {
+                // Nothing is queued behind `Close` (the inbox refuses pushes after it);
+                // whatever is left is answered rather than left in a queue nobody reads.
+                local.extend(inbox.close());
+                for cmd in local.drain(..) {
                     match cmd {
                         // Its delivery handle completes it with `Closed` as it drops.
                         ShardCommand::Append(record) => drop(record),
@@ -481,11 +476,14 @@ pub(crate) async fn run_shard(
                         _ => {}
                     }
                 }
+                release_sink::flush_to(&ctx.memory);
                 done.count_down();
                 return;
             }
         }
-        if handled >= COMMANDS_PER_TURN {
+        // What this turn's completions freed, in one release.
+        release_sink::flush_to(&ctx.memory);
+        if !local.is_empty() {
             glommio::executor().yield_task_queue_now().await;
             continue;
         }
@@ -504,7 +502,10 @@ pub(crate) async fn run_shard(
             }
             Wake::Timer
         };
-        let command = async { Wake::Command(commands.recv_async().await.ok()) };
+        let command = async {
+            inbox.parked().await;
+            Wake::Inbox
+        };
         let control_command = async { Wake::Control(control.recv().await) };
         let event = async { Wake::Event(events_rx.recv().await) };
         pending = Some(

@@ -255,16 +255,12 @@ impl<D: Delivery> Engine<D> {
             } else {
                 -1
             };
-            record.delivery.complete(Ok(RecordMetadata {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                offset,
-                timestamp: if log_append_time >= 0 {
-                    log_append_time
-                } else {
-                    record.timestamp
-                },
-            }));
+            let timestamp = if log_append_time >= 0 {
+                log_append_time
+            } else {
+                record.timestamp
+            };
+            record.delivery.appended(&tp, offset, timestamp);
         }
         self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
     }

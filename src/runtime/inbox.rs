@@ -1,0 +1,201 @@
+//! A shard's inbox: the one queue through which application threads hand a shard its records
+//! and commands (flush, barrier, close), in one order.
+//!
+//! Why a mutex-guarded deque and not a channel of boxed messages: a channel message per record
+//! costs a heap object the shard frees (glibc then frees into the caller's arena under its
+//! lock) and, when the shard sleeps, a foreign wake per record. Here a caller pushes the
+//! record by value under a lock held for one `push_back`; the shard takes the whole deque at
+//! once by swapping it with its own empty one, so both sides reuse the same two allocations.
+//! A shard is woken only on the push that finds the inbox empty while the shard is parked:
+//! one wake per burst of records, never one per record. The lock is contended only by calling
+//! threads racing each other and by the shard's swap, which holds it for a pointer exchange.
+//!
+//! Order: the lock gives every push one total order, the order the shard handles them in. So
+//! records from one thread to one partition stay in send order, records from several threads
+//! to one partition have one order that the log and the acknowledgements agree on, and a
+//! flush or barrier is behind every record pushed before it.
+//!
+//! Bound: a record is pushed only after its bytes (with its share of the queue's memory, see
+//! `producer::RECORD_MEMORY_OVERHEAD`) were reserved in `buffer.memory`; other commands are
+//! one per application call. A closed inbox refuses pushes, so nothing is left behind in a
+//! queue nobody reads.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::task::{Context, Poll, Waker};
+
+use super::shard::ShardCommand;
+
+/// Entries the shard keeps allocated between bursts; a burst larger than this grows the deque,
+/// which shrinks back after it is drained.
+const RETAINED_CAPACITY: usize = 1 << 14;
+
+pub(crate) struct ShardInbox {
+    queue: Mutex<Queue>,
+    /// The shard is parked (or about to park) on `waker`: the push that finds the inbox empty
+    /// wakes it. Cleared by whoever wakes it.
+    parked: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+struct Queue {
+    commands: VecDeque<ShardCommand>,
+    /// Set by the push of the shard's `Close`: nothing is accepted behind it.
+    closed: bool,
+}
+
+impl Default for ShardInbox {
+    fn default() -> Self {
+        ShardInbox {
+            queue: Mutex::new(Queue {
+                commands: VecDeque::new(),
+                closed: false,
+            }),
+            parked: AtomicBool::new(false),
+            waker: Mutex::new(None),
+        }
+    }
+}
+
+impl ShardInbox {
+    /// Queues `command` behind everything pushed before it; gives it back when the shard has
+    /// closed (or is closing) its inbox.
+    pub(crate) fn push(&self, command: ShardCommand) -> Result<(), ShardCommand> {
+        self.push_with(|| command).map_err(|f| f())
+    }
+
+    /// Queues the command `make` builds under the inbox's lock (so that, say, a completion
+    /// slot is handed out in queue order); gives `make` back, not run, when the inbox is closed.
+    pub(crate) fn push_with<F: FnOnce() -> ShardCommand>(&self, make: F) -> Result<(), F> {
+        let was_empty = {
+            let mut queue = self.queue.lock().expect("inbox lock");
+            if queue.closed {
+                return Err(make);
+            }
+            queue.commands.push_back(make());
+            queue.commands.len() == 1
+        };
+        if was_empty {
+            self.wake_shard();
+        }
+        Ok(())
+    }
+
+    /// Queues the shard's last command and closes the inbox behind it; false when it was
+    /// already closed.
+    pub(crate) fn push_last(&self, command: ShardCommand) -> bool {
+        {
+            let mut queue = self.queue.lock().expect("inbox lock");
+            if queue.closed {
+                return false;
+            }
+            queue.closed = true;
+            queue.commands.push_back(command);
+        }
+        self.wake_shard();
+        true
+    }
+
+    /// Wakes the shard for something that is not a command (a peer published to the ticket
+    /// ring): one wake, and only if it sleeps.
+    pub(crate) fn nudge(&self) {
+        self.wake_shard();
+    }
+
+    fn wake_shard(&self) {
+        // Pairs with the fence in `Parked::poll`: either the shard sees the pushed command
+        // when it looks again after raising `parked`, or this sees `parked` raised.
+        fence(Ordering::SeqCst);
+        if self.parked.swap(false, Ordering::AcqRel) {
+            if let Some(waker) = self.waker.lock().expect("inbox waker lock").take() {
+                waker.wake();
+            }
+        }
+    }
+
+    /// The shard's side: moves everything queued into `into` (which must be empty) in one
+    /// swap, keeping both allocations.
+    pub(crate) fn take_all(&self, into: &mut VecDeque<ShardCommand>) {
+        debug_assert!(into.is_empty());
+        if into.capacity() > RETAINED_CAPACITY {
+            into.shrink_to(RETAINED_CAPACITY);
+        }
+        let mut queue = self.queue.lock().expect("inbox lock");
+        std::mem::swap(&mut queue.commands, into);
+    }
+
+    /// Closes the inbox without a last command (the shard stopped on its own) and hands back
+    /// what is still queued, to be answered.
+    pub(crate) fn close(&self) -> VecDeque<ShardCommand> {
+        let mut queue = self.queue.lock().expect("inbox lock");
+        queue.closed = true;
+        std::mem::take(&mut queue.commands)
+    }
+
+    /// Resolves once something is queued or [`nudge`](Self::nudge) was called after this
+    /// future was first polled. The shard's only way to sleep on its inbox.
+    pub(crate) fn parked(&self) -> Parked<'_> {
+        Parked {
+            inbox: self,
+            armed: false,
+        }
+    }
+
+    fn has_commands(&self) -> bool {
+        !self.queue.lock().expect("inbox lock").commands.is_empty()
+    }
+}
+
+/// The shard asleep on its inbox. Invariant: while an armed `Parked` lives and has not
+/// resolved, `parked` is true unless a push or nudge cleared it to wake the shard.
+pub(crate) struct Parked<'a> {
+    inbox: &'a ShardInbox,
+    armed: bool,
+}
+
+impl Future for Parked<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let inbox = self.inbox;
+        {
+            let mut waker = inbox.waker.lock().expect("inbox waker lock");
+            match waker.as_mut() {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+        }
+        if self.armed {
+            // Polled again: a waker cleared `parked` (ready), or another future of the
+            // shard's select woke the task (look at the queue once more).
+            if !inbox.parked.load(Ordering::Acquire) {
+                self.armed = false;
+                return Poll::Ready(());
+            }
+        } else {
+            self.armed = true;
+            inbox.parked.store(true, Ordering::SeqCst);
+        }
+        // Pairs with the fence in `wake_shard`: either this sees a command pushed before the
+        // store above, or that push sees `parked` raised and wakes us.
+        fence(Ordering::SeqCst);
+        if inbox.has_commands() {
+            self.armed = false;
+            inbox.parked.store(false, Ordering::Release);
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Parked<'_> {
+    /// The shard woke for something else: pushes need not wake it until it parks again.
+    fn drop(&mut self) {
+        if self.armed {
+            self.inbox.parked.store(false, Ordering::Release);
+        }
+    }
+}
