@@ -137,6 +137,134 @@ fn hundred_thousand_records_from_two_threads_read_back_exactly_once_in_order() {
     producer.close(Duration::from_secs(10));
 }
 
+/// How one of the four threads below sends.
+#[derive(Clone, Copy, Debug)]
+enum SendPath {
+    Send,
+    TrySend,
+    Callback,
+    Async,
+}
+
+#[test]
+fn four_threads_sending_to_the_same_partitions_each_path_leave_every_record_once_in_send_order_at_its_acknowledged_offset(
+) {
+    const PARTITIONS: i32 = 4;
+    const PER_THREAD: u64 = 25_000;
+    let mock = mock_with_topic(PARTITIONS);
+    let bootstrap = mock.bootstrap_servers();
+    // A small buffer, so that try_send meets a full buffer and the others wait for room.
+    let producer = Arc::new(
+        Producer::builder()
+            .set("bootstrap.servers", &bootstrap)
+            .set("linger.ms", "1")
+            .set("batch.size", "4096")
+            .set("buffer.memory", "262144")
+            .set("kacrab.shards", "2")
+            .build()
+            .expect("producer"),
+    );
+    let paths = [
+        SendPath::Send,
+        SendPath::TrySend,
+        SendPath::Callback,
+        SendPath::Async,
+    ];
+    let threads: Vec<_> = paths
+        .iter()
+        .enumerate()
+        .map(|(t, &path)| {
+            let producer = producer.clone();
+            thread::spawn(move || {
+                let (tx, rx) = std::sync::mpsc::channel();
+                let mut futures = Vec::new();
+                let mut buffer_full = 0u64;
+                for i in 0..PER_THREAD {
+                    let id = (t as u64) << 32 | i;
+                    let mut record =
+                        ProducerRecord::new(TOPIC, Bytes::copy_from_slice(&id.to_be_bytes()));
+                    record.partition = Some((i % PARTITIONS as u64) as i32);
+                    match path {
+                        SendPath::Send => futures.push((id, producer.send(record))),
+                        SendPath::TrySend => loop {
+                            match producer.try_send(record) {
+                                Ok(future) => {
+                                    futures.push((id, future));
+                                    break;
+                                }
+                                Err(err) => {
+                                    buffer_full += 1;
+                                    record = err.into_record();
+                                    thread::yield_now();
+                                }
+                            }
+                        },
+                        SendPath::Callback => {
+                            let tx = tx.clone();
+                            producer.send_with_callback(record, move |result| {
+                                let _ = tx.send((id, result));
+                            });
+                        }
+                        SendPath::Async => futures.push((
+                            id,
+                            futures_lite::future::block_on(producer.send_async(record)),
+                        )),
+                    }
+                }
+                drop(tx);
+                let mut acked: Vec<(u64, kacrab::RecordMetadata)> = futures
+                    .into_iter()
+                    .map(|(id, f)| (id, f.wait().expect("delivered")))
+                    .collect();
+                acked.extend(rx.iter().map(|(id, r)| (id, r.expect("delivered"))));
+                (path, buffer_full, acked)
+            })
+        })
+        .collect();
+    let mut acked_at = Vec::new();
+    for thread in threads {
+        let (path, buffer_full, acked) = thread.join().expect("sender thread");
+        assert_eq!(
+            acked.len() as u64,
+            PER_THREAD,
+            "{path:?}: every record acknowledged"
+        );
+        if matches!(path, SendPath::TrySend) {
+            eprintln!("try_send met a full buffer {buffer_full} times");
+        }
+        acked_at.extend(acked.into_iter().map(|(id, m)| (id, m.partition, m.offset)));
+    }
+    let log = read_back(
+        &bootstrap,
+        TOPIC,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(60),
+    );
+    let ids: Vec<Vec<u64>> = common::payload_ids(&log);
+    let mut seen = std::collections::HashSet::new();
+    for (partition, ids) in ids.iter().enumerate() {
+        let mut last: HashMap<u64, u64> = HashMap::new();
+        for &id in ids {
+            assert!(seen.insert(id), "record {id:#x} twice in the log");
+            let (thread, i) = (id >> 32, id & 0xffff_ffff);
+            if let Some(prev) = last.insert(thread, i) {
+                assert!(
+                    i > prev,
+                    "partition {partition}: thread {thread}'s record {i} after its record {prev}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        seen.len() as u64,
+        4 * PER_THREAD,
+        "every record is in the log"
+    );
+    common::check_acked_offsets(&log, &acked_at);
+    producer.close(Duration::from_secs(10));
+}
+
 #[test]
 fn api_versions_forced_down_by_the_broker_is_negotiated() {
     let mock = mock_with_topic(3);

@@ -16,6 +16,39 @@ use super::shared::release_sink;
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
 
+/// A `send_with_callback` closure, wrapped to build its result from an [`Outcome`].
+pub(crate) type Callback = Box<dyn FnOnce(Outcome) + Send>;
+
+/// Wraps an application's callback: it gets the record's result built as its future would
+/// have built it; a panic in it is caught, so it cannot stop the shard that runs it.
+pub(crate) fn callback(
+    topic: Arc<str>,
+    partition: i32,
+    f: impl FnOnce(DeliveryResult) + Send + 'static,
+) -> Callback {
+    Box::new(move |outcome: Outcome| {
+        let result = result_of(&topic, partition, &outcome);
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(result)));
+    })
+}
+
+fn result_of(topic: &Arc<str>, partition: i32, outcome: &Outcome) -> DeliveryResult {
+    match outcome {
+        Outcome::Appended { offset, timestamp } => Ok(RecordMetadata {
+            topic: topic.clone(),
+            partition,
+            offset: *offset,
+            timestamp: *timestamp,
+        }),
+        Outcome::Failed(err) => Err((**err).clone()),
+        Outcome::DroppedInEngine => Err(ProduceError::OutcomeUnknown {
+            topic: topic.clone(),
+            partition,
+            reason: "the record's shard dropped it without an answer".into(),
+        }),
+    }
+}
+
 /// Resolves to the record's [`RecordMetadata`] or a typed [`ProduceError`].
 #[must_use = "a DeliveryFuture reports whether the record was written"]
 pub struct DeliveryFuture {
@@ -52,20 +85,7 @@ impl DeliveryFuture {
     }
 
     fn result(&self, outcome: &Outcome) -> DeliveryResult {
-        match outcome {
-            Outcome::Appended { offset, timestamp } => Ok(RecordMetadata {
-                topic: self.topic.clone(),
-                partition: self.partition,
-                offset: *offset,
-                timestamp: *timestamp,
-            }),
-            Outcome::Failed(err) => Err((**err).clone()),
-            Outcome::DroppedInEngine => Err(ProduceError::OutcomeUnknown {
-                topic: self.topic.clone(),
-                partition: self.partition,
-                reason: "the record's shard dropped it without an answer".into(),
-            }),
-        }
+        result_of(&self.topic, self.partition, outcome)
     }
 
     /// Blocks the calling thread until the result is known.
@@ -129,6 +149,8 @@ impl Drop for DeliveryFuture {
 /// `drop` with an error that keeps the promise: `Closed` (not in the log) while the record
 /// never reached an engine, `OutcomeUnknown` once it did (an engine may have sent it).
 pub(crate) struct DeliveryHandle {
+    /// Runs instead of writing the slot, for `send_with_callback`.
+    callback: Option<Callback>,
     block: Arc<CompletionBlock>,
     index: u32,
     /// Bytes of `buffer.memory` the record holds.
@@ -149,6 +171,7 @@ impl DeliveryHandle {
         let (future, block, index) = DeliveryFuture::new(topic, partition);
         (
             DeliveryHandle {
+                callback: None,
                 block,
                 index,
                 reserved: u32::try_from(reserved).expect("a record's reservation fits in u32"),
@@ -169,7 +192,17 @@ impl DeliveryHandle {
             return;
         }
         release_sink::release(self.reserved as usize);
-        self.block.complete(self.index, outcome);
+        match self.callback.take() {
+            Some(callback) => callback(outcome),
+            None => self.block.complete(self.index, outcome),
+        }
+    }
+
+    /// Has `callback` run with the result (on the completing thread, a shard's) instead of
+    /// resolving the future.
+    pub(crate) fn with_callback(mut self, callback: Callback) -> Self {
+        self.callback = Some(callback);
+        self
     }
 }
 

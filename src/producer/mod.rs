@@ -1,6 +1,7 @@
 //! The public producer: a builder over Java-named configuration, `send` from any thread, and
 //! `flush` / `close`.
 
+mod async_wait;
 mod completion;
 pub(crate) mod delivery;
 mod record;
@@ -16,7 +17,7 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
-use crate::engine::{EngineConfig, TopicPartition};
+use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
@@ -29,6 +30,7 @@ use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
 
+use completion::Outcome;
 use delivery::DeliveryHandle;
 use shared::{release_sink, BufferMemory, MetadataSnapshot};
 
@@ -256,7 +258,7 @@ impl Producer {
     /// or room in `buffer.memory`). The future resolves when the record is acknowledged or
     /// has failed; a record that cannot be sent at all resolves at once with its error.
     pub fn send(&self, record: ProducerRecord) -> DeliveryFuture {
-        match self.send_record(record, Block::UpTo(self.inner.config.max_block)) {
+        match self.send_record(record, Block::UpTo(self.inner.config.max_block), None) {
             Ok(future) => future,
             Err(Refused::Failed(topic, err)) => DeliveryFuture::failed(topic, err),
             Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
@@ -268,7 +270,7 @@ impl Producer {
     /// [`TrySendError`] and nothing was queued. Other failures resolve the future, as with
     /// [`send`](Self::send).
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, TrySendError> {
-        match self.send_record(record, Block::Never) {
+        match self.send_record(record, Block::Never, None) {
             Ok(future) => Ok(future),
             Err(Refused::Failed(topic, err)) => Ok(DeliveryFuture::failed(topic, err)),
             Err(Refused::WouldBlock(record, why)) => Err(match why {
@@ -278,7 +280,93 @@ impl Producer {
         }
     }
 
-    fn send_record(&self, record: ProducerRecord, block: Block) -> Result<DeliveryFuture, Refused> {
+    /// Sends one record, as [`send`](Self::send), and runs `callback` with its result instead
+    /// of returning a future: on the shard thread that completes it (keep it short, and do not
+    /// block in it: the shard's other records wait), or on the calling thread, before this
+    /// returns, when the record fails before it is queued. A panic in the callback is caught.
+    pub fn send_with_callback(
+        &self,
+        record: ProducerRecord,
+        callback: impl FnOnce(Result<RecordMetadata, ProduceError>) + Send + 'static,
+    ) {
+        let mut callback = Some(callback);
+        let make = |topic: &Arc<str>, partition: i32, callback: &mut Option<_>| {
+            delivery::callback(topic.clone(), partition, callback.take().expect("once"))
+        };
+        let block = Block::UpTo(self.inner.config.max_block);
+        let topic = record.topic.clone();
+        match self.send_record(record, block, Some(&mut |t, p| make(t, p, &mut callback))) {
+            Ok(_) => {}
+            Err(Refused::Failed(_, err)) => {
+                if let Some(callback) = callback.take() {
+                    delivery::callback(topic, -1, callback)(Outcome::Failed(Box::new(err)));
+                }
+            }
+            Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
+        }
+    }
+
+    /// Sends one record, waiting for room in `buffer.memory` or for the topic's metadata (up
+    /// to `max.block.ms`) without blocking the calling thread: for async services (tokio or
+    /// any other executor). The future it returns resolves like [`send`](Self::send)'s.
+    pub async fn send_async(&self, mut record: ProducerRecord) -> DeliveryFuture {
+        let deadline = Instant::now() + self.inner.config.max_block;
+        let started = Instant::now();
+        loop {
+            let (returned, list): (ProducerRecord, &async_wait::WaitList) = match self
+                .try_send(record)
+            {
+                Ok(future) => return future,
+                Err(TrySendError::BufferFull(r)) => (r, &self.inner.memory.async_waiters),
+                Err(TrySendError::MetadataPending(r)) => (r, &self.inner.metadata.async_waiters),
+            };
+            record = returned;
+            let mut timer = async_wait::Deadline::new(deadline);
+            if timer.passed() {
+                let err = match self.inner.metadata.topic_partition_count(&record.topic) {
+                    Some(_) => ProduceError::BufferExhausted {
+                        buffer_memory: self.inner.config.buffer_memory,
+                        waited: started.elapsed(),
+                    },
+                    None => ProduceError::MetadataTimeout {
+                        topic: record.topic.clone(),
+                        waited: started.elapsed(),
+                        last_error: self
+                            .inner
+                            .metadata
+                            .get(&record.topic)
+                            .map(|i| crate::protocol::error_code::name(i.error_code)),
+                    },
+                };
+                return DeliveryFuture::failed(record.topic, err);
+            }
+            let size = RECORD_BATCH_OVERHEAD
+                + record_size_upper_bound_of(&record)
+                + RECORD_MEMORY_OVERHEAD;
+            let memory = &self.inner.memory;
+            let metadata = &self.inner.metadata;
+            let topic = record.topic.clone();
+            let changed = async_wait::Changed {
+                list,
+                ready: move || {
+                    metadata.fatal().is_some()
+                        || match metadata.topic_partition_count(&topic) {
+                            Some(_) => memory.used() + size <= memory.limit(),
+                            None => false,
+                        }
+                },
+                registered: false,
+            };
+            futures_lite::future::or(changed, &mut timer).await;
+        }
+    }
+
+    fn send_record(
+        &self,
+        record: ProducerRecord,
+        block: Block,
+        callback: Option<&mut dyn FnMut(&Arc<str>, i32) -> delivery::Callback>,
+    ) -> Result<DeliveryFuture, Refused> {
         let inner = &self.inner;
         let fail = |record: &ProducerRecord, err| Refused::Failed(record.topic.clone(), err);
         if inner.closed.load(Ordering::Acquire) {
@@ -363,7 +451,10 @@ impl Producer {
         if let Err(err) = reserved {
             return Err(fail(&record, err));
         }
-        let (delivery, future) = DeliveryHandle::new(record.topic.clone(), partition, size);
+        let (mut delivery, future) = DeliveryHandle::new(record.topic.clone(), partition, size);
+        if let Some(make) = callback {
+            delivery = delivery.with_callback(make(&record.topic, partition));
+        }
         let tp = TopicPartition {
             topic: record.topic,
             partition,

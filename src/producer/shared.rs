@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
 
+use super::async_wait::WaitList;
+
 /// `buffer.memory`: bytes of records accepted and not yet completed. `send` blocks up to
 /// `max.block.ms` for room, then fails with `BufferExhausted`.
 ///
@@ -21,6 +23,8 @@ pub(crate) struct BufferMemory {
     waiters: AtomicUsize,
     wait_lock: Mutex<()>,
     freed: Condvar,
+    /// Tasks of `send_async` waiting for room.
+    pub(crate) async_waiters: WaitList,
 }
 
 impl BufferMemory {
@@ -31,6 +35,7 @@ impl BufferMemory {
             waiters: AtomicUsize::new(0),
             wait_lock: Mutex::new(()),
             freed: Condvar::new(),
+            async_waiters: WaitList::default(),
         }
     }
 
@@ -101,10 +106,15 @@ impl BufferMemory {
             drop(self.wait_lock.lock().expect("buffer memory lock"));
             self.freed.notify_all();
         }
+        self.async_waiters.wake_all();
     }
 
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
     }
 }
 
@@ -161,6 +171,8 @@ pub(crate) struct MetadataSnapshot {
     /// caller's cached answer (see [`topic_partition_count`](Self::topic_partition_count)) is
     /// never taken for another snapshot's.
     version: std::sync::atomic::AtomicU64,
+    /// Tasks of `send_async` waiting for a topic's metadata (or a fatal error).
+    pub(crate) async_waiters: WaitList,
 }
 
 impl Default for MetadataSnapshot {
@@ -174,6 +186,7 @@ impl Default for MetadataSnapshot {
             changed: Condvar::new(),
             changed_lock: Mutex::new(0),
             version: AtomicU64::new(SNAPSHOTS.fetch_add(1, Ordering::Relaxed) << 32),
+            async_waiters: WaitList::default(),
         }
     }
 }
@@ -244,6 +257,7 @@ impl MetadataSnapshot {
         }
         *self.changed_lock.lock().expect("metadata lock") += 1;
         self.changed.notify_all();
+        self.async_waiters.wake_all();
     }
 
     pub(crate) fn publish(&self, topic: Arc<str>, info: TopicInfo) {
@@ -260,6 +274,7 @@ impl MetadataSnapshot {
         }
         *self.changed_lock.lock().expect("metadata lock") += 1;
         self.changed.notify_all();
+        self.async_waiters.wake_all();
     }
 
     /// Waits until `topic` has partitions or `deadline` passes.
