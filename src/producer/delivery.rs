@@ -243,7 +243,7 @@ mod tests {
 
     fn reserved(memory: &BufferMemory, bytes: usize) {
         memory
-            .reserve(bytes, || std::time::Instant::now())
+            .reserve(bytes, std::time::Instant::now)
             .expect("room");
     }
 

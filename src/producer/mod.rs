@@ -317,8 +317,8 @@ impl Producer {
                 .try_send(record)
             {
                 Ok(future) => return future,
-                Err(TrySendError::BufferFull(r)) => (r, &self.inner.memory.async_waiters),
-                Err(TrySendError::MetadataPending(r)) => (r, &self.inner.metadata.async_waiters),
+                Err(TrySendError::BufferFull(r)) => (*r, &self.inner.memory.async_waiters),
+                Err(TrySendError::MetadataPending(r)) => (*r, &self.inner.metadata.async_waiters),
             };
             record = returned;
             let mut timer = async_wait::Deadline::new(deadline);
@@ -365,7 +365,7 @@ impl Producer {
         &self,
         record: ProducerRecord,
         block: Block,
-        callback: Option<&mut dyn FnMut(&Arc<str>, i32) -> delivery::Callback>,
+        callback: Option<MakeCallback<'_>>,
     ) -> Result<DeliveryFuture, Refused> {
         let inner = &self.inner;
         let fail = |record: &ProducerRecord, err| Refused::Failed(record.topic.clone(), err);
@@ -413,7 +413,12 @@ impl Producer {
         }
         let partition_count = match self.partition_count(&record.topic, &block, deadline) {
             Ok(count) => count,
-            Err(None) => return Err(Refused::WouldBlock(record, WouldBlock::MetadataPending)),
+            Err(None) => {
+                return Err(Refused::WouldBlock(
+                    Box::new(record),
+                    WouldBlock::MetadataPending,
+                ))
+            }
             Err(Some(err)) => return Err(fail(&record, err)),
         };
         let timestamp = record.timestamp.unwrap_or_else(now_millis);
@@ -443,7 +448,10 @@ impl Producer {
         };
         let reserved = match block {
             Block::Never if !inner.memory.try_reserve(size) => {
-                return Err(Refused::WouldBlock(record, WouldBlock::BufferFull))
+                return Err(Refused::WouldBlock(
+                    Box::new(record),
+                    WouldBlock::BufferFull,
+                ))
             }
             Block::Never => Ok(()),
             Block::UpTo(_) => inner.memory.reserve(size, || deadline(&block)),
@@ -583,6 +591,9 @@ impl Drop for Inner {
     }
 }
 
+/// Builds a record's callback once its partition is known (`send_with_callback`).
+type MakeCallback<'a> = &'a mut dyn FnMut(&Arc<str>, i32) -> delivery::Callback;
+
 /// How long a send may wait for metadata or memory.
 enum Block {
     UpTo(Duration),
@@ -594,7 +605,7 @@ enum Refused {
     /// Resolve the future with this error.
     Failed(Arc<str>, ProduceError),
     /// A non-blocking send would have had to wait: give the record back.
-    WouldBlock(ProducerRecord, WouldBlock),
+    WouldBlock(Box<ProducerRecord>, WouldBlock),
 }
 
 enum WouldBlock {
@@ -606,16 +617,16 @@ enum WouldBlock {
 #[derive(Debug)]
 pub enum TrySendError {
     /// `buffer.memory` has no room for it now.
-    BufferFull(ProducerRecord),
+    BufferFull(Box<ProducerRecord>),
     /// Its topic's partition count is not known yet (it has been asked for).
-    MetadataPending(ProducerRecord),
+    MetadataPending(Box<ProducerRecord>),
 }
 
 impl TrySendError {
     /// The record, to send again later.
     pub fn into_record(self) -> ProducerRecord {
         match self {
-            TrySendError::BufferFull(record) | TrySendError::MetadataPending(record) => record,
+            TrySendError::BufferFull(record) | TrySendError::MetadataPending(record) => *record,
         }
     }
 }
