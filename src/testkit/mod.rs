@@ -8,5 +8,7 @@
 
 pub mod batch;
 pub mod broker;
+#[doc(hidden)]
+pub mod handoff;
 pub mod server;
 pub mod sim;
