@@ -22,7 +22,7 @@ use glommio::net::TcpStream;
 use glommio::Task;
 
 use crate::engine::NodeId;
-use crate::protocol::wire;
+use crate::protocol::wire::{self, Frame};
 
 use super::stats::{ConnectionError, FramePart, LiveGuard, RuntimeCounters};
 
@@ -48,7 +48,7 @@ pub(crate) enum ConnectionEvent {
 
 /// The live halves of a connection.
 pub(crate) struct ConnectionTasks {
-    pub writer: LocalSender<Bytes>,
+    pub writer: LocalSender<Frame>,
     _reader: Task<()>,
     _writer: Task<()>,
 }
@@ -294,7 +294,7 @@ async fn write_frames(
     node: NodeId,
     generation: u64,
     mut writer: futures_lite::io::WriteHalf<CountedStream>,
-    frames: LocalReceiver<Bytes>,
+    frames: LocalReceiver<Frame>,
     events: Rc<LocalSender<ConnectionEvent>>,
     _guard: LiveGuard,
 ) {
@@ -303,12 +303,16 @@ async fn write_frames(
         // Coalesce whatever else is queued into one write.
         let mut next = future::poll_once(frames.recv()).await.flatten();
         let result = if next.is_none() {
-            writer.write_all(&first).await
+            write_segments(&mut writer, &first).await
         } else {
             buf.clear();
-            buf.extend_from_slice(&first);
+            for segment in first.segments() {
+                buf.extend_from_slice(segment);
+            }
             while let Some(frame) = next.take() {
-                buf.extend_from_slice(&frame);
+                for segment in frame.segments() {
+                    buf.extend_from_slice(segment);
+                }
                 if buf.len() >= COALESCE_LIMIT {
                     break;
                 }
@@ -316,7 +320,7 @@ async fn write_frames(
             }
             let r = writer.write_all(&buf).await;
             if let (Ok(()), Some(frame)) = (&r, next) {
-                writer.write_all(&frame).await
+                write_segments(&mut writer, &frame).await
             } else {
                 r
             }
@@ -333,6 +337,14 @@ async fn write_frames(
             return;
         }
     }
+}
+
+/// Writes a frame's segments in order.
+async fn write_segments(writer: &mut (impl AsyncWrite + Unpin), frame: &Frame) -> io::Result<()> {
+    for segment in frame.segments() {
+        writer.write_all(segment).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
