@@ -10,6 +10,7 @@
 
 mod connection;
 mod identity_replica;
+mod sendmsg;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;
