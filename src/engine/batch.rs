@@ -127,11 +127,11 @@ impl<D> ProducerBatch<D> {
         let BatchData::Open(builder) = &mut self.data else {
             return Err(delivery);
         };
-        let size = builder.record_size(timestamp, key, value, headers);
-        if !builder.is_empty() && builder.size_in_bytes() + size > self.max_size {
+        let size = builder.measure(timestamp, key, value, headers);
+        if !builder.is_empty() && builder.size_in_bytes() + size.total() > self.max_size {
             return Err(delivery);
         }
-        builder.append(timestamp, key, value, headers);
+        builder.append_measured(size, timestamp, key, value, headers);
         self.records.push(PendingRecord {
             delivery,
             timestamp,

@@ -247,6 +247,20 @@ fn record_body_size(
     size
 }
 
+/// A record's encoded size in one builder state, from [`RecordBatchBuilder::measure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSize {
+    /// Bytes after the length varint.
+    body: usize,
+}
+
+impl RecordSize {
+    /// Bytes the record adds to the batch, its length varint included.
+    pub fn total(self) -> usize {
+        varint_len(field_length(self.body)) + self.body
+    }
+}
+
 /// Builds one uncompressed magic-2 batch in a single `BytesMut`.
 ///
 /// The header is reserved up front and filled in by [`close`](Self::close); each
@@ -307,14 +321,27 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header<'_>],
     ) -> usize {
-        let body = record_body_size(
-            timestamp.wrapping_sub(self.base_timestamp),
-            self.record_count,
-            key,
-            value,
-            headers,
-        );
-        varint_len(field_length(body)) + body
+        self.measure(timestamp, key, value, headers).total()
+    }
+
+    /// The record's size as [`append_measured`](Self::append_measured) takes it: measured once
+    /// for a size check and the append that follows it, with no append in between.
+    pub fn measure(
+        &self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+    ) -> RecordSize {
+        RecordSize {
+            body: record_body_size(
+                timestamp.wrapping_sub(self.base_timestamp),
+                self.record_count,
+                key,
+                value,
+                headers,
+            ),
+        }
     }
 
     /// Appends a record and returns its offset delta.
@@ -334,12 +361,34 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header<'_>],
     ) -> i32 {
+        let size = self.measure(timestamp, key, value, headers);
+        self.append_measured(size, timestamp, key, value, headers)
+    }
+
+    /// [`append`](Self::append) with the size [`measure`](Self::measure) gave for this record
+    /// on this builder, just before: the record is not measured a second time.
+    ///
+    /// # Panics
+    /// As `append`.
+    pub fn append_measured(
+        &mut self,
+        size: RecordSize,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+    ) -> i32 {
         let offset_delta = self.record_count;
         let next_count = offset_delta
             .checked_add(1)
             .expect("record batch holds i32::MAX records");
         let timestamp_delta = timestamp.wrapping_sub(self.base_timestamp);
-        let body = record_body_size(timestamp_delta, offset_delta, key, value, headers);
+        debug_assert_eq!(
+            size,
+            self.measure(timestamp, key, value, headers),
+            "a size measured for another record or builder state"
+        );
+        let body = size.body;
         let body_len = length_as_i32(body);
         let total = varint_len(body_len) + body;
 
