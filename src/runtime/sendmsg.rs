@@ -32,9 +32,9 @@ pub(crate) fn send_vectored(fd: RawFd, slices: &[IoSlice<'_>]) -> io::Result<usi
     msg.msg_iovlen = count as _;
     loop {
         // SAFETY: `msg` points at `count` valid `iovec`s borrowed from `slices` for the whole
-        // call, each describing initialised memory the kernel only reads. `fd` is the caller's
-        // open socket (see `write_segments`); a stale descriptor would give EBADF, not undefined
-        // behaviour. This is the runtime's syscall edge.
+        // call, each describing initialised memory the kernel only reads, and at nothing else.
+        // `fd` is open for the call: the caller holds the stream it belongs to (`write_frames`
+        // in connection.rs holds its write half). This is the runtime's syscall edge.
         let sent = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
         if sent >= 0 {
             return Ok(sent as usize);
