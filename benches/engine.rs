@@ -24,6 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use kacrab::engine::{Action, Delivery, Engine, EngineConfig, TopicPartition};
+use kacrab::protocol::wire::Frame;
 use kacrab::{ProduceError, ProducerConfig, RecordMetadata};
 
 const TOPIC: &str = "bench";
@@ -144,7 +145,7 @@ struct Rig {
     now: u64,
     tps: Vec<TopicPartition>,
     /// Produce frames written and not yet answered: (node, generation, frame).
-    written: Vec<(i32, u64, Bytes)>,
+    written: Vec<(i32, u64, Frame)>,
 }
 
 impl Rig {
@@ -229,7 +230,9 @@ impl Rig {
     fn answers(&mut self) -> Vec<(i32, u64, Bytes)> {
         std::mem::take(&mut self.written)
             .into_iter()
-            .map(|(node, generation, frame)| (node, generation, self.broker.answer(&frame)))
+            .map(|(node, generation, frame)| {
+                (node, generation, self.broker.answer(&frame.to_bytes()))
+            })
             .collect()
     }
 
@@ -305,7 +308,7 @@ fn bench_drain_and_response(c: &mut Criterion) {
                         let slot = rig.engine.partition(&rig.tps[0]).unwrap();
                         panic!("stats {:?} deque {} inflight {} leader {:?} on_wire {} unresolved {:?} rewrite {}", rig.engine.stats(), slot.deque.len(), slot.entry.inflight_batches_by_sequence.len(), slot.leader, slot.on_wire, slot.unresolved_sequence, slot.rewrite_pending);
                     }
-                    assert_eq!(rig.written.len(), 1, "one request for all partitions: {:?}", rig.written.iter().map(|w| (w.0, w.2.len(), i16::from_be_bytes([w.2[4], w.2[5]]))).collect::<Vec<_>>());
+                    assert_eq!(rig.written.len(), 1, "one request for all partitions: {:?}", rig.written.iter().map(|w| (w.0, w.2.len(), i16::from_be_bytes([w.2.to_bytes()[4], w.2.to_bytes()[5]]))).collect::<Vec<_>>());
                     rig.answer_all();
                 }
                 total

@@ -232,7 +232,7 @@ impl Rig {
                             node,
                             generation,
                             frame,
-                        } => self.on_write(i, node, generation, frame),
+                        } => self.on_write(i, node, generation, frame.to_bytes()),
                         Action::Disconnect { .. } => {}
                         Action::ProducerIdAssigned(_) | Action::RequestEpochBump { .. } => {
                             panic!("a transactional engine asked for an idempotent identity")

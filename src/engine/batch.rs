@@ -15,8 +15,16 @@ pub struct BatchStamp {
     pub base_sequence: i32,
 }
 
+/// A batch's bytes through its life. The CRC is computed once, when the bytes become final:
+/// a batch that stops taking records is only sealed, so that its first stamp (at its first
+/// drain, usually after it was sealed full) goes into the builder and costs neither a copy nor
+/// a second pass over the records.
 enum BatchData {
+    /// Taking records.
     Open(RecordBatchBuilder),
+    /// Taking no more records; header and CRC not written yet.
+    Sealed(RecordBatchBuilder),
+    /// Final bytes, CRC included; shared with the requests that carry them.
     Closed(Bytes),
 }
 
@@ -101,7 +109,7 @@ impl<D> ProducerBatch<D> {
 
     pub fn size_in_bytes(&self) -> usize {
         match &self.data {
-            BatchData::Open(b) => b.size_in_bytes(),
+            BatchData::Open(b) | BatchData::Sealed(b) => b.size_in_bytes(),
             BatchData::Closed(bytes) => bytes.len(),
         }
     }
@@ -119,11 +127,11 @@ impl<D> ProducerBatch<D> {
         let BatchData::Open(builder) = &mut self.data else {
             return Err(delivery);
         };
-        let size = builder.record_size(timestamp, key, value, headers);
-        if !builder.is_empty() && builder.size_in_bytes() + size > self.max_size {
+        let size = builder.measure(timestamp, key, value, headers);
+        if !builder.is_empty() && builder.size_in_bytes() + size.total() > self.max_size {
             return Err(delivery);
         }
-        builder.append(timestamp, key, value, headers);
+        builder.append_measured(size, timestamp, key, value, headers);
         self.records.push(PendingRecord {
             delivery,
             timestamp,
@@ -136,11 +144,12 @@ impl<D> ProducerBatch<D> {
     pub fn is_full(&self) -> bool {
         match &self.data {
             BatchData::Open(b) => b.size_in_bytes() + 16 >= self.max_size,
-            BatchData::Closed(_) => true,
+            BatchData::Sealed(_) | BatchData::Closed(_) => true,
         }
     }
 
-    /// Closes the builder (writes the header and CRC). Idempotent.
+    /// Stops the batch taking records. Its bytes become final at its first stamp or at
+    /// [`finish`](Self::finish). Idempotent.
     pub fn close(&mut self) {
         if let BatchData::Open(_) = self.data {
             let BatchData::Open(builder) =
@@ -148,38 +157,65 @@ impl<D> ProducerBatch<D> {
             else {
                 unreachable!()
             };
-            self.data = BatchData::Closed(builder.close().freeze());
+            self.data = BatchData::Sealed(builder);
         }
     }
 
-    /// Writes `stamp` into the closed batch header (first drain, or a sequence rewrite).
-    pub fn set_stamp(&mut self, stamp: BatchStamp, is_transactional: bool) {
-        self.close();
-        let BatchData::Closed(bytes) = &mut self.data else {
-            unreachable!("closed above")
+    /// Closes the batch and makes its bytes final as they are (header and CRC written), for a
+    /// batch sent without a stamp. Idempotent.
+    pub fn finish(&mut self) {
+        if let BatchData::Closed(_) = self.data {
+            return;
+        }
+        let (BatchData::Open(builder) | BatchData::Sealed(builder)) =
+            std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new()))
+        else {
+            unreachable!("not closed")
         };
-        // A rewrite is rare (only after an epoch bump); a copy keeps `Bytes` immutable for
-        // any request still holding the previous attempt.
-        let mut buf = BytesMut::from(&bytes[..]);
-        record_batch::write_producer_state(
-            &mut buf,
-            stamp.producer.producer_id,
-            stamp.producer.epoch,
-            stamp.base_sequence,
-            is_transactional,
-        );
-        *bytes = buf.freeze();
+        self.data = BatchData::Closed(builder.close().freeze());
+    }
+
+    /// Writes `stamp` into the batch header (first drain, or a sequence rewrite) and closes the
+    /// batch: a batch whose bytes are not final yet takes it into the builder, before its one
+    /// CRC; final bytes are copied and checksummed again.
+    pub fn set_stamp(&mut self, stamp: BatchStamp, is_transactional: bool) {
+        match std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new())) {
+            BatchData::Open(mut builder) | BatchData::Sealed(mut builder) => {
+                builder.set_producer_state(
+                    stamp.producer.producer_id,
+                    stamp.producer.epoch,
+                    stamp.base_sequence,
+                    is_transactional,
+                );
+                self.data = BatchData::Closed(builder.close().freeze());
+            }
+            BatchData::Closed(bytes) => {
+                // A rewrite is rare (only after an epoch bump); a copy keeps `Bytes` immutable
+                // for any request still holding the previous attempt.
+                let mut buf = BytesMut::from(&bytes[..]);
+                record_batch::write_producer_state(
+                    &mut buf,
+                    stamp.producer.producer_id,
+                    stamp.producer.epoch,
+                    stamp.base_sequence,
+                    is_transactional,
+                );
+                self.data = BatchData::Closed(buf.freeze());
+            }
+        }
         if self.stamp.is_some() {
             self.reopened = true;
         }
         self.stamp = Some(stamp);
     }
 
-    /// The bytes of a closed batch (cheap clone).
+    /// The final bytes of a stamped or finished batch (cheap clone).
     pub fn bytes(&self) -> Bytes {
         match &self.data {
             BatchData::Closed(bytes) => bytes.clone(),
-            BatchData::Open(_) => panic!("bytes() on an open batch"),
+            BatchData::Open(_) | BatchData::Sealed(_) => {
+                panic!("bytes() on a batch neither stamped nor finished")
+            }
         }
     }
 
@@ -191,5 +227,87 @@ impl<D> ProducerBatch<D> {
     pub fn last_sequence(&self) -> Option<i32> {
         self.stamp
             .map(|s| record_batch::increment_sequence(s.base_sequence, self.record_count - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::record_batch::RecordBatchHeader;
+
+    fn stamp(producer_id: i64, epoch: i16, base_sequence: i32) -> BatchStamp {
+        BatchStamp {
+            producer: ProducerIdAndEpoch::new(producer_id, epoch),
+            base_sequence,
+        }
+    }
+
+    /// A batch of three records, sealed (full) or still open.
+    fn batch(sealed: bool) -> ProducerBatch<()> {
+        let mut b = ProducerBatch::new(0, 10, 1024);
+        for i in 0..3 {
+            b.try_append(10 + i, Some(b"k"), Some(b"value"), &[], ())
+                .unwrap();
+        }
+        if sealed {
+            b.close();
+        }
+        b
+    }
+
+    #[test]
+    fn a_first_stamp_gives_the_bytes_of_a_stamp_written_on_the_finished_batch() {
+        for sealed in [false, true] {
+            for transactional in [false, true] {
+                let mut finished = batch(sealed);
+                finished.finish();
+                let mut expected = BytesMut::from(&finished.bytes()[..]);
+                record_batch::write_producer_state(&mut expected, 42, 3, 17, transactional);
+
+                let mut stamped = batch(sealed);
+                stamped.set_stamp(stamp(42, 3, 17), transactional);
+                assert_eq!(stamped.bytes(), expected.freeze());
+                assert!(!stamped.reopened);
+                assert_eq!(stamped.last_sequence(), Some(19));
+            }
+        }
+    }
+
+    #[test]
+    fn a_restamp_leaves_the_bytes_of_the_earlier_attempt_alone() {
+        let mut b = batch(true);
+        b.set_stamp(stamp(42, 3, 17), true);
+        let sent = b.bytes();
+        let sent_copy = sent.to_vec();
+        b.set_stamp(stamp(42, 4, 0), false);
+        assert!(b.reopened);
+        assert_eq!(
+            &sent[..],
+            &sent_copy[..],
+            "an attempt's bytes changed under it"
+        );
+        let header = RecordBatchHeader::parse(&b.bytes()).unwrap();
+        assert_eq!(
+            (
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence
+            ),
+            (42, 4, 0)
+        );
+        assert!(!header.is_transactional());
+    }
+
+    #[test]
+    fn a_sealed_batch_takes_no_records_and_keeps_its_size() {
+        let mut b = batch(false);
+        let size = b.size_in_bytes();
+        b.close();
+        assert!(!b.is_open() && b.is_full());
+        assert_eq!(b.try_append(20, None, Some(b"v"), &[], ()), Err(()));
+        assert_eq!(b.size_in_bytes(), size);
+        b.finish();
+        assert_eq!(b.bytes().len(), size);
+        assert_eq!(b.record_count, 3);
     }
 }

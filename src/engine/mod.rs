@@ -17,8 +17,6 @@ pub mod txn_requests;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 pub use identity::{EpochCoordinator, ProducerIdAndEpoch};
 pub use partition::TopicPartition;
 pub use sender::{Engine, EngineConfig};
@@ -27,6 +25,7 @@ pub use transaction::{
 };
 
 use crate::error::ProduceError;
+use crate::protocol::wire::Frame;
 
 /// Microseconds on the driver's monotonic clock.
 pub type Micros = u64;
@@ -73,11 +72,11 @@ pub enum Action {
         generation: u64,
         address: String,
     },
-    /// Write one complete request frame on the connection.
+    /// Write one complete request frame on the connection, its segments in order.
     Write {
         node: NodeId,
         generation: u64,
-        frame: Bytes,
+        frame: Frame,
     },
     /// Close the connection (a protocol violation or a request timeout).
     Disconnect { node: NodeId, generation: u64 },

@@ -88,6 +88,10 @@ pub struct Engine<D> {
     metadata: ClusterMetadata,
     partitions: Vec<PartitionSlot<D>>,
     partition_index: HashMap<TopicPartition, usize>,
+    /// The slot `slot_index` found last: consecutive appends mostly go to one partition (a
+    /// sticky partitioner's batch, a burst of one key), and comparing against it costs less than
+    /// hashing the topic. Slots are never removed, so the index stays valid.
+    last_slot: Option<usize>,
     connections: HashMap<NodeId, Connection<RequestBody<D>>>,
     actions: VecDeque<Action>,
     identity: ProducerIdAndEpoch,
@@ -141,6 +145,7 @@ impl<D: Delivery> Engine<D> {
             metadata,
             partitions: Vec::new(),
             partition_index: HashMap::new(),
+            last_slot: None,
             connections: HashMap::new(),
             actions: VecDeque::new(),
             identity: ProducerIdAndEpoch::NONE,
@@ -353,7 +358,15 @@ impl<D: Delivery> Engine<D> {
     }
 
     fn slot_index(&mut self, tp: &TopicPartition) -> usize {
+        if let Some(i) = self.last_slot {
+            let last = &self.partitions[i].tp;
+            // `Arc<str>` equality checks the pointer before the bytes.
+            if last.partition == tp.partition && last.topic == tp.topic {
+                return i;
+            }
+        }
         if let Some(&i) = self.partition_index.get(tp) {
+            self.last_slot = Some(i);
             return i;
         }
         let mut slot = PartitionSlot::new(tp.clone());
@@ -366,6 +379,7 @@ impl<D: Delivery> Engine<D> {
         self.partitions.push(slot);
         let i = self.partitions.len() - 1;
         self.partition_index.insert(tp.clone(), i);
+        self.last_slot = Some(i);
         i
     }
 

@@ -29,9 +29,10 @@
 //! (-1 for null) and key, value length varint (-1 for null) and value, header count varint, and
 //! per header: key length varint and UTF-8 key, value length varint (-1 for null) and value.
 //!
-//! The producer fields are stamped after the batch is closed ([`write_producer_state`]): Java
-//! stamps a batch at its first drain, not at append, and rewrites the stamp when sequences are
-//! reset after an epoch bump, so the builder leaves them unset.
+//! The producer fields are stamped at a batch's first drain, not at append (as Java does): into
+//! the builder before it computes the one CRC ([`RecordBatchBuilder::set_producer_state`]), or,
+//! when sequences are reset after an epoch bump, on the closed batch ([`write_producer_state`],
+//! which checksums the batch again).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -246,6 +247,20 @@ fn record_body_size(
     size
 }
 
+/// A record's encoded size in one builder state, from [`RecordBatchBuilder::measure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSize {
+    /// Bytes after the length varint.
+    body: usize,
+}
+
+impl RecordSize {
+    /// Bytes the record adds to the batch, its length varint included.
+    pub fn total(self) -> usize {
+        varint_len(field_length(self.body)) + self.body
+    }
+}
+
 /// Builds one uncompressed magic-2 batch in a single `BytesMut`.
 ///
 /// The header is reserved up front and filled in by [`close`](Self::close); each
@@ -253,8 +268,9 @@ fn record_body_size(
 /// writes the record straight into the buffer, so appending allocates nothing per record (the
 /// buffer itself grows only if `capacity_hint` was too small).
 ///
-/// The producer fields (producer id, epoch, base sequence, transactional flag) are left at
-/// -1/-1/-1/false; [`write_producer_state`] stamps them on the closed batch.
+/// The producer fields (producer id, epoch, base sequence, transactional flag) start at
+/// -1/-1/-1/false; [`set_producer_state`](Self::set_producer_state) stamps them before `close`,
+/// [`write_producer_state`] on a closed batch.
 #[derive(Debug)]
 pub struct RecordBatchBuilder {
     buf: BytesMut,
@@ -305,14 +321,27 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header<'_>],
     ) -> usize {
-        let body = record_body_size(
-            timestamp.wrapping_sub(self.base_timestamp),
-            self.record_count,
-            key,
-            value,
-            headers,
-        );
-        varint_len(field_length(body)) + body
+        self.measure(timestamp, key, value, headers).total()
+    }
+
+    /// The record's size as [`append_measured`](Self::append_measured) takes it: measured once
+    /// for a size check and the append that follows it, with no append in between.
+    pub fn measure(
+        &self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+    ) -> RecordSize {
+        RecordSize {
+            body: record_body_size(
+                timestamp.wrapping_sub(self.base_timestamp),
+                self.record_count,
+                key,
+                value,
+                headers,
+            ),
+        }
     }
 
     /// Appends a record and returns its offset delta.
@@ -332,12 +361,34 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header<'_>],
     ) -> i32 {
+        let size = self.measure(timestamp, key, value, headers);
+        self.append_measured(size, timestamp, key, value, headers)
+    }
+
+    /// [`append`](Self::append) with the size [`measure`](Self::measure) gave for this record
+    /// on this builder, just before: the record is not measured a second time.
+    ///
+    /// # Panics
+    /// As `append`.
+    pub fn append_measured(
+        &mut self,
+        size: RecordSize,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+    ) -> i32 {
         let offset_delta = self.record_count;
         let next_count = offset_delta
             .checked_add(1)
             .expect("record batch holds i32::MAX records");
         let timestamp_delta = timestamp.wrapping_sub(self.base_timestamp);
-        let body = record_body_size(timestamp_delta, offset_delta, key, value, headers);
+        debug_assert_eq!(
+            size,
+            self.measure(timestamp, key, value, headers),
+            "a size measured for another record or builder state"
+        );
+        let body = size.body;
         let body_len = length_as_i32(body);
         let total = varint_len(body_len) + body;
 
@@ -365,6 +416,26 @@ impl RecordBatchBuilder {
         offset_delta
     }
 
+    /// Stamps producer id, epoch, base sequence and the transactional attribute bit into the
+    /// header, to be covered by the CRC that [`close`](Self::close) computes: the same bytes as
+    /// [`write_producer_state`] on the closed batch, without a second pass over the records.
+    /// May be called more than once; the last call wins.
+    pub fn set_producer_state(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        base_sequence: i32,
+        is_transactional: bool,
+    ) {
+        stamp_producer_fields(
+            &mut self.buf,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            is_transactional,
+        );
+    }
+
     /// Records appended so far.
     pub fn record_count(&self) -> i32 {
         self.record_count
@@ -384,7 +455,8 @@ impl RecordBatchBuilder {
     ///
     /// Writes `last_offset_delta` (`record_count - 1`), `max_timestamp` (the largest record
     /// timestamp), `record_count`, `batch_length` and the CRC; base offset 0, leader epoch -1,
-    /// magic 2 and attributes 0 (CreateTime, no compression) were written by `new`.
+    /// magic 2 and attributes 0 (CreateTime, no compression) were written by `new`, the producer
+    /// fields and the transactional bit by `new` or `set_producer_state`.
     /// An empty batch closes to a bare header with `record_count` 0, `last_offset_delta` -1 and
     /// `max_timestamp` -1; the producer never sends one.
     ///
@@ -399,7 +471,6 @@ impl RecordBatchBuilder {
         } = self;
         let batch_length = length_as_i32(buf.len() - LOG_OVERHEAD);
         set_bytes(&mut buf, LENGTH_OFFSET, batch_length.to_be_bytes());
-        set_bytes(&mut buf, ATTRIBUTES_OFFSET, 0i16.to_be_bytes());
         set_bytes(
             &mut buf,
             LAST_OFFSET_DELTA_OFFSET,
@@ -448,18 +519,36 @@ pub fn write_producer_state(
     is_transactional: bool,
 ) {
     let end = closed_batch_end(batch);
-    let attributes = get_i16(batch, ATTRIBUTES_OFFSET);
+    stamp_producer_fields(
+        batch,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        is_transactional,
+    );
+    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..end]);
+    set_bytes(batch, CRC_OFFSET, crc.to_be_bytes());
+}
+
+/// The header fields a stamp sets, CRC aside: producer id, epoch, base sequence and the
+/// transactional bit of the attributes (the other bits kept).
+fn stamp_producer_fields(
+    header: &mut [u8],
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    is_transactional: bool,
+) {
+    let attributes = get_i16(header, ATTRIBUTES_OFFSET);
     let attributes = if is_transactional {
         attributes | TRANSACTIONAL_FLAG_MASK
     } else {
         attributes & !TRANSACTIONAL_FLAG_MASK
     };
-    set_bytes(batch, ATTRIBUTES_OFFSET, attributes.to_be_bytes());
-    set_bytes(batch, PRODUCER_ID_OFFSET, producer_id.to_be_bytes());
-    set_bytes(batch, PRODUCER_EPOCH_OFFSET, producer_epoch.to_be_bytes());
-    set_bytes(batch, BASE_SEQUENCE_OFFSET, base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..end]);
-    set_bytes(batch, CRC_OFFSET, crc.to_be_bytes());
+    set_bytes(header, ATTRIBUTES_OFFSET, attributes.to_be_bytes());
+    set_bytes(header, PRODUCER_ID_OFFSET, producer_id.to_be_bytes());
+    set_bytes(header, PRODUCER_EPOCH_OFFSET, producer_epoch.to_be_bytes());
+    set_bytes(header, BASE_SEQUENCE_OFFSET, base_sequence.to_be_bytes());
 }
 
 /// Sets `partition_leader_epoch` in place. The field lies before the CRC range, so the CRC stays
@@ -1131,6 +1220,33 @@ mod tests {
         assert!(!header.is_transactional());
         assert_eq!(header.crc, crc32c::crc32c(&batch[21..]));
         assert_eq!(decode_records(&batch).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_stamp_set_before_close_gives_the_bytes_of_a_stamp_written_after() {
+        let records: &[TestRecord<'_>] = &[
+            (5, Some(b"k"), Some(b"v"), &[]),
+            (3, None, Some(b"value"), &[]),
+            (9, Some(b"key"), None, &[]),
+        ];
+        for (pid, epoch, sequence, transactional) in [
+            (42, 3, 100, true),
+            (7, 0, 0, false),
+            (i64::MAX, i16::MAX, i32::MAX, true),
+        ] {
+            let mut after = build(5, records);
+            write_producer_state(&mut after, pid, epoch, sequence, transactional);
+            let mut builder = RecordBatchBuilder::new(64, 5);
+            for &(timestamp, key, value, headers) in records {
+                builder.append(timestamp, key, value, headers);
+            }
+            // A stamp overwritten before close leaves no trace (the transactional bit included).
+            builder.set_producer_state(1, 1, 1, !transactional);
+            builder.set_producer_state(pid, epoch, sequence, transactional);
+            let before = builder.close();
+            assert_eq!(before, after);
+            RecordBatchHeader::parse(&before).unwrap();
+        }
     }
 
     #[test]

@@ -94,6 +94,19 @@ fn write_unsigned(buf: &mut impl BufMut, mut raw: u64) {
     buf.put_u8(raw as u8);
 }
 
+/// Appends `value` as an unsigned varint (Kafka's `writeUnsignedVarint`, 1 to 5 bytes): the
+/// lengths, counts and tagged-field counts of the flexible request versions.
+#[inline]
+pub fn write_unsigned_varint(buf: &mut impl BufMut, value: u32) {
+    write_unsigned(buf, u64::from(value));
+}
+
+/// Encoded size of `value` as an unsigned varint, without encoding it.
+#[inline]
+pub const fn unsigned_varint_len(value: u32) -> usize {
+    unsigned_len(value as u64)
+}
+
 /// Appends `value` as a zigzag varint (1 to 5 bytes).
 #[inline]
 pub fn write_varint(buf: &mut impl BufMut, value: i32) {
@@ -181,6 +194,28 @@ mod tests {
             assert_eq!(encode_varint(value), expected, "encoding {value}");
             assert_eq!(varint_len(value), expected.len(), "length of {value}");
             assert_eq!(read_varint(expected), Ok((value, expected.len())));
+        }
+    }
+
+    #[test]
+    fn unsigned_varint_known_encodings() {
+        let cases: &[(u32, &[u8])] = &[
+            (0, &[0x00]),
+            (1, &[0x01]),
+            (127, &[0x7f]),
+            (128, &[0x80, 0x01]),
+            (300, &[0xac, 0x02]),
+            (u32::MAX, &[0xff, 0xff, 0xff, 0xff, 0x0f]),
+        ];
+        for &(value, expected) in cases {
+            let mut buf = Vec::new();
+            write_unsigned_varint(&mut buf, value);
+            assert_eq!(buf, expected, "encoding {value}");
+            assert_eq!(
+                unsigned_varint_len(value),
+                expected.len(),
+                "length of {value}"
+            );
         }
     }
 

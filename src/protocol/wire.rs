@@ -35,6 +35,78 @@ pub enum WireError {
     },
 }
 
+/// A complete request frame (length prefix included) as the byte segments it is written from,
+/// in order. A Produce request keeps each record batch as its own segment, shared with the
+/// engine's batch, so that the batch reaches the socket without being copied into the frame;
+/// other requests are one segment.
+#[derive(Debug, Clone, Default)]
+pub struct Frame {
+    segments: Vec<Bytes>,
+    /// Sum of the segments' lengths.
+    len: usize,
+}
+
+impl Frame {
+    /// A frame of these segments, in order.
+    pub fn from_segments(segments: Vec<Bytes>) -> Self {
+        let len = segments.iter().map(Bytes::len).sum();
+        Frame { segments, len }
+    }
+
+    /// The frame's bytes, in order; segments may be empty.
+    pub fn segments(&self) -> &[Bytes] {
+        &self.segments
+    }
+
+    /// The frame's length in bytes, its length prefix included.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The frame as one contiguous buffer: shared, not copied, when it is one segment.
+    pub fn to_bytes(&self) -> Bytes {
+        match self.segments.as_slice() {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => {
+                let mut buf = BytesMut::with_capacity(self.len);
+                for segment in many {
+                    buf.extend_from_slice(segment);
+                }
+                buf.freeze()
+            }
+        }
+    }
+}
+
+impl From<Bytes> for Frame {
+    fn from(bytes: Bytes) -> Self {
+        let len = bytes.len();
+        Frame {
+            segments: vec![bytes],
+            len,
+        }
+    }
+}
+
+/// Frames are equal when their bytes are, however they are cut into segments.
+impl PartialEq for Frame {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self
+                .segments
+                .iter()
+                .flat_map(|s| s.iter())
+                .eq(other.segments.iter().flat_map(|s| s.iter()))
+    }
+}
+
+impl Eq for Frame {}
+
 /// Encodes `request` as a complete frame (length prefix included).
 pub fn encode_request<R: Encodable + HeaderVersion>(
     api: ApiKey,
@@ -42,7 +114,7 @@ pub fn encode_request<R: Encodable + HeaderVersion>(
     correlation_id: i32,
     client_id: &StrBytes,
     request: &R,
-) -> Result<Bytes, WireError> {
+) -> Result<Frame, WireError> {
     let header = RequestHeader::default()
         .with_request_api_key(api.code())
         .with_request_api_version(version)
@@ -62,7 +134,7 @@ pub fn encode_request<R: Encodable + HeaderVersion>(
         .encode(&mut buf, header_version)
         .map_err(encode_err)?;
     request.encode(&mut buf, version).map_err(encode_err)?;
-    Ok(buf.freeze())
+    Ok(Frame::from(buf.freeze()))
 }
 
 /// Reads the length prefix of a frame. `Ok(None)` means more bytes are needed.

@@ -11,6 +11,7 @@
 mod connection;
 mod identity_replica;
 pub(crate) mod inbox;
+mod sendmsg;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;

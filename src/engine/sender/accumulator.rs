@@ -110,3 +110,53 @@ impl<D: Delivery> Engine<D> {
             || self.closing
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::engine::{Engine, EngineConfig, RecordMetadata, TopicPartition};
+    use crate::error::ProduceError;
+    use crate::ProducerConfig;
+
+    /// A delivery that remembers which record it was.
+    struct Tagged(u32);
+
+    impl super::Delivery for Tagged {
+        fn complete(self, result: Result<RecordMetadata, ProduceError>) {
+            panic!("record {} completed unsent: {result:?}", self.0);
+        }
+    }
+
+    #[test]
+    fn appends_that_switch_partition_land_in_their_own_partition() {
+        let config = ProducerConfig::builder()
+            .bootstrap_servers("broker:9092")
+            .build()
+            .unwrap();
+        let mut engine: Engine<Tagged> =
+            Engine::new(EngineConfig::from_producer_config(&config, true));
+        // The same topic names behind different pointers, partitions that differ only by
+        // number, and runs of one partition between switches.
+        let a0 = TopicPartition::new("a", 0);
+        let a0_again = TopicPartition::new(Arc::<str>::from(String::from("a")), 0);
+        let a1 = TopicPartition::new("a", 1);
+        let b0 = TopicPartition::new("b", 0);
+        let order = [&a0, &a0, &a1, &b0, &a0_again, &b0, &b0, &a1, &a0];
+        for (i, tp) in order.iter().enumerate() {
+            engine.append(0, tp, 0, None, Some(b"v"), &[], Tagged(i as u32));
+        }
+        let tags = |tp: &TopicPartition| -> Vec<u32> {
+            engine
+                .partition(tp)
+                .unwrap()
+                .deque
+                .iter()
+                .flat_map(|b| b.records.iter().map(|r| r.delivery.0))
+                .collect()
+        };
+        assert_eq!(tags(&a0), [0, 1, 4, 8]);
+        assert_eq!(tags(&a1), [2, 7]);
+        assert_eq!(tags(&b0), [3, 5, 6]);
+    }
+}

@@ -11,7 +11,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::error::ProduceError;
 use crate::protocol::api::{api_versions_fallback, ApiKey, NegotiatedVersions};
 use crate::protocol::error_code::{self, code};
-use crate::protocol::wire::{self, WireError};
+use crate::protocol::wire::{self, Frame, WireError};
 
 use super::super::connection::{Connection, ConnectionState, InFlightHeader};
 use super::super::{Action, Delivery, Micros, NodeId};
@@ -96,13 +96,38 @@ impl<D: Delivery> Engine<D> {
         request: &R,
         body: RequestBody<D>,
     ) {
-        let conn = self
-            .connections
+        let correlation_id = self.take_correlation_id(node);
+        let frame = wire::encode_request(api, version, correlation_id, &self.client_id, request);
+        self.send_frame(now, node, api, version, correlation_id, frame, body);
+    }
+
+    /// The next correlation id of the connection to `node`.
+    pub(super) fn take_correlation_id(&mut self, node: NodeId) -> i32 {
+        self.connections
             .get_mut(&node)
-            .expect("sending on a known connection");
-        let correlation_id = conn.take_correlation_id();
-        match wire::encode_request(api, version, correlation_id, &self.client_id, request) {
+            .expect("sending on a known connection")
+            .take_correlation_id()
+    }
+
+    /// Sends a request encoded with a correlation id from `take_correlation_id` and records it
+    /// in flight with `body`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_frame(
+        &mut self,
+        now: Micros,
+        node: NodeId,
+        api: ApiKey,
+        version: i16,
+        correlation_id: i32,
+        frame: Result<Frame, WireError>,
+        body: RequestBody<D>,
+    ) {
+        match frame {
             Ok(frame) => {
+                let conn = self
+                    .connections
+                    .get_mut(&node)
+                    .expect("sending on a known connection");
                 conn.in_flight.push_back((
                     InFlightHeader {
                         correlation_id,

@@ -136,8 +136,8 @@ impl<D: Delivery> Engine<D> {
     /// Stamps an unstamped batch at its first drain (§2.1), after the lazy switch to the
     /// current identity.
     fn stamp_if_needed(&mut self, slot_index: usize, batch: &mut ProducerBatch<D>) {
-        batch.close();
         if batch.stamp.is_some() || !self.config.idempotent {
+            batch.finish();
             return;
         }
         self.maybe_update_producer_id_and_epoch(slot_index);

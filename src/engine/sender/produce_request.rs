@@ -3,13 +3,14 @@
 //! `complete_batch`; a partition the answer leaves out is of unknown outcome.
 
 use bytes::Bytes;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::ProduceResponse;
 
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::code;
-use crate::protocol::wire::{self, WireError};
+use crate::protocol::produce_request::{
+    encode_produce_request, ProducePartition, ProduceRequestHead,
+};
+use crate::protocol::wire::{self, Frame, WireError};
 
 use super::super::batch::ProducerBatch;
 use super::super::connection::InFlightHeader;
@@ -24,45 +25,15 @@ impl<D: Delivery> Engine<D> {
         version: i16,
         batches: Vec<(usize, ProducerBatch<D>)>,
     ) {
-        let mut topic_data: Vec<TopicProduceData> = Vec::new();
-        for (slot_index, batch) in &batches {
-            let tp = &self.partitions[*slot_index].tp;
-            let partition = PartitionProduceData::default()
-                .with_index(tp.partition)
-                .with_records(Some(batch.bytes()));
-            match topic_data
-                .iter_mut()
-                .find(|t| t.name.0.as_str() == &*tp.topic)
-            {
-                Some(t) => t.partition_data.push(partition),
-                None => topic_data.push(
-                    TopicProduceData::default()
-                        .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
-                        .with_partition_data(vec![partition]),
-                ),
-            }
-        }
-        let request = ProduceRequest::default()
-            .with_transactional_id(self.config.transactional_id.as_ref().map(|t| {
-                kafka_protocol::messages::TransactionalId(StrBytes::from_string(t.clone()))
-            }))
-            .with_acks(self.config.acks)
-            .with_timeout_ms(produce_timeout_ms(self.config.request_timeout))
-            .with_topic_data(topic_data);
         self.stats.produce_requests += 1;
         self.stats.batches_sent += batches.len() as u64;
+        let correlation_id = self.take_correlation_id(node);
+        let frame = self.encode_produce(version, correlation_id, &batches);
         if self.config.acks == 0 {
             // No response will come: the request being written is all the confirmation acks=0
             // gives (Java completes with offset -1).
-            let conn = self.connections.get_mut(&node).expect("known");
-            let correlation_id = conn.take_correlation_id();
-            if let Ok(frame) = wire::encode_request(
-                ApiKey::Produce,
-                version,
-                correlation_id,
-                &self.client_id,
-                &request,
-            ) {
+            if let Ok(frame) = frame {
+                let conn = self.connections.get(&node).expect("known");
                 self.actions.push_back(Action::Write {
                     node,
                     generation: conn.generation,
@@ -75,14 +46,47 @@ impl<D: Delivery> Engine<D> {
             }
             return;
         }
-        self.send_request(
+        self.send_frame(
             now,
             node,
             ApiKey::Produce,
             version,
-            &request,
+            correlation_id,
+            frame,
             RequestBody::Produce(batches),
         );
+    }
+
+    /// The Produce request of these (stamped or finished) batches: each batch's bytes go into
+    /// the frame as their own segment, not copied.
+    fn encode_produce(
+        &self,
+        version: i16,
+        correlation_id: i32,
+        batches: &[(usize, ProducerBatch<D>)],
+    ) -> Result<Frame, WireError> {
+        let partitions: Vec<ProducePartition<'_>> = batches
+            .iter()
+            .map(|(slot_index, batch)| {
+                let tp = &self.partitions[*slot_index].tp;
+                ProducePartition {
+                    topic: &tp.topic,
+                    partition: tp.partition,
+                    records: batch.bytes(),
+                }
+            })
+            .collect();
+        encode_produce_request(
+            &ProduceRequestHead {
+                version,
+                correlation_id,
+                client_id: &self.client_id,
+                transactional_id: self.config.transactional_id.as_deref(),
+                acks: self.config.acks,
+                timeout_ms: produce_timeout_ms(self.config.request_timeout),
+            },
+            &partitions,
+        )
     }
 
     pub(super) fn handle_produce(

@@ -1141,7 +1141,7 @@ impl Sim {
                 node,
                 generation,
                 frame,
-            } => self.write(shard, node, generation, frame),
+            } => self.write(shard, node, generation, frame.to_bytes()),
             Action::Disconnect { node, generation } => {
                 if let Some(&id) = self.current_conn.get(&(shard, node)) {
                     let conn = self.conns.get_mut(&id).expect("known");
