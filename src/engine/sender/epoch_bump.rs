@@ -261,15 +261,23 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        let refused_under_its_stamp = match class {
+            ProduceErrorClass::OutOfOrderSequence => true,
+            // With no log start offset the broker did not know the partition yet (§4.6
+            // case 1): a retry may be answered otherwise.
+            ProduceErrorClass::UnknownProducerId => log_start_offset != -1,
+            _ => false,
+        };
         if stamp.producer != self.identity
             && !batch.outcome_unknown
-            && class == ProduceErrorClass::OutOfOrderSequence
+            && refused_under_its_stamp
             && self.partitions[slot_index].has_queued_outcome_unknown()
         {
             // Retried under its old stamp ahead of a batch of unknown outcome while the
             // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
             // will not append it in order under that stamp (a batch sent after it is in the
-            // log, as on a fresh partition, or one before it never landed), and renumbered it
+            // log, as on a fresh partition, or one before it never landed, or the broker has
+            // no state for the producer and takes no non-zero sequence), and renumbered it
             // could land after that later batch of unknown outcome. No attempt of it landed:
             // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
             return false;
