@@ -1426,6 +1426,137 @@ fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_res
     assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
 }
 
+// W (0-9) is acked; then a pre-2.5 broker's retention moves p0's log start to 10, right past W,
+// which drops the producer's state with it, and leadership moves to broker 2 unseen by the
+// producer. B (10-19) goes to broker 1, whose NOT_LEADER_OR_FOLLOWER under acks=all may
+// follow an append, so B's outcome is unknown and B may never be renumbered. Broker 2 has no
+// state for the producer and answers every attempt of B under its stamp UNKNOWN_PRODUCER_ID:
+// B can never be appended under it. B fails at that answer, as of unknown outcome, instead
+// of holding p0's rewrite until its delivery timeout (30 s); the next batch goes out under
+// epoch 1 from sequence 0.
+#[test]
+fn a_batch_of_unknown_outcome_answered_unknown_producer_id_fails_at_once_and_frees_the_rewrite() {
+    let mut setup = setup_with(&[1], |_| {});
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let w = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert!(sim.partition_quiet(&tp(0)));
+    sim.truncate_partition(&tp(0));
+    sim.set_leader(&tp(0), 2);
+    let b = batch(&mut sim, &tp(0));
+    let limit = sim.now() + 10 * SECOND;
+    assert!(
+        sim.run_while_not(limit, |sim| b.iter().all(|&id| sim.result(id).is_some())),
+        "B is still unresolved 10 s later: {:?}",
+        attempts(&sim, &tp(0))
+    );
+    for &id in &b {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(
+        attempts(&sim, &tp(0))[1..3],
+        [
+            (1, 0, 10, Some(code::NOT_LEADER_OR_FOLLOWER)),
+            (2, 0, 10, Some(code::UNKNOWN_PRODUCER_ID)),
+        ],
+        "B met the moved leader, then the broker without the producer's state"
+    );
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((2, 1, 0, Some(code::NONE))),
+        "p0 restarts at 0 under the new epoch"
+    );
+    assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 1, 0, 10)],
+        "retention removed W, and B never reached the log"
+    );
+}
+
+// W (0-9) is acked; then a pre-2.5 broker's retention moves p0's log start to 10, which drops
+// the producer's state with it. D (10-19) is refused UNKNOWN_PRODUCER_ID, which asks for a
+// bump; C (20-29), written right behind D, is lost before the broker reads it, and the
+// connection stalls until C's request timeout (2 s here), so C's outcome is unknown. The
+// rewrite waits for C, and C waits its turn behind D, so D is retried under its old stamp,
+// which the broker refuses UNKNOWN_PRODUCER_ID for good. Renumbered, D could land after C, so
+// D fails, definitely (no attempt of it landed), instead of holding p0 until its delivery
+// timeout (30 s); C then fails as of unknown outcome and the next batch goes out under epoch
+// 1 from sequence 0.
+#[test]
+fn a_refused_batch_ahead_of_one_of_unknown_outcome_answered_unknown_producer_id_under_a_superseded_epoch_fails_at_once(
+) {
+    let mut setup = setup_with(&[1], |c| c.request_timeout = 2 * SECOND);
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let w = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert!(sim.partition_quiet(&tp(0)));
+    sim.truncate_partition(&tp(0));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::DropRequest,
+    ));
+    let d = batch(&mut sim, &tp(0));
+    let c = batch(&mut sim, &tp(0));
+    let limit = sim.now() + 10 * SECOND;
+    assert!(
+        sim.run_while_not(limit, |sim| {
+            d.iter().chain(&c).all(|&id| sim.result(id).is_some())
+        }),
+        "D or C is still unresolved 10 s later: {:?}",
+        attempts(&sim, &tp(0))
+    );
+    for &id in &d {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::UNKNOWN_PRODUCER_ID,
+                    ..
+                }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &c {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let next = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    assert_eq!(
+        attempts(&sim, &tp(0)).last().copied(),
+        Some((1, 1, 0, Some(code::NONE))),
+        "p0 restarts at 0 under the new epoch"
+    );
+    assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 1, 0, 10)],
+        "retention removed W, and neither D nor C reached the log"
+    );
+}
+
 // W (0-9) is acked. L (10-19) is refused definitely (INVALID_RECORD), which bumps the epoch;
 // H (20-29), written right behind L under epoch 0, is lost before the broker reads it; the
 // connection stalls until H's request timeout (2 s here), so H's outcome is unknown. Retried under its old stamp, H can never append

@@ -268,6 +268,12 @@ fn seeds_that_found_engine_bugs_pass() {
             "duplicate: a rewrite renumbered a batch of unknown outcome that was in the log \
              behind refused batches",
         ),
+        (
+            50191322,
+            "liveness: a batch of unknown outcome refused UNKNOWN_PRODUCER_ID by a broker that \
+             had lost the producer state held its partition until its delivery timeout, and \
+             the liveness phase demanded success for it",
+        ),
     ] {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| run_seed(seed))) {
             panic!(

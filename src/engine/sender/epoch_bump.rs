@@ -25,6 +25,9 @@
 //! - A partition's rewrite waits until none of its batches is on the wire or of unknown outcome
 //!   (Java rewrites them at once, on the wire or not, and retries the answers to their old
 //!   attempts as `sequenceHasBeenReset`, §4.4).
+//! - A batch of unknown outcome answered UNKNOWN_PRODUCER_ID with a known log start offset
+//!   fails as of unknown outcome (Java bumps and rewrites it, §4.6 cases 3 and 4): it may not
+//!   be renumbered, and its old stamp is refused for good.
 //! - A transactional producer never bumps here: its failures go to the transaction manager,
 //!   which bumps through InitProducerId or EndTxn at the abort (§4.5).
 //! - Sequence comparisons are wrap-aware (§2.2 recommendation).
@@ -258,15 +261,23 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        let refused_under_its_stamp = match class {
+            ProduceErrorClass::OutOfOrderSequence => true,
+            // With no log start offset the broker did not know the partition yet (§4.6
+            // case 1): a retry may be answered otherwise.
+            ProduceErrorClass::UnknownProducerId => log_start_offset != -1,
+            _ => false,
+        };
         if stamp.producer != self.identity
             && !batch.outcome_unknown
-            && class == ProduceErrorClass::OutOfOrderSequence
+            && refused_under_its_stamp
             && self.partitions[slot_index].has_queued_outcome_unknown()
         {
             // Retried under its old stamp ahead of a batch of unknown outcome while the
             // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
             // will not append it in order under that stamp (a batch sent after it is in the
-            // log, as on a fresh partition, or one before it never landed), and renumbered it
+            // log, as on a fresh partition, or one before it never landed, or the broker has
+            // no state for the producer and takes no non-zero sequence), and renumbered it
             // could land after that later batch of unknown outcome. No attempt of it landed:
             // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
             return false;
@@ -299,6 +310,18 @@ impl<D: Delivery> Engine<D> {
                     // §4.6 case 5: the batch fails and the transaction must abort. (The
                     // retention case, restarting the partition at 0 under the same epoch, is
                     // not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
+                    return false;
+                }
+                if batch.outcome_unknown {
+                    // The leader has no state for the producer on the partition (a pre-2.5
+                    // broker whose retention or reload dropped it), so it refuses this stamp's
+                    // non-zero sequence every time, and nothing the producer sends can bring
+                    // the state back under this epoch. The batch may not be renumbered (an
+                    // earlier attempt may be in the log), so Java's bump-and-rewrite is not
+                    // open to it, and retried under its old stamp it would hold the
+                    // partition's rewrite, and every batch behind it, until its delivery
+                    // timeout. It fails now, as of unknown outcome; the failure asks for the
+                    // bump (`handle_failed_batch`).
                     return false;
                 }
                 self.request_bump_for(slot_index);
