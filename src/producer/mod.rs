@@ -671,6 +671,16 @@ impl Clone for Producer {
     }
 }
 
+/// `send_async`'s future can be spawned on a multi-threaded executor (tokio's `spawn`): checked
+/// at compile time.
+#[allow(dead_code)]
+fn send_async_is_send(
+    producer: &Producer,
+    record: ProducerRecord,
+) -> impl std::future::Future<Output = DeliveryFuture> + Send + '_ {
+    producer.send_async(record)
+}
+
 fn now_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -21,12 +21,7 @@ use crate::runtime::shard::{OwnedRecord, ShardCommand};
 /// `threads` threads each hand `per_thread` records with `value` to one shard, spread over
 /// `partitions` partitions; returns the time from the start until the shard has appended the
 /// last one.
-pub fn send_to_encoded(
-    threads: usize,
-    per_thread: u64,
-    partitions: i32,
-    value: Bytes,
-) -> Duration {
+pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: Bytes) -> Duration {
     let inbox = Arc::new(ShardInbox::default());
     let memory = Arc::new(BufferMemory::new(usize::MAX / 2));
     let total = threads as u64 * per_thread;
