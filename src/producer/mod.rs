@@ -436,9 +436,13 @@ impl Producer {
                 (Some(key), false) => partition_for_key(key, partition_count),
                 _ => {
                     let mut sticky = inner.sticky.lock().expect("sticky lock");
-                    let state = sticky
-                        .entry(record.topic.clone())
-                        .or_insert_with(|| StickyPartitioner::new(inner.config.batch_size.max(1)));
+                    // Look up before inserting: `entry` would take an owned key, a reference
+                    // count on the topic name per record.
+                    if !sticky.contains_key(&*record.topic) {
+                        let fresh = StickyPartitioner::new(inner.config.batch_size.max(1));
+                        sticky.insert(record.topic.clone(), fresh);
+                    }
+                    let state = sticky.get_mut(&*record.topic).expect("inserted above");
                     // The partitioner keeps its own xorshift state; the timestamp only stirs it.
                     let p = state.partition(partition_count, &[], timestamp as u64 | 1);
                     state.on_append(size - RECORD_MEMORY_OVERHEAD);
