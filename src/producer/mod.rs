@@ -4,7 +4,7 @@
 mod async_wait;
 mod completion;
 pub(crate) mod delivery;
-mod record;
+pub(crate) mod record;
 pub(crate) mod shared;
 mod transaction;
 
@@ -20,7 +20,7 @@ use crate::engine::batch::record_size_upper_bound;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
-use crate::protocol::record_batch::{Header, RECORD_BATCH_OVERHEAD};
+use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::inbox::ShardInbox;
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
@@ -656,14 +656,7 @@ impl std::error::Error for TrySendError {}
 
 /// The bound on a record's encoded size, as `buffer.memory` and `max.request.size` count it.
 fn record_size_upper_bound_of(record: &ProducerRecord) -> usize {
-    let headers: Vec<Header<'_>> = record
-        .headers
-        .iter()
-        .map(|h| Header {
-            key: h.key.as_str(),
-            value: h.value.as_deref(),
-        })
-        .collect();
+    let headers = record::wire_headers(&record.headers);
     record_size_upper_bound(record.key.as_deref(), record.value.as_deref(), &headers)
 }
 

@@ -4,11 +4,24 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::protocol::record_batch::Header;
+
 /// A record header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordHeader {
     pub key: String,
     pub value: Option<Bytes>,
+}
+
+/// `headers` as the record encoder takes them (borrowed; no allocation without headers).
+pub(crate) fn wire_headers(headers: &[RecordHeader]) -> Vec<Header<'_>> {
+    headers
+        .iter()
+        .map(|h| Header {
+            key: h.key.as_str(),
+            value: h.value.as_deref(),
+        })
+        .collect()
 }
 
 /// One record to send (Java's `ProducerRecord`).

@@ -15,9 +15,9 @@ use glommio::Task;
 use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
 use crate::producer::delivery::DeliveryHandle;
+use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
 use crate::producer::RecordHeader;
-use crate::protocol::record_batch::Header;
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
@@ -300,14 +300,7 @@ pub(crate) async fn run_shard(
                             return;
                         }
                         record.delivery.entering_engine();
-                        let headers: Vec<Header<'_>> = record
-                            .headers
-                            .iter()
-                            .map(|h| Header {
-                                key: h.key.as_str(),
-                                value: h.value.as_deref(),
-                            })
-                            .collect();
+                        let headers = wire_headers(&record.headers);
                         engine.append(
                             turn_now,
                             &record.tp,
