@@ -145,3 +145,66 @@ fn every_send_racing_close_resolves_and_the_acknowledged_ones_are_in_the_log() {
         check_exactly_once(&read_ids(&cluster, topic), &acked, &sent)
     );
 }
+
+#[test]
+fn tokio_tasks_awaiting_send_async_on_a_full_buffer_deliver_every_record_once() {
+    const TASKS: u64 = 8;
+    const PER_TASK: u64 = 500;
+    let topic = "lifecycle-async";
+    let cluster = start_cluster(topic);
+    // A buffer of a few dozen records, so most sends wait for room.
+    let producer = Arc::new(common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[("buffer.memory", "16384")],
+    ));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let acked: Vec<u64> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let producer = producer.clone();
+                tokio::spawn(async move {
+                    let mut acked = Vec::new();
+                    for i in 0..PER_TASK {
+                        let id = t * PER_TASK + i;
+                        let mut payload = id.to_be_bytes().to_vec();
+                        payload.resize(32, b'.');
+                        let record = ProducerRecord::new(topic, Bytes::from(payload))
+                            .with_partition((t % PARTITIONS as u64) as i32);
+                        let future = producer.send_async(record).await;
+                        future.await.expect("delivered");
+                        acked.push(id);
+                    }
+                    acked
+                })
+            })
+            .collect();
+        let mut acked = Vec::new();
+        for task in tasks {
+            acked.extend(task.await.expect("task"));
+        }
+        acked
+    });
+    producer.flush();
+    assert_eq!(acked.len() as u64, TASKS * PER_TASK);
+    // Several tasks share a partition: each id once, each task's ids in its send order.
+    let mut seen = std::collections::HashSet::new();
+    for (partition, ids) in read_ids(&cluster, topic).iter().enumerate() {
+        let mut last = std::collections::HashMap::new();
+        for &id in ids {
+            assert!(seen.insert(id), "record {id} twice in the log");
+            if let Some(prev) = last.insert(id / PER_TASK, id) {
+                assert!(prev < id, "partition {partition}: {id} after {prev}");
+            }
+        }
+    }
+    assert_eq!(
+        seen.len() as u64,
+        TASKS * PER_TASK,
+        "every record is in the log"
+    );
+    producer.close(Duration::from_secs(10));
+}
