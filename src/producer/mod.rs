@@ -143,7 +143,7 @@ impl Producer {
                 cores.clone()
             }
             (None, Some(n)) => (0..n).map(|i| online[i % online.len()]).collect(),
-            (None, None) => online.clone(),
+            (None, None) => runtime::default_shard_cores(),
         };
         let shard_count = cores.len().max(1);
         let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count).map(|_| Arc::default()).collect();

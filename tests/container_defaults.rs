@@ -1,0 +1,80 @@
+//! Defaults that fit a container: shards only on the CPUs this process may use. Each check
+//! runs in a child process started under `taskset` (an affinity mask of one CPU), so the mask
+//! is the one the producer really sees, and this process's own mask is left alone.
+
+use std::process::Command;
+
+use kacrab::runtime::RuntimeError;
+use kacrab::{Error, Producer};
+
+const CHILD: &str = "KACRAB_AFFINITY_CHILD";
+
+/// Runs this test binary's `test` alone under `taskset -c cpu`, with `CHILD` set.
+fn run_pinned(cpu: usize, test: &str) {
+    let status = Command::new("taskset")
+        .args(["-c", &cpu.to_string()])
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD, cpu.to_string())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "{test} failed under taskset -c {cpu}");
+}
+
+fn producer() -> Result<Producer, Error> {
+    // Nothing listens there: the producer starts its shards and keeps trying to connect.
+    Producer::builder()
+        .set("bootstrap.servers", "127.0.0.1:9")
+        .build()
+}
+
+#[test]
+fn under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu() {
+    match std::env::var(CHILD) {
+        Ok(cpu) => {
+            let cpu: usize = cpu.parse().expect("cpu");
+            let producer = producer().expect("producer");
+            assert_eq!(producer.shard_cores(), &[cpu]);
+            producer.close(std::time::Duration::from_secs(1));
+        }
+        Err(_) => {
+            let last = *kacrab::runtime::online_cores().last().expect("a cpu");
+            run_pinned(
+                last,
+                "under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu",
+            );
+        }
+    }
+}
+
+#[test]
+fn kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask() {
+    match std::env::var(CHILD) {
+        Ok(cpu) => {
+            let cpu: usize = cpu.parse().expect("cpu");
+            let outside = if cpu == 0 { 1 } else { 0 };
+            let err = Producer::builder()
+                .set("bootstrap.servers", "127.0.0.1:9")
+                .set("kacrab.cores", outside.to_string())
+                .build()
+                .expect_err("a CPU outside the mask");
+            match err {
+                Error::Runtime(RuntimeError::CoreNotOnline { cpu: named, online }) => {
+                    assert_eq!((named, online), (outside, vec![cpu]));
+                }
+                other => panic!("expected CoreNotOnline, got {other:?}"),
+            }
+        }
+        Err(_) => {
+            let online = kacrab::runtime::online_cores();
+            if online.len() < 2 {
+                eprintln!("one CPU only: no CPU outside a one-CPU mask to name");
+                return;
+            }
+            run_pinned(
+                online[1],
+                "kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask",
+            );
+        }
+    }
+}
