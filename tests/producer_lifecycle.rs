@@ -208,3 +208,29 @@ fn tokio_tasks_awaiting_send_async_on_a_full_buffer_deliver_every_record_once() 
     );
     producer.close(Duration::from_secs(10));
 }
+
+#[test]
+fn flush_timeout_returns_false_while_a_record_waits_for_its_broker_and_true_once_it_landed() {
+    let topic = "lifecycle-flush-timeout";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let producer = common::kacrab_producer(&cluster.bootstrap_servers(), &[]);
+    send(&producer, topic, 0)
+        .wait()
+        .expect("the first record lands");
+    cluster.broker_down(1);
+    // Id 3 goes to partition 0, the topic's only one, as id 0 did.
+    let stuck = send(&producer, topic, 3);
+    assert!(
+        !producer.flush_timeout(Duration::from_millis(200)),
+        "a record whose only broker is down is not flushed"
+    );
+    assert!(stuck.try_result().is_none(), "and it is still pending");
+    cluster.broker_up(1);
+    assert!(
+        producer.flush_timeout(WAIT),
+        "flushed once the broker is back"
+    );
+    assert_eq!(stuck.wait().expect("landed").offset, 1);
+    producer.close(Duration::from_secs(5));
+}

@@ -542,6 +542,16 @@ impl Producer {
     /// Sends everything queued now and waits until every record sent before this call has
     /// completed (successfully or not).
     pub fn flush(&self) {
+        self.flush_until(None);
+    }
+
+    /// [`flush`](Self::flush), waiting at most `timeout`: true when every record sent before
+    /// the call has completed, false if some had not by then (they go on, and complete later).
+    pub fn flush_timeout(&self, timeout: Duration) -> bool {
+        self.flush_until(Some(timeout))
+    }
+
+    fn flush_until(&self, timeout: Option<Duration>) -> bool {
         let latch = Latch::new(self.inner.inboxes.len());
         for inbox in &self.inner.inboxes {
             // A closed inbox: `close` completes every record.
@@ -549,7 +559,7 @@ impl Producer {
                 latch.count_down();
             }
         }
-        latch.wait(None);
+        latch.wait(timeout)
     }
 
     /// Aborts a transaction still open (a commit under way completes), flushes, then stops
