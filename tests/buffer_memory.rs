@@ -2,6 +2,7 @@
 //! broker down), a producer accepts records until the buffer is full and its resident memory
 //! grows by no more than the buffer plus a constant. One test in its own binary, so that no
 //! other test's allocations move the process's resident size while it measures.
+#![cfg(feature = "testkit")]
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! kacrab against librdkafka's mock cluster (an independent broker implementation), read back
 //! by librdkafka's consumer (an independent reader).
+#![cfg(feature = "testkit")]
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 //!
 //! Unless a test says otherwise: three brokers, topic `t` with p0 led by broker 1, linger 0,
 //! `batch.size` that holds exactly ten of the test's records, max.in.flight 5.
+#![cfg(feature = "testkit")]
 
 use kacrab::engine::{EngineConfig, ProducerIdAndEpoch, TopicPartition};
 use kacrab::error::ProduceError;

@@ -8,6 +8,7 @@
 //! for AddPartitionsToTxn, CONCURRENT_TRANSACTIONS retried, NOT_COORDINATOR on EndTxn, commit
 //! flushes lingering batches, abort fails unsent batches, fencing on EndTxn, an abortable
 //! produce error followed by an abort with an epoch bump, a timed-out commit picked up again).
+#![cfg(feature = "testkit")]
 
 use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
 use kacrab::error::TransactionError;

@@ -17,6 +17,7 @@
 //!   the engines' partition state and the request trace when it fails
 //!   (`KACRAB_SIM_DEBUG_TRACE=K` keeps the last K requests, default 60);
 //! - `KACRAB_SIM_THREADS=T` sets the worker threads (default: every core).
+#![cfg(feature = "testkit")]
 
 mod sim_seeds;
 

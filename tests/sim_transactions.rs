@@ -20,6 +20,7 @@
 //! - `KACRAB_SIM_SEED=S` replays one seed (`-- replay`); add `KACRAB_SIM_DEBUG=1` to print
 //!   the engines' state and the request trace when it fails;
 //! - `KACRAB_SIM_THREADS=T` sets the worker threads (default: every core).
+#![cfg(feature = "testkit")]
 
 mod sim_seeds;
 
