@@ -27,6 +27,11 @@ pub(crate) struct IdentityReplica {
 }
 
 impl IdentityReplica {
+    /// The shard this replica belongs to (its consumer index in the ring).
+    pub(crate) fn shard(&self) -> usize {
+        self.consumer
+    }
+
     pub(crate) fn new(consumer: usize) -> Self {
         IdentityReplica {
             consumer,

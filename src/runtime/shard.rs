@@ -168,6 +168,16 @@ fn adopt_tickets(
     engine: &mut Engine<DeliveryHandle>,
 ) {
     if let Some(identity) = replica.catch_up(ring) {
+        let old = engine.identity();
+        tracing::info!(
+            target: "kacrab::epoch",
+            shard = replica.shard(),
+            old_producer_id = old.producer_id,
+            old_epoch = old.epoch,
+            producer_id = identity.producer_id,
+            epoch = identity.epoch,
+            "producer identity adopted"
+        );
         engine.on_identity(identity);
     }
 }
@@ -381,15 +391,24 @@ pub(crate) async fn run_shard(
                             epoch: assigned.epoch,
                         },
                     ),
-                    Action::RequestEpochBump { observed } => ctx.publish_ticket(
-                        shard,
-                        &mut replica,
-                        &mut engine,
-                        Ticket::Bump {
-                            producer_id: observed.producer_id,
-                            epoch: observed.epoch,
-                        },
-                    ),
+                    Action::RequestEpochBump { observed } => {
+                        tracing::info!(
+                            target: "kacrab::epoch",
+                            shard,
+                            producer_id = observed.producer_id,
+                            epoch = observed.epoch,
+                            "epoch bump requested: a batch's sequence state is unresolved"
+                        );
+                        ctx.publish_ticket(
+                            shard,
+                            &mut replica,
+                            &mut engine,
+                            Ticket::Bump {
+                                producer_id: observed.producer_id,
+                                epoch: observed.epoch,
+                            },
+                        )
+                    }
                     action => execute(
                         shard,
                         &mut engine,
@@ -419,6 +438,9 @@ pub(crate) async fn run_shard(
         }
         txn.publish_status(&engine, &*ctx);
         if let Some(err) = engine.fatal_error() {
+            if ctx.metadata.fatal().is_none() {
+                tracing::error!(target: "kacrab::producer", shard, error = %err, "producer fatal");
+            }
             ctx.metadata.publish_fatal(err.clone());
         }
         flushes.retain(|(token, latch)| {
@@ -552,6 +574,7 @@ fn handle_event(
         } => {
             // A connection nobody waits for any more is dropped here, closing it.
             if let Some(slot) = connections.current(node, generation) {
+                tracing::debug!(target: "kacrab::connection", shard, node, generation, "connection up");
                 slot.live = Some(tasks);
                 connections.changed = true;
                 engine.on_connected(now, node, generation);
@@ -574,6 +597,14 @@ fn handle_event(
             error,
         } => {
             if connections.current(node, generation).is_some() {
+                tracing::info!(
+                    target: "kacrab::connection",
+                    shard,
+                    node,
+                    generation,
+                    error = %error,
+                    "connection down"
+                );
                 ctx.counters.record_failure(ConnectionFailure {
                     shard,
                     node,
@@ -602,6 +633,7 @@ fn execute(
             generation,
             address,
         } => {
+            tracing::debug!(target: "kacrab::connection", shard, node, generation, %address, "connecting");
             let task = spawn_connect(node, generation, address, setup);
             // Replaces (and so closes) any older connection to the node.
             connections.slots.insert(
@@ -638,6 +670,14 @@ fn execute(
         Action::Disconnect { node, generation } => {
             if let Some(slot) = connections.current(node, generation) {
                 let established = slot.live.is_some();
+                tracing::info!(
+                    target: "kacrab::connection",
+                    shard,
+                    node,
+                    generation,
+                    established,
+                    "connection abandoned (request timeout or protocol violation)"
+                );
                 ctx.counters.record_failure(ConnectionFailure {
                     shard,
                     node,
@@ -651,13 +691,23 @@ fn execute(
             topic,
             partition_count,
             error_code,
-        } => ctx.metadata.publish(
-            topic,
-            TopicInfo {
+        } => {
+            tracing::debug!(
+                target: "kacrab::metadata",
+                shard,
+                topic = &*topic,
                 partition_count,
                 error_code,
-            },
-        ),
+                "topic metadata"
+            );
+            ctx.metadata.publish(
+                topic,
+                TopicInfo {
+                    partition_count,
+                    error_code,
+                },
+            )
+        }
         // Published to the ticket ring by the driver loop, never executed here.
         Action::ProducerIdAssigned(_) | Action::RequestEpochBump { .. } => {}
     }
