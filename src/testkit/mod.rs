@@ -1,4 +1,34 @@
-//! Test and benchmark tooling: the reference broker, its TCP face, the simulator.
+//! Test and benchmark tooling: the reference broker, its TCP face, the simulator. Behind the
+//! `testkit` feature (add `kacrab = { version = "...", features = ["testkit"] }` to your
+//! `[dev-dependencies]`).
+//!
+//! # Testing your service against the reference cluster
+//!
+//! [`server::ReferenceCluster`] runs N Kafka brokers in your test process, on 127.0.0.1
+//! ephemeral ports, over one cluster state that follows Kafka's producer rules (sequences,
+//! epochs, duplicates, the transaction coordinator, markers, LSO; see [`broker::BrokerRules`] to
+//! model an older broker). Any Kafka client can talk to it, kacrab or not. The calls a test
+//! needs:
+//! - start and shape: `ReferenceCluster::start(3, BrokerRules::default())`,
+//!   `create_topic(name, &leaders)`, `set_leader`, `broker_down` / `broker_up`;
+//! - inject faults while traffic runs: `faults()` ([`server::FaultPlan`]: drop an answer after
+//!   the append, reset a connection, delay an answer, answer an error, append then answer an
+//!   error), counted per broker and API;
+//! - read back: `with_cluster(|c| c.partition_log(topic, partition))` gives the stored batches
+//!   (decode them with [`crate::protocol::record_batch::decode_records`]), `high_watermark`,
+//!   `last_stable_offset`, `producer_state`;
+//! - the coordinator's view: `with_cluster(|c| c.transaction_metadata(id))`;
+//! - what the brokers saw: `stats()` (requests per API, version and broker; connections).
+//!
+//! `examples/reference_cluster.rs` does all of these around a transactional producer.
+//!
+//! # Stability
+//!
+//! The items named above follow the crate's semantic versioning like the rest of its public
+//! API. The rules they enforce track Kafka's: a minor release may add a rule Kafka has (a
+//! request a test's broker accepted may then be refused as Kafka refuses it), and such changes
+//! are listed in the release notes. [`sim`] and the items marked `#[doc(hidden)]` are kacrab's
+//! own test machinery and may change in any release.
 //!
 //! - [`broker`]: the sans-IO reference broker, a whole cluster in one struct whose verdicts
 //!   follow the Apache Kafka broker's producer-state rules.
