@@ -568,6 +568,42 @@ fn out_of_order_sequence_on_the_first_batch_of_a_partition_bumps_and_renumbers_i
     assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
 }
 
+// The rewrite starts the partition over under the new epoch with nothing acked, so the
+// renumbered batch is next in line again. Its refusal answers the attempt that carried the new
+// stamp (the rewrite waited until none of the partition's batches was on the wire), not one
+// from before the rewrite: refused out of order once more, it bumps once more and is
+// renumbered from 0 under the epoch after.
+#[test]
+fn a_renumbered_batch_answered_out_of_order_again_bumps_again_and_is_renumbered_under_the_next_epoch(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 2, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 2);
+    assert_eq!(rewrites(&sim), 2);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 2));
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 7
 // ---------------------------------------------------------------------------------------------
