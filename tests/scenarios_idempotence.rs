@@ -857,6 +857,41 @@ fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_
 
 /// Timeouts stretched so one batch's retry and another's answer can be placed around the
 /// delivery timeout: delivery 30 s, request 60 s.
+// With no retries, A (0-9), answered REQUEST_TIMED_OUT after the broker appended it, fails at
+// once as of unknown outcome. The producer cannot know whether 0-9 are in the log, so the
+// partition's next sequence is unresolved (§4.9); with nothing after A acked it stays so, and
+// the partition moves to a new epoch: B goes out under epoch 1 from 0, never as 10-19 under
+// epoch 0, whose acceptance would hang on A's unknown outcome.
+#[test]
+fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequences_unresolved_and_the_partition_bumps(
+) {
+    let mut sim = started(setup_with(&[1], |c| c.retries = 0));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+}
+
 fn stretched(backoff: u64) -> impl FnOnce(&mut EngineConfig) {
     move |c| {
         c.delivery_timeout = 30 * SECOND;
