@@ -1044,6 +1044,61 @@ fn out_of_order_sequence_right_after_an_unresolved_gap_bumps_at_once_and_retries
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
 }
 
+#[test]
+fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_and_out_of_order_right_after_it_bumps(
+) {
+    let mut sim = started(setup_with(&[1], stretched(10 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    // A1 (10-19) and A2 (20-29) are refused without an append, their answers taking 26 s; C
+    // (30-39), sent at 25 s behind them, is out of order. Both expire at 30 s while waiting to
+    // retry, A1 first: p0 is unresolved at 30, where C starts, not at 20, and C's retry at
+    // 36 s, out of order again, bumps at once.
+    for base in [10, 20] {
+        sim.add_fault(
+            FaultRule::new(
+                RequestMatch::produce()
+                    .partition(&tp(0))
+                    .base_sequence(base),
+                Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+            )
+            .delayed(26 * SECOND),
+        );
+    }
+    let a1 = batch(&mut sim, &tp(0));
+    let a2 = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(30)
+    );
+    assert_eq!(bumps(&sim), 0);
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    for &id in a1.iter().chain(&a2) {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::TimedOut { .. }))
+        ));
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The design's failover cases
 // ---------------------------------------------------------------------------------------------
