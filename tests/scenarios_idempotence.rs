@@ -160,6 +160,12 @@ fn bumps(sim: &Sim) -> u64 {
         .sum()
 }
 
+fn rewrites(sim: &Sim) -> u64 {
+    (0..sim.shard_count())
+        .map(|s| sim.engine(s).stats().sequence_rewrites)
+        .sum()
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 1
 // ---------------------------------------------------------------------------------------------
@@ -539,6 +545,66 @@ fn out_of_order_sequence_on_the_next_batch_bumps_locally_renumbers_p0_from_0_and
     assert_eq!(acked_offsets(&sim, &[x, y].concat()), offsets(0..20));
 }
 
+// A partition's first batch is next in line (`TM.isNextSequence`: nothing acked counts as
+// last acked -1), so OUT_OF_ORDER_SEQUENCE_NUMBER on it is the §4.7 case that bumps, as for any
+// next-in-line batch: the batch is renumbered under epoch 1 from 0, not retried under its stamp.
+#[test]
+fn out_of_order_sequence_on_the_first_batch_of_a_partition_bumps_and_renumbers_it_from_0() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(rewrites(&sim), 1);
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+}
+
+// The rewrite starts the partition over under the new epoch with nothing acked, so the
+// renumbered batch is next in line again. Its refusal answers the attempt that carried the new
+// stamp (the rewrite waited until none of the partition's batches was on the wire), not one
+// from before the rewrite: refused out of order once more, it bumps once more and is
+// renumbered from 0 under the epoch after.
+#[test]
+fn a_renumbered_batch_answered_out_of_order_again_bumps_again_and_is_renumbered_under_the_next_epoch(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 2, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 2);
+    assert_eq!(rewrites(&sim), 2);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 2));
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 7
 // ---------------------------------------------------------------------------------------------
@@ -792,6 +858,41 @@ fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_
 
 /// Timeouts stretched so one batch's retry and another's answer can be placed around the
 /// delivery timeout: delivery 30 s, request 60 s.
+// With no retries, A (0-9), answered REQUEST_TIMED_OUT after the broker appended it, fails at
+// once as of unknown outcome. The producer cannot know whether 0-9 are in the log, so the
+// partition's next sequence is unresolved (§4.9); with nothing after A acked it stays so, and
+// the partition moves to a new epoch: B goes out under epoch 1 from 0, never as 10-19 under
+// epoch 0, whose acceptance would hang on A's unknown outcome.
+#[test]
+fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequences_unresolved_and_the_partition_bumps(
+) {
+    let mut sim = started(setup_with(&[1], |c| c.retries = 0));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::REQUEST_TIMED_OUT)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+}
+
 fn stretched(backoff: u64) -> impl FnOnce(&mut EngineConfig) {
     move |c| {
         c.delivery_timeout = 30 * SECOND;
@@ -942,6 +1043,61 @@ fn out_of_order_sequence_right_after_an_unresolved_gap_bumps_at_once_and_retries
     }
     assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+}
+
+#[test]
+fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_and_out_of_order_right_after_it_bumps(
+) {
+    let mut sim = started(setup_with(&[1], stretched(10 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    // A1 (10-19) and A2 (20-29) are refused without an append, their answers taking 26 s; C
+    // (30-39), sent at 25 s behind them, is out of order. Both expire at 30 s while waiting to
+    // retry, A1 first: p0 is unresolved at 30, where C starts, not at 20, and C's retry at
+    // 36 s, out of order again, bumps at once.
+    for base in [10, 20] {
+        sim.add_fault(
+            FaultRule::new(
+                RequestMatch::produce()
+                    .partition(&tp(0))
+                    .base_sequence(base),
+                Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+            )
+            .delayed(26 * SECOND),
+        );
+    }
+    let a1 = batch(&mut sim, &tp(0));
+    let a2 = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(30)
+    );
+    assert_eq!(bumps(&sim), 0);
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    for &id in a1.iter().chain(&a2) {
+        assert!(matches!(
+            sim.result(id),
+            Some(Err(ProduceError::TimedOut { .. }))
+        ));
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1627,6 +1783,127 @@ fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fail
         "p0 restarts at 0 under the new epoch"
     );
     assert_eq!(acked_offsets(&sim, &[w, next].concat()), offsets(0..20));
+}
+
+// p0's B (10-19) is refused out of order and bumps the epoch; p1's X (0-9), sent under epoch 0
+// before the bump, is refused out of order too, after it. No attempt of X landed and nothing
+// of unknown outcome waits on p1, so X is not failed for the superseded stamp: it is
+// renumbered under epoch 1 from 0 with p1's rewrite and appended. The one bump covers both.
+#[test]
+fn a_batch_refused_out_of_order_under_a_superseded_epoch_with_nothing_of_unknown_outcome_queued_is_renumbered_not_failed(
+) {
+    let mut sim = started(setup_with(&[1, 1], |_| {}));
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+    ));
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(1)).base_sequence(0),
+            Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
+        )
+        .delayed(50 * MS),
+    );
+    let b = batch(&mut sim, &tp(0));
+    let x = batch(&mut sim, &tp(1));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(1)),
+        vec![
+            (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
+    assert_eq!(acked_offsets(&sim, &x), offsets(0..10));
+}
+
+/// W (0-9) acked; D (10-19) refused NOT_ENOUGH_REPLICAS (no append), then with each code of
+/// `d_retries` in turn; H (20-29) right behind D, answered REQUEST_TIMED_OUT after the broker
+/// read it (its outcome is unknown; the broker refused it, as 10-19 were missing). Returns the
+/// ids of W, D and H once everything settled.
+fn next_batch_refused_ahead_of_one_of_unknown_outcome(
+    sim: &mut Sim,
+    d_retries: &[i16],
+) -> [Vec<RecordId>; 3] {
+    let w = batch(sim, &tp(0));
+    settle(sim, SECOND);
+    let d_match = RequestMatch::produce().partition(&tp(0)).base_sequence(10);
+    sim.add_fault(FaultRule::new(
+        d_match.clone(),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    for &error in d_retries {
+        sim.add_fault(FaultRule::new(d_match.clone(), Fault::Inject(error)));
+    }
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
+    ));
+    let d = batch(sim, &tp(0));
+    let h = batch(sim, &tp(0));
+    settle(sim, 10 * SECOND);
+    assert_eq!(sim.pending_faults(), 0, "every scripted fault was met");
+    [w, d, h]
+}
+
+// D is refused out of order while it is next in line and H, behind it, waits with an unknown
+// outcome: both under the epoch in force. That is §4.7's bump, not a refusal for good: D is
+// retried under its own stamp ahead of H (H may be in the log under its stamp, so the rewrite
+// waits for it) and appended, and H after it.
+#[test]
+fn out_of_order_on_the_next_batch_ahead_of_one_of_unknown_outcome_under_the_current_epoch_bumps_and_retries_it(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let [w, d, h] = next_batch_refused_ahead_of_one_of_unknown_outcome(
+        &mut sim,
+        &[code::OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 10, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 20, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    assert_eq!(acked_offsets(&sim, &[w, d, h].concat()), offsets(0..30));
+}
+
+// As above, but after the bump D's retry under its old stamp is answered UNKNOWN_PRODUCER_ID
+// with no log start offset: the broker did not know the partition yet (§4.6 case 1), which
+// says nothing about D's stamp, so D is retried again rather than failed, and appended.
+#[test]
+fn unknown_producer_id_without_a_log_start_offset_under_a_superseded_epoch_ahead_of_one_of_unknown_outcome_is_retried(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    let [w, d, h] = next_batch_refused_ahead_of_one_of_unknown_outcome(
+        &mut sim,
+        &[
+            code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+            code::UNKNOWN_PRODUCER_ID,
+        ],
+    );
+    assert_eq!(
+        attempts(&sim, &tp(0))[3..],
+        [
+            (1, 0, 10, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 10, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 20, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    assert_eq!(acked_offsets(&sim, &[w, d, h].concat()), offsets(0..30));
 }
 
 #[test]

@@ -11,7 +11,7 @@
 #![cfg(feature = "testkit")]
 
 use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
-use kacrab::error::TransactionError;
+use kacrab::error::{ProduceError, TransactionError};
 use kacrab::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, SimSetup, MS, SECOND};
 use kafka_protocol::messages::ApiKey;
@@ -353,4 +353,62 @@ fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
     }
     let stats = sim.check_transactions();
     assert_eq!((stats.committed, stats.visible_records), (1, 10));
+}
+
+// The partition's only batch is refused before any append (NOT_ENOUGH_REPLICAS) on every
+// attempt; the abort begins while it waits for its next retry, and its delivery timeout passes
+// during the abort: it fails as timed out, definitely not in the log. A failure while the
+// abort completes asks for no bump by itself (`TM.maybeTransitionToErrorState`), but its
+// sequences leave a gap no later batch of the epoch can cross, so settling the partition
+// (`TM.maybeResolveSequences`) makes the abort bump the epoch, and the next transaction's batch
+// is written.
+#[test]
+fn a_batch_that_times_out_without_an_append_during_an_abort_leaves_a_sequence_gap_and_the_abort_bumps_the_epoch(
+) {
+    let mut setup = SimSetup::scripted(2);
+    setup.engine.transactional_id = Some("tx-sim".to_string());
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    assert_eq!(init(&mut sim), Ok(()));
+    let before = sim.identity();
+    sim.begin_transaction().unwrap();
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+        )
+        .times(usize::MAX),
+    );
+    let timed_out = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(SECOND);
+    assert!(
+        sim.requests_served(ApiKey::Produce) >= 1,
+        "the batch went out"
+    );
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 120 * SECOND;
+    assert!(sim.run_while_not(limit, |s| s.result(timed_out).is_some()));
+    assert!(
+        matches!(
+            sim.result(timed_out),
+            Some(Err(ProduceError::TimedOut { .. }))
+        ),
+        "the batch timed out, never appended: {:?}",
+        sim.result(timed_out)
+    );
+    sim.clear_faults();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.identity().producer_id, before.producer_id);
+    assert_eq!(sim.identity().epoch, before.epoch + 1, "the abort bumped");
+    sim.begin_transaction().unwrap();
+    let next = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert!(matches!(sim.result(next), Some(Ok(_))));
+    let stats = sim.check_transactions();
+    assert_eq!((stats.committed, stats.aborted), (1, 1));
+    assert_eq!(stats.visible_records, 1);
 }

@@ -66,7 +66,8 @@ pub struct ProducerBatch<D> {
     pub in_retry: bool,
     pub stamp: Option<BatchStamp>,
     /// Set when the sequences were rewritten after the last attempt went out: the header differs
-    /// from what is on the wire (Java's `sequenceHasBeenReset`).
+    /// from what is on the wire (Java's `sequenceHasBeenReset`). Cleared when an attempt goes
+    /// out.
     pub reopened: bool,
     /// An attempt was sent and its answer never came (disconnect, request timeout) or it may
     /// have been appended (an error the broker may answer after the append, see

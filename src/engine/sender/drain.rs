@@ -118,6 +118,12 @@ impl<D: Delivery> Engine<D> {
                         .pop_front()
                         .expect("drainable");
                     self.stamp_if_needed(slot_index, &mut batch);
+                    // This attempt carries the batch's current stamp, so an answer to it is
+                    // about that stamp, not about one from before a rewrite (Java's
+                    // `ProducerBatch.close` at drain clears `reopened`). A re-stamp while the
+                    // attempt is on the wire (`adjust_sequences_due_to_failed_batch`) sets it
+                    // again.
+                    batch.reopened = false;
                     self.partitions[slot_index].on_wire += 1;
                     if batch.attempts > 0 {
                         self.stats.retries += 1;
