@@ -251,6 +251,18 @@ mod tests {
         Bytes::from(vec![fill; len])
     }
 
+    /// A non-transactional acks=all head with correlation id 1.
+    fn plain_head(version: i16, client_id: &str) -> ProduceRequestHead<'_> {
+        ProduceRequestHead {
+            version,
+            correlation_id: 1,
+            client_id,
+            transactional_id: None,
+            acks: -1,
+            timeout_ms: 1000,
+        }
+    }
+
     fn partitions() -> Vec<ProducePartition<'static>> {
         // Topics interleaved (a, b, a, c, b) to check the grouping order; one batch long enough
         // for a two-byte compact length, one for a three-byte one.
@@ -318,14 +330,7 @@ mod tests {
     fn batches_are_their_own_segments_not_copies() {
         let parts = partitions();
         for version in [3, 11] {
-            let head = ProduceRequestHead {
-                version,
-                correlation_id: 1,
-                client_id: "c",
-                transactional_id: None,
-                acks: -1,
-                timeout_ms: 1000,
-            };
+            let head = plain_head(version, "c");
             let frame = encode_produce_request(&head, &parts).unwrap();
             for p in &parts {
                 assert!(
@@ -347,14 +352,7 @@ mod tests {
     #[test]
     fn versions_outside_the_encoders_range_are_refused() {
         for version in [2, 12, 13] {
-            let head = ProduceRequestHead {
-                version,
-                correlation_id: 1,
-                client_id: "c",
-                transactional_id: None,
-                acks: -1,
-                timeout_ms: 1000,
-            };
+            let head = plain_head(version, "c");
             assert!(matches!(
                 encode_produce_request(&head, &partitions()),
                 Err(WireError::Encode { version: v, .. }) if v == version
@@ -366,14 +364,7 @@ mod tests {
     fn an_overlong_client_id_is_an_encode_error_not_a_panic() {
         let long = "x".repeat(i16::MAX as usize + 1);
         for version in [3, 9] {
-            let head = ProduceRequestHead {
-                version,
-                correlation_id: 1,
-                client_id: &long,
-                transactional_id: None,
-                acks: -1,
-                timeout_ms: 1000,
-            };
+            let head = plain_head(version, &long);
             assert!(encode_produce_request(&head, &partitions()).is_err());
         }
     }
