@@ -71,6 +71,10 @@ pub enum ProduceError {
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,
+    /// `Producer::purge` removed the record before any attempt carried it: it is not in the
+    /// log. In a transaction, as any failed record does, it makes the transaction abortable.
+    #[error("the record was purged before it was sent; it is not in the log")]
+    Purged,
     /// The record's transaction was aborted before the record was sent (Java's
     /// `TransactionAbortedException`): it is not in the log.
     #[error("the transaction was aborted before the record was sent; it is not in the log")]

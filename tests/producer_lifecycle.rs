@@ -13,6 +13,7 @@ use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{DeliveryFuture, ProduceError, Producer, ProducerRecord};
+use kafka_protocol::messages::ApiKey;
 
 use common::{check_exactly_once, payload_ids, read_back, Isolation};
 
@@ -232,5 +233,70 @@ fn flush_timeout_returns_false_while_a_record_waits_for_its_broker_and_true_once
         "flushed once the broker is back"
     );
     assert_eq!(stuck.wait().expect("landed").offset, 1);
+    producer.close(Duration::from_secs(5));
+}
+
+#[test]
+fn purge_fails_lingering_records_as_purged_and_leaves_no_sequence_gap_for_the_next_record() {
+    let topic = "lifecycle-purge-lingering";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 1, 1]);
+    // Nothing leaves a batch before a flush: the purged records are certainly unsent.
+    let producer = common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[("linger.ms", "60000"), ("batch.size", "65536")],
+    );
+    // Ids that are multiples of 3 all go to partition 0.
+    let first = send(&producer, topic, 0);
+    assert!(producer.flush_timeout(WAIT), "the first record is flushed");
+    assert_eq!(first.wait().expect("the first record lands").offset, 0);
+    let lingering: Vec<DeliveryFuture> = [3, 6, 9]
+        .into_iter()
+        .map(|id| send(&producer, topic, id))
+        .collect();
+    producer.purge();
+    for future in &lingering {
+        assert_eq!(
+            future.try_result().map(|r| r.map(|m| m.offset)),
+            Some(Err(ProduceError::Purged)),
+            "purge completes a lingering record before it returns"
+        );
+    }
+    // Had the purged batch taken sequences, the broker would refuse this one as out of order.
+    let next = send(&producer, topic, 12);
+    assert!(producer.flush_timeout(WAIT), "the next record is flushed");
+    assert_eq!(next.wait().expect("the next record lands").offset, 1);
+    assert_eq!(read_ids(&cluster, topic), vec![vec![0, 12], vec![], vec![]]);
+    producer.close(Duration::from_secs(5));
+}
+
+#[test]
+fn purge_leaves_a_record_whose_attempt_is_on_the_wire_to_complete_as_usual() {
+    let topic = "lifecycle-purge-on-the-wire";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 1, 1]);
+    let producer = common::kacrab_producer(&cluster.bootstrap_servers(), &[("linger.ms", "0")]);
+    // The first record (and its connection's set-up) proves the path; the second's answer
+    // is held back so that purge runs while it is on the wire.
+    send(&producer, topic, 0)
+        .wait()
+        .expect("the first record lands");
+    cluster
+        .faults()
+        .delay_response(1, ApiKey::Produce, 1, Duration::from_secs(2));
+    let on_the_wire = send(&producer, topic, 3);
+    assert!(
+        cluster.faults().wait_until_consumed(WAIT),
+        "the delayed produce request reached the broker"
+    );
+    producer.purge();
+    assert_eq!(
+        on_the_wire
+            .wait()
+            .expect("a record on the wire is not purged")
+            .offset,
+        1
+    );
+    assert_eq!(read_ids(&cluster, topic), vec![vec![0, 3], vec![], vec![]]);
     producer.close(Duration::from_secs(5));
 }

@@ -562,6 +562,24 @@ impl Producer {
         latch.wait(timeout)
     }
 
+    /// Fails every record sent before this call that no attempt has carried to a broker yet
+    /// (still lingering in its batch, or waiting for a connection or metadata) with
+    /// [`ProduceError::Purged`], whose promise is that the record is not in the log, and
+    /// returns once every shard has done so. Records of which an attempt was sent are left to
+    /// complete as usual: they may be in the log. In a transaction a purged record, like any
+    /// failed one, makes the transaction abortable. A `send` still blocked on metadata or
+    /// `buffer.memory` when this is called is not covered.
+    pub fn purge(&self) {
+        let latch = Latch::new(self.inner.inboxes.len());
+        for inbox in &self.inner.inboxes {
+            // A closed inbox: `close` completes every record.
+            if inbox.push(ShardCommand::Purge(latch.clone())).is_err() {
+                latch.count_down();
+            }
+        }
+        latch.wait(None);
+    }
+
     /// Aborts a transaction still open (a commit under way completes), flushes, then stops
     /// the shards, all within `timeout`. Records still incomplete then fail with
     /// `ProduceError::Closed`, or `OutcomeUnknown` when an attempt of theirs may have landed

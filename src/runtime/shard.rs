@@ -86,6 +86,8 @@ pub(crate) enum ShardCommand {
     Append(OwnedRecord),
     RequestTopic(Arc<str>),
     Flush(Arc<Latch>),
+    /// Fail every record not yet sent (`Engine::purge_unsent`), then count down.
+    Purge(Arc<Latch>),
     /// A commit or abort call's barrier: every record queued before it is in that call's
     /// flush, every record checked before the call and queued after it is refused
     /// (`txn_driver`).
@@ -323,6 +325,11 @@ pub(crate) async fn run_shard(
                     }
                     ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
                     ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
+                    ShardCommand::Purge(latch) => {
+                        let purged = engine.purge_unsent();
+                        tracing::debug!(target: "kacrab::producer", purged, "purged unsent records");
+                        latch.count_down();
+                    }
                     ShardCommand::TxnBarrier { token, commit } => {
                         txn.on_barrier(token, commit, engine)
                     }
@@ -486,7 +493,9 @@ pub(crate) async fn run_shard(
                     match cmd {
                         // Its delivery handle completes it with `Closed` as it drops.
                         ShardCommand::Append(record) => drop(record),
-                        ShardCommand::Flush(latch) => latch.count_down(),
+                        ShardCommand::Flush(latch) | ShardCommand::Purge(latch) => {
+                            latch.count_down()
+                        }
                         ShardCommand::Close { done, .. } => done.count_down(),
                         _ => {}
                     }

@@ -88,6 +88,40 @@ impl<D: Delivery> Engine<D> {
         done
     }
 
+    /// Fails every record that no attempt has carried yet (`Producer::purge`) with
+    /// `ProduceError::Purged`, and returns how many. Only each partition's unsent tail goes:
+    /// batches behind the last one that has a sequence, has been sent, or is a split child
+    /// (whose parent's sequences it will fill). None of these ever took a sequence number,
+    /// so the partition's next sequence and its in-flight list are untouched and no gap
+    /// opens; a batch that has been on the wire stays, because it may be in the log.
+    pub fn purge_unsent(&mut self) -> usize {
+        let mut purged = 0;
+        for slot_index in 0..self.partitions.len() {
+            loop {
+                let unsent = match self.partitions[slot_index].deque.back() {
+                    Some(batch) => {
+                        batch.stamp.is_none()
+                            && batch.attempts == 0
+                            && !batch.outcome_unknown
+                            && !batch.expired
+                            && !self.split_children.contains_key(&batch.id)
+                    }
+                    None => false,
+                };
+                if !unsent {
+                    break;
+                }
+                let batch = self.partitions[slot_index]
+                    .deque
+                    .pop_back()
+                    .expect("checked above");
+                purged += batch.records.len();
+                self.finish_batch(slot_index, batch, Err(ProduceError::Purged));
+            }
+        }
+        purged
+    }
+
     /// Close: send everything now; refuse new records.
     pub fn begin_close(&mut self) {
         self.closing = true;
