@@ -1,6 +1,7 @@
 //! Defaults that fit a container: shards only on the CPUs this process may use. Each check
 //! runs in a child process started under `taskset` (an affinity mask of one CPU), so the mask
-//! is the one the producer really sees, and this process's own mask is left alone.
+//! is the one the producer really sees, and this process's own mask is left alone; the memlock
+//! check runs its child under `prlimit`.
 
 use std::process::Command;
 
@@ -77,4 +78,41 @@ fn kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask() {
             );
         }
     }
+}
+
+const MEMLOCK_CHILD: &str = "KACRAB_MEMLOCK_CHILD";
+
+#[test]
+fn a_memlock_limit_below_what_the_shards_need_is_refused_with_the_number_needed() {
+    if std::env::var(MEMLOCK_CHILD).is_ok() {
+        let err = Producer::builder()
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("kacrab.shards", "1")
+            .build()
+            .expect_err("RLIMIT_MEMLOCK of 256 KiB");
+        assert!(err.to_string().contains("need 524288"), "{err}");
+        match err {
+            Error::Runtime(RuntimeError::MemlockTooLow {
+                limit,
+                needed,
+                shards,
+            }) => {
+                assert_eq!((limit, needed, shards), (256 << 10, 512 << 10, 1));
+            }
+            other => panic!("expected MemlockTooLow, got {other:?}"),
+        }
+        return;
+    }
+    let test = "a_memlock_limit_below_what_the_shards_need_is_refused_with_the_number_needed";
+    let status = Command::new("prlimit")
+        .arg("--memlock=262144:262144")
+        .arg(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(MEMLOCK_CHILD, "1")
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(
+        status.success(),
+        "{test} failed under prlimit --memlock=262144"
+    );
 }

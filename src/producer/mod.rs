@@ -127,7 +127,6 @@ impl Producer {
     }
 
     fn start(config: ProducerConfig) -> Result<Producer, Error> {
-        runtime::io_uring_preflight()?;
         let online = runtime::online_cores();
         let cores: Vec<usize> = match (&config.cores, config.shards) {
             (Some(cores), _) => {
@@ -146,6 +145,7 @@ impl Producer {
             (None, None) => runtime::default_shard_cores(),
         };
         let shard_count = cores.len().max(1);
+        runtime::io_uring_preflight(shard_count, config.io_memory)?;
         let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count).map(|_| Arc::default()).collect();
         let mut receivers = Vec::with_capacity(shard_count);
         let mut control = Vec::with_capacity(shard_count);

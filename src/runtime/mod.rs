@@ -23,7 +23,7 @@ pub use stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, RuntimeWatch,
     ShardReport, RECENT_FAILURES,
 };
-pub use uring::io_uring_preflight;
+pub use uring::{io_uring_preflight, memlock_needed, memlock_verdict, GLOMMIO_MIN_MEMLOCK};
 
 /// Why the runtime could not start or run.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,8 +31,14 @@ pub use uring::io_uring_preflight;
 pub enum RuntimeError {
     #[error("io_uring is unavailable: {reason}")]
     IoUringUnavailable { reason: String },
-    #[error("RLIMIT_MEMLOCK is {limit} bytes; glommio needs at least 524288 (raise LimitMEMLOCK)")]
-    MemlockTooLow { limit: u64 },
+    /// `needed` is what `shards` executors lock (glommio's floor of 524288 bytes, and without
+    /// CAP_IPC_LOCK about 48 KiB of rings plus 3 × `kacrab.io.memory.bytes` per shard).
+    #[error("RLIMIT_MEMLOCK is {limit} bytes; {shards} shard(s) need {needed} (raise LimitMEMLOCK / ulimit -l, or lower kacrab.shards or kacrab.io.memory.bytes)")]
+    MemlockTooLow {
+        limit: u64,
+        needed: u64,
+        shards: usize,
+    },
     #[error("kacrab.cores names CPU {cpu}, which this process may not run on (its affinity mask: {online:?})")]
     CoreNotOnline { cpu: usize, online: Vec<usize> },
     #[error("failed to start shard {shard}: {reason}")]
