@@ -146,3 +146,58 @@ fn bad_flags_and_keys_are_errors() {
     let out = perf(&["--num-records", "1"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn a_sweep_writes_one_csv_row_per_run_of_every_point() {
+    let dir = std::env::temp_dir().join(format!("kacrab-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dir_arg = dir.to_str().expect("utf-8 temp dir");
+    perf_ok(&[
+        "--sweep",
+        dir_arg,
+        "--sweep-reps",
+        "2",
+        "--num-records",
+        "2000",
+        "--brokers",
+        "1",
+    ]);
+    let csv = std::fs::read_to_string(dir.join("sweep.csv")).expect("sweep.csv");
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let points = |scenario: &str, axis: &str| {
+        let mut values: Vec<&str> = rows
+            .iter()
+            .filter(|r| r[0] == scenario && r[1] == axis)
+            .map(|r| r[2])
+            .collect();
+        let runs = values.len();
+        values.dedup();
+        assert_eq!(
+            runs,
+            2 * values.len(),
+            "two runs per point of {scenario} {axis}"
+        );
+        values
+    };
+    assert_eq!(points("small", "linger.ms"), ["0", "1", "5", "20"]);
+    assert_eq!(
+        points("small", "batch.size"),
+        ["4096", "16384", "65536", "262144"]
+    );
+    assert_eq!(
+        points("latency", "kacrab.spin.before.park.us"),
+        ["0", "50", "200"]
+    );
+    assert!(points("small", "placement").contains(&"same"));
+    assert!(points("small", "kacrab.shards").contains(&"1"));
+    for row in &rows {
+        assert_eq!(row[11], "0", "no record failed: {row:?}");
+        let rate: f64 = row[4].parse().expect("records/s");
+        assert!(rate > 0.0, "{row:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -34,6 +34,12 @@ bootstrap.servers in the producer properties) it starts the embedded reference c
                                  performance-producer-default-transactional-id)
   --transaction-duration-ms MS   commit and begin the next transaction every MS (default 3000
                                  when transactional); the last one commits at the end
+  --app-core CPU                 pin the sending thread (the application's thread) to CPU
+  --sweep DIR                    instead of one run: sweep shards, placement against the
+                                 sending thread, linger.ms, batch.size and spin, several runs
+                                 per point (--sweep-reps N, default 3); writes DIR/sweep.csv
+                                 and DIR/sweep-small.svg, DIR/sweep-latency.svg (the plots
+                                 need the `perf` feature). Other flags go to every run.
   --help                         this text
 ";
 
@@ -62,6 +68,8 @@ pub struct Args {
     pub json: bool,
     /// Transactions: the transactional id and how long each transaction lasts.
     pub transactions: Option<(String, u64)>,
+    /// The CPU the sending thread is pinned to.
+    pub app_core: Option<usize>,
 }
 
 /// What the command line asks for.
@@ -109,6 +117,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
     let mut transaction_duration_ms = None;
     let mut broker_process = false;
     let mut retention = None;
+    let mut app_core = None;
 
     let mut it = argv.iter().peekable();
     while let Some(arg) = it.next() {
@@ -186,6 +195,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
                 }
                 transaction_duration_ms = Some(ms);
             }
+            "--app-core" => app_core = Some(number::<usize>(&flag, &take(&mut it)?)?),
             "--broker-process" => broker_process = true,
             "--retention-bytes" => retention = Some(number(&flag, &take(&mut it)?)?),
             other => bail!("unknown argument `{other}` (see --help)"),
@@ -227,6 +237,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
                 ms.unwrap_or(DEFAULT_TRANSACTION_DURATION_MS),
             )),
         },
+        app_core,
     })))
 }
 

@@ -18,6 +18,7 @@ mod fetch;
 mod latency;
 mod load;
 mod procstat;
+mod sweep;
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -38,6 +39,22 @@ use load::{drive_kacrab, Deliveries, Pacer, Payloads, TransactionPacing};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
+    match sweep::parse(&argv) {
+        Ok(Some(s)) => {
+            return match sweep::run(&s) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kacrab-perf: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("kacrab-perf: {e:#}");
+            return ExitCode::from(2);
+        }
+    }
     let mode = match args::parse(&argv) {
         Ok(mode) => mode,
         Err(e) => {
@@ -191,6 +208,13 @@ fn run(a: &Args) -> Result<()> {
         None
     };
     let producer = Producer::builder().config(|_| builder).build()?;
+    if let Some(cpu) = a.app_core {
+        // The sending thread stands for the application's own pinned thread. Pinned after
+        // the shards start: the producer reads the CPUs it may use from this thread's mask.
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+            bail!("--app-core {cpu}: could not pin the sending thread there");
+        }
+    }
     if let Some(t) = transactions {
         producer
             .init_transactions(t.call_timeout)
