@@ -23,15 +23,20 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 
 use super::shard::ShardCommand;
 
-/// Entries the shard keeps allocated between bursts; a burst larger than this grows the deque,
-/// which shrinks back after it is drained.
+/// Entries a deque keeps allocated however idle the producer is. A burst larger than this
+/// grows the deque; it shrinks back only after `SPARSE_TAKES_BEFORE_SHRINK` takes in a row
+/// used under an eighth of it. Shrinking after every burst made a producer under sustained load
+/// (whose inbox is always past this size) reallocate, copy and page-fault a fresh deque on
+/// every take. What stays allocated is bounded by `buffer.memory`, which charges each queued
+/// record for a slot in both deques (`producer::RECORD_MEMORY_OVERHEAD`).
 const RETAINED_CAPACITY: usize = 1 << 14;
+const SPARSE_TAKES_BEFORE_SHRINK: u32 = 64;
 
 pub(crate) struct ShardInbox {
     queue: Mutex<Queue>,
@@ -39,6 +44,8 @@ pub(crate) struct ShardInbox {
     /// wakes it. Cleared by whoever wakes it.
     parked: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    /// Takes in a row that used under an eighth of a grown deque; the shard's alone.
+    sparse_takes: AtomicU32,
 }
 
 struct Queue {
@@ -56,6 +63,7 @@ impl Default for ShardInbox {
             }),
             parked: AtomicBool::new(false),
             waker: Mutex::new(None),
+            sparse_takes: AtomicU32::new(0),
         }
     }
 }
@@ -123,11 +131,24 @@ impl ShardInbox {
     /// swap, keeping both allocations.
     pub(crate) fn take_all(&self, into: &mut VecDeque<ShardCommand>) {
         debug_assert!(into.is_empty());
-        if into.capacity() > RETAINED_CAPACITY {
-            into.shrink_to(RETAINED_CAPACITY);
+        std::mem::swap(&mut self.queue.lock().expect("inbox lock").commands, into);
+        // Only the shard takes, so a relaxed counter is enough.
+        let capacity = into.capacity();
+        if capacity <= RETAINED_CAPACITY {
+            return;
         }
-        let mut queue = self.queue.lock().expect("inbox lock");
-        std::mem::swap(&mut queue.commands, into);
+        if into.len() >= capacity / 8 {
+            self.sparse_takes.store(0, Ordering::Relaxed);
+            return;
+        }
+        let sparse = self.sparse_takes.load(Ordering::Relaxed) + 1;
+        if sparse < SPARSE_TAKES_BEFORE_SHRINK {
+            self.sparse_takes.store(sparse, Ordering::Relaxed);
+        } else {
+            // Few commands to move: the deque is mostly empty.
+            into.shrink_to(RETAINED_CAPACITY);
+            self.sparse_takes.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Closes the inbox without a last command (the shard stopped on its own) and hands back
@@ -200,5 +221,55 @@ impl Drop for Parked<'_> {
         if self.armed {
             self.inbox.parked.store(false, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn burst(inbox: &ShardInbox, topic: &Arc<str>, n: usize) {
+        for _ in 0..n {
+            assert!(inbox
+                .push(ShardCommand::RequestTopic(topic.clone()))
+                .is_ok());
+        }
+    }
+
+    #[test]
+    fn deques_grown_under_sustained_load_keep_their_capacity_and_shrink_after_a_sparse_spell() {
+        let inbox = ShardInbox::default();
+        let topic: Arc<str> = Arc::from("t");
+        let mut local = VecDeque::new();
+        let big = 4 * RETAINED_CAPACITY;
+        for _ in 0..2 * SPARSE_TAKES_BEFORE_SHRINK {
+            burst(&inbox, &topic, big);
+            inbox.take_all(&mut local);
+            assert_eq!(local.len(), big);
+            local.clear();
+        }
+        let both = |local: &VecDeque<ShardCommand>| {
+            let queued = inbox.queue.lock().unwrap().commands.capacity();
+            (local.capacity(), queued)
+        };
+        let (a, b) = both(&local);
+        assert!(
+            a >= big && b >= big,
+            "sustained load keeps both deques grown"
+        );
+        // The two deques take turns; each shrinks after its own sparse takes.
+        for _ in 0..3 * SPARSE_TAKES_BEFORE_SHRINK {
+            burst(&inbox, &topic, 1);
+            inbox.take_all(&mut local);
+            local.clear();
+        }
+        let (a, b) = both(&local);
+        assert!(
+            a < big && b < big,
+            "a sparse spell shrinks both deques ({a}, {b})"
+        );
     }
 }
