@@ -6,9 +6,9 @@ mod completion;
 pub(crate) mod delivery;
 pub(crate) mod record;
 pub(crate) mod shared;
+mod sticky;
 mod transaction;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -19,7 +19,7 @@ use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
-use crate::partitioner::{partition_for_key, StickyPartitioner};
+use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::inbox::ShardInbox;
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
@@ -93,7 +93,8 @@ struct Inner {
     inboxes: Vec<Arc<ShardInbox>>,
     metadata: Arc<MetadataSnapshot>,
     memory: Arc<BufferMemory>,
-    sticky: Mutex<HashMap<Arc<str>, StickyPartitioner>>,
+    /// Process-unique: keys this producer's per-thread sticky partition choices.
+    id: u64,
     joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
     /// Set first thing by `close`: sends are refused from then on. A send that checked it
     /// just before is still safe: a shard's inbox refuses pushes behind its `Close`, so no
@@ -197,7 +198,7 @@ impl Producer {
                 config,
                 inboxes,
                 metadata,
-                sticky: Mutex::new(HashMap::new()),
+                id: sticky::next_producer_id(),
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
                 requested: Mutex::new(Default::default()),
@@ -435,18 +436,15 @@ impl Producer {
             None => match (&record.key, inner.config.partitioner_ignore_keys) {
                 (Some(key), false) => partition_for_key(key, partition_count),
                 _ => {
-                    let mut sticky = inner.sticky.lock().expect("sticky lock");
-                    // Look up before inserting: `entry` would take an owned key, a reference
-                    // count on the topic name per record.
-                    if !sticky.contains_key(&*record.topic) {
-                        let fresh = StickyPartitioner::new(inner.config.batch_size.max(1));
-                        sticky.insert(record.topic.clone(), fresh);
-                    }
-                    let state = sticky.get_mut(&*record.topic).expect("inserted above");
                     // The partitioner keeps its own xorshift state; the timestamp only stirs it.
-                    let p = state.partition(partition_count, &[], timestamp as u64 | 1);
-                    state.on_append(size - RECORD_MEMORY_OVERHEAD);
-                    p
+                    sticky::partition(
+                        inner.id,
+                        &record.topic,
+                        partition_count,
+                        inner.config.batch_size,
+                        size - RECORD_MEMORY_OVERHEAD,
+                        timestamp as u64 | 1,
+                    )
                 }
             },
         };
