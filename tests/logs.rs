@@ -3,8 +3,8 @@
 //! broker going down and coming back show up as the events an operator would look for.
 #![cfg(feature = "testkit")]
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+mod common;
+
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,38 +14,11 @@ use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{Producer, ProducerRecord};
 use kafka_protocol::messages::ApiKey;
 
-/// Every formatted event, from every thread (the shards log on their own threads).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .map(str::to_string)
-            .collect()
-    }
-}
+use common::logs::Captured;
 
 #[test]
 fn a_failover_run_logs_the_epoch_bump_and_the_lost_and_regained_connection() {
-    let captured = Captured::default();
-    let writer = captured.clone();
-    tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .init();
+    let captured = Captured::install();
 
     let cluster = ReferenceCluster::start(1, BrokerRules::default());
     cluster.create_topic("logged", &[1]);
@@ -75,10 +48,7 @@ fn a_failover_run_logs_the_epoch_bump_and_the_lost_and_regained_connection() {
     producer.close(Duration::from_secs(5));
 
     let lines = captured.lines();
-    if std::env::var_os("KACRAB_SHOW_LOGS").is_some() {
-        println!("{}", lines.join("\n"));
-    }
-    let has = |needle: &[&str]| lines.iter().any(|l| needle.iter().all(|n| l.contains(n)));
+    let has = |needles: &[&str]| Captured::has(&lines, needles);
     assert!(
         has(&["epoch bump requested", "epoch=0"]),
         "the bump request and the epoch it leaves: {lines:#?}"

@@ -421,7 +421,13 @@ fn check_ignored(key: &str, raw: &str) -> Result<(), ConfigError> {
         Check::Int(min, max) => parse::int(key, raw, min, max, unit).map(drop),
         Check::Long(min, max) => parse::long(key, raw, min, max, unit).map(drop),
         Check::OneOf(allowed) => parse::one_of(key, raw, allowed),
-    }
+    }?;
+    tracing::warn!(
+        target: "kacrab::config",
+        key,
+        "a Java producer key kacrab accepts and ignores (see keys::ignored_keys for why)"
+    );
+    Ok(())
 }
 
 /// Builds a [`ProducerConfig`] from Java property names and string values.

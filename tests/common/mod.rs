@@ -2,6 +2,8 @@
 //! consumer (an independent reader), and check what was read for exactly-once delivery.
 #![allow(dead_code)]
 
+pub mod logs;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -172,6 +172,17 @@ impl<D: Delivery> Engine<D> {
         let within_timeout = now < batch.created + self.config.delivery_timeout;
         let attempts_left = (batch.attempts as i64) < self.config.retries as i64;
         if within_timeout && attempts_left && self.fatal.is_none() {
+            let tp = &self.partitions[slot_index].tp;
+            tracing::warn!(
+                target: "kacrab::producer",
+                topic = &*tp.topic,
+                partition = tp.partition,
+                error = %error_code::name(error),
+                attempt = batch.attempts + 1,
+                records = batch.record_count,
+                outcome_unknown = batch.outcome_unknown,
+                "retrying batch"
+            );
             batch.attempts += 1;
             batch.in_retry = true;
             batch.last_attempt = now;
@@ -275,6 +286,13 @@ impl<D: Delivery> Engine<D> {
     ) {
         if let Err(err) = result {
             if !batch.records.is_empty() {
+                // The error's text states what it promises about the log.
+                tracing::warn!(
+                    target: "kacrab::producer",
+                    records = batch.records.len(),
+                    error = %err,
+                    "batch failed"
+                );
                 self.txn_report_failure(&err, false);
             }
             for record in std::mem::take(&mut batch.records) {

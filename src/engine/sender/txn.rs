@@ -514,12 +514,19 @@ impl<D: Delivery> Engine<D> {
                             .entry(found.node)
                             .or_insert_with(|| format!("{}:{}", found.host, found.port));
                         let tm = self.tm.as_mut().expect("owner");
-                        match key_type {
-                            CoordinatorType::Transaction => {
-                                tm.transaction_coordinator = Some(found.node)
-                            }
-                            CoordinatorType::Group => tm.group_coordinator = Some(found.node),
-                        }
+                        let slot = match key_type {
+                            CoordinatorType::Transaction => &mut tm.transaction_coordinator,
+                            CoordinatorType::Group => &mut tm.group_coordinator,
+                        };
+                        tracing::info!(
+                            target: "kacrab::transaction",
+                            coordinator = ?key_type,
+                            node = found.node,
+                            host = %found.host,
+                            port = found.port,
+                            "coordinator found"
+                        );
+                        *slot = Some(found.node);
                     }
                     Err(outcome) => self.apply_txn_outcome(now, request, outcome),
                 }

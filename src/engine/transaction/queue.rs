@@ -119,6 +119,11 @@ impl TransactionManager {
 
     /// `TM.lookupCoordinator`: forget the cached node, queue FindCoordinator (once).
     pub fn lookup_coordinator(&mut self, key_type: CoordinatorType, key: String) {
+        tracing::debug!(
+            target: "kacrab::transaction",
+            coordinator = ?key_type,
+            "looking up the coordinator"
+        );
         match key_type {
             CoordinatorType::Transaction => self.transaction_coordinator = None,
             CoordinatorType::Group => self.group_coordinator = None,

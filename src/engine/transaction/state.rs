@@ -80,6 +80,12 @@ impl TransactionManager {
                 state: self.state.name(),
             });
         }
+        tracing::info!(
+            target: "kacrab::transaction",
+            from = self.state.name(),
+            to = target.name(),
+            "transaction state"
+        );
         self.state = target;
         if !matches!(
             target,
@@ -112,6 +118,12 @@ impl TransactionManager {
             }
             _ => {}
         }
+        tracing::warn!(
+            target: "kacrab::transaction",
+            from = self.state.name(),
+            error = %error,
+            "transaction state AbortableError: the transaction must be aborted"
+        );
         self.state = TransactionState::AbortableError;
         let reason = error.to_string();
         self.last_error = Some(error);
@@ -125,6 +137,12 @@ impl TransactionManager {
         if self.state == TransactionState::FatalError {
             return;
         }
+        tracing::error!(
+            target: "kacrab::transaction",
+            from = self.state.name(),
+            error = %error,
+            "transaction state FatalError"
+        );
         self.state = TransactionState::FatalError;
         self.last_error = Some(error.clone());
         self.actions.push_back(TxnAction::Fatal {
