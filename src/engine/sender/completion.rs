@@ -172,6 +172,8 @@ impl<D: Delivery> Engine<D> {
         let within_timeout = now < batch.created + self.config.delivery_timeout;
         let attempts_left = (batch.attempts as i64) < self.config.retries as i64;
         if within_timeout && attempts_left && self.fatal.is_none() {
+            self.metrics
+                .records_retried(slot_index, batch.record_count as u64);
             batch.attempts += 1;
             batch.in_retry = true;
             batch.last_attempt = now;
@@ -276,12 +278,13 @@ impl<D: Delivery> Engine<D> {
         if let Err(err) = result {
             if !batch.records.is_empty() {
                 self.txn_report_failure(&err, false);
+                self.metrics
+                    .records_failed(slot_index, batch.records.len() as u64);
             }
             for record in std::mem::take(&mut batch.records) {
                 record.delivery.complete(Err(err.clone()));
             }
         }
-        let _ = slot_index;
         // Split children share their parent's id; it is complete when the last one is.
         if let Some(left) = self.split_children.get_mut(&batch.id) {
             *left -= 1;
