@@ -19,6 +19,7 @@ use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
+use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::{partition_for_key, StickyPartitioner};
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::inbox::ShardInbox;
@@ -102,6 +103,8 @@ struct Inner {
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
+    /// Where the shards publish their metrics (`Producer::metrics`).
+    pub(crate) metrics: Arc<MetricsBoard>,
     /// Each shard's control queue; the owner's takes the transaction calls.
     control: Vec<ControlSender>,
     txn_status: Arc<TxnStatus>,
@@ -159,6 +162,11 @@ impl Producer {
         let metadata = Arc::new(MetadataSnapshot::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
+        let metrics = Arc::new(MetricsBoard::new(
+            config.client_id.clone(),
+            memory.clone(),
+            shard_count,
+        ));
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
             tickets,
@@ -169,6 +177,7 @@ impl Producer {
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,
             counters: counters.clone(),
+            metrics: metrics.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
@@ -203,6 +212,7 @@ impl Producer {
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
+                metrics,
                 control,
                 txn_status,
             }),
@@ -227,6 +237,15 @@ impl Producer {
     /// The runtime's sockets, tasks, connection failures and per-shard engine counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
         self.inner.counters.snapshot()
+    }
+
+    /// A snapshot of the producer's metrics under Kafka's names, summed over every shard
+    /// (see [`crate::metrics`] for what each counts, and how fresh it is). Also hands the
+    /// snapshot to the `metrics` crate facade.
+    pub fn metrics(&self) -> ProducerMetrics {
+        let snapshot = self.inner.metrics.snapshot();
+        snapshot.publish();
+        snapshot
     }
 
     /// The runtime's counters, still readable after every handle of this producer is gone.
@@ -357,7 +376,12 @@ impl Producer {
                 },
                 registered: false,
             };
+            let waiting_for_room = std::ptr::eq(list, &memory.async_waiters);
+            let wait_started = Instant::now();
             futures_lite::future::or(changed, &mut timer).await;
+            if waiting_for_room {
+                memory.add_wait(wait_started.elapsed());
+            }
         }
     }
 
@@ -552,6 +576,13 @@ impl Producer {
     }
 
     fn flush_until(&self, timeout: Option<Duration>) -> bool {
+        let started = Instant::now();
+        let done = self.flush_all(timeout);
+        CallTimes::add(&self.inner.metrics.calls.flush, started);
+        done
+    }
+
+    fn flush_all(&self, timeout: Option<Duration>) -> bool {
         let latch = Latch::new(self.inner.inboxes.len());
         for inbox in &self.inner.inboxes {
             // A closed inbox: `close` completes every record.

@@ -25,6 +25,9 @@ pub(crate) struct BufferMemory {
     freed: Condvar,
     /// Tasks of `send_async` waiting for room.
     pub(crate) async_waiters: WaitList,
+    /// Nanoseconds callers spent blocked in `reserve` (`bufferpool-wait-time-ns-total`);
+    /// written only on the path that waits.
+    wait_ns: AtomicU64,
 }
 
 impl BufferMemory {
@@ -36,6 +39,7 @@ impl BufferMemory {
             wait_lock: Mutex::new(()),
             freed: Condvar::new(),
             async_waiters: WaitList::default(),
+            wait_ns: AtomicU64::new(0),
         }
     }
 
@@ -93,7 +97,20 @@ impl BufferMemory {
                 .0;
         };
         self.waiters.fetch_sub(1, Ordering::Relaxed);
+        drop(guard);
+        self.add_wait(started.elapsed());
         result
+    }
+
+    /// Time a sender spent waiting for room (a blocked `send`, a `send_async` that waited).
+    pub(crate) fn add_wait(&self, waited: Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Nanoseconds senders have spent waiting for room, in all.
+    pub(crate) fn wait_ns(&self) -> u64 {
+        self.wait_ns.load(Ordering::Relaxed)
     }
 
     pub(crate) fn release(&self, bytes: usize) {

@@ -14,6 +14,7 @@ use glommio::Task;
 
 use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
+use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
@@ -116,6 +117,8 @@ pub(crate) struct ShardContext {
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
     pub counters: Arc<RuntimeCounters>,
+    /// Where this shard publishes its metrics.
+    pub metrics: Arc<MetricsBoard>,
 }
 
 impl ShardContext {
@@ -291,6 +294,7 @@ pub(crate) async fn run_shard(
     let mut report = ShardReport::default();
     let mut txn = TxnDriver::new(shard);
     txn.publish_status(&engine, &*ctx);
+    let mut metrics = ShardPublisher::new(shard, ctx.metrics.clone());
 
     loop {
         // 1. What woke us, then everything else already waiting. One clock read serves every
@@ -355,6 +359,7 @@ pub(crate) async fn run_shard(
         drain_control(&mut engine, &mut txn, None);
         if local.is_empty() {
             inbox.take_all(&mut local);
+            metrics.handoff(local.len());
         }
         while handled < COMMANDS_PER_TURN {
             let Some(cmd) = local.pop_front() else { break };
@@ -443,6 +448,10 @@ pub(crate) async fn run_shard(
             }
             ctx.metadata.publish_fatal(err.clone());
         }
+        // A flush reported done is counted in the published metrics: a snapshot taken after
+        // `flush` returns covers its records.
+        let flush_done = flushes.iter().any(|(token, _)| engine.flush_done(*token));
+        metrics.maybe_publish(engine.metrics(), replica.applied(), flush_done);
         flushes.retain(|(token, latch)| {
             if engine.flush_done(*token) {
                 latch.count_down();
@@ -476,6 +485,7 @@ pub(crate) async fn run_shard(
                     &ctx,
                     &mut report,
                 );
+                metrics.maybe_publish(engine.metrics(), replica.applied(), true);
                 // Publishers must not wait for a reader that is gone.
                 attachment.detach();
                 txn.close();
@@ -523,6 +533,7 @@ pub(crate) async fn run_shard(
         };
         let control_command = async { Wake::Control(control.recv().await) };
         let event = async { Wake::Event(events_rx.recv().await) };
+        let parked_at = metrics.parking();
         pending = Some(
             future::or(
                 control_command,
@@ -530,6 +541,7 @@ pub(crate) async fn run_shard(
             )
             .await,
         );
+        metrics.unparked(parked_at);
     }
 }
 
