@@ -87,6 +87,13 @@ fn metrics_after_a_known_run_count_sends_retries_and_errors_exactly() {
     assert!(node.response_total >= 13, "{node:?}");
     assert!(!node.request_latency_avg.is_nan() && node.request_latency_max >= 0.0);
 
+    // Producer-wide requests are every node's, of every API.
+    assert_eq!(
+        m.request_total,
+        m.nodes.iter().map(|n| n.request_total).sum::<u64>()
+    );
+    assert!(m.request_total >= 13 && m.connection_creation_total >= 1);
+
     // Nothing is buffered after the flush.
     assert_eq!(m.buffer_available_bytes, m.buffer_total_bytes);
     assert_eq!(m.shards.len(), 1);

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::metrics::EngineMetrics;
 use crate::producer::shared::BufferMemory;
+use crate::runtime::RuntimeCounters;
 
 use super::{ProducerMetrics, ShardMetrics};
 
@@ -74,16 +75,23 @@ pub(crate) struct MetricsBoard {
     pub client_id: String,
     pub started: Instant,
     pub memory: Arc<BufferMemory>,
+    pub counters: Arc<RuntimeCounters>,
     pub calls: CallTimes,
     shards: Vec<Mutex<ShardSlot>>,
 }
 
 impl MetricsBoard {
-    pub(crate) fn new(client_id: String, memory: Arc<BufferMemory>, shards: usize) -> Self {
+    pub(crate) fn new(
+        client_id: String,
+        memory: Arc<BufferMemory>,
+        counters: Arc<RuntimeCounters>,
+        shards: usize,
+    ) -> Self {
         MetricsBoard {
             client_id,
             started: Instant::now(),
             memory,
+            counters,
             calls: CallTimes::default(),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
         }
@@ -111,6 +119,8 @@ impl MetricsBoard {
             });
         }
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (connection_count, connection_creation_total, connection_close_total) =
+            self.counters.connection_counts();
         ProducerMetrics::build(
             self.client_id.clone(),
             elapsed,
@@ -121,6 +131,11 @@ impl MetricsBoard {
                 buffer_available_bytes: self.memory.limit().saturating_sub(self.memory.used())
                     as u64,
                 bufferpool_wait_time_ns_total: self.memory.wait_ns(),
+                buffer_exhausted_total: self.memory.exhausted(),
+                waiting_threads: self.memory.waiting_threads(),
+                connection_count,
+                connection_creation_total,
+                connection_close_total,
                 txn_init_time_ns_total: load(&self.calls.init),
                 txn_begin_time_ns_total: load(&self.calls.begin),
                 txn_send_offsets_time_ns_total: load(&self.calls.send_offsets),

@@ -47,17 +47,32 @@ pub struct ProducerMetrics {
     /// `record-send-total`: records in produce requests, every attempt (a retried record
     /// counts once per attempt, as in Java, where it is recorded per drained batch).
     pub record_send_total: u64,
-    /// `record-error-total`: records whose delivery completed with an error in a shard
-    /// (rejected, timed out, of unknown outcome, aborted, refused as the producer closed or
-    /// failed). Records `send` refused before queueing them are not counted.
+    /// `record-error-total`: records the engine completed with an error (rejected, timed
+    /// out, of unknown outcome, failed with the producer, refused at append as it closed or
+    /// after it failed). Records refused before they reached the engine (by `send` itself, by
+    /// a transaction barrier, or left in a shard's queue at close) are not counted.
     pub record_error_total: u64,
     /// `record-retry-total`: records of batches put back for another attempt.
     pub record_retry_total: u64,
-    /// Batches in produce requests, every attempt (the count behind `batch-size-avg`).
+    /// Batches in produce requests, every attempt (the count behind `batch-size-avg`; no
+    /// entry of its own, Java has none).
     pub batch_send_total: u64,
-    /// Produce requests written (`request-total` of the produce API; the per-node
-    /// `request-total` counts every API).
+    /// Produce requests written (the count behind `records-per-request-avg`; no entry of its
+    /// own).
     pub produce_request_total: u64,
+    /// `request-total`, `response-total`, `outgoing-byte-total`, `incoming-byte-total`:
+    /// requests of every API and their answers, over every broker (sums of [`nodes`](Self::nodes)).
+    pub request_total: u64,
+    pub response_total: u64,
+    pub outgoing_byte_total: u64,
+    pub incoming_byte_total: u64,
+    /// `connection-count`: broker sockets open now.
+    pub connection_count: u64,
+    /// `connection-creation-total`: connections established.
+    pub connection_creation_total: u64,
+    /// `connection-close-total`: connections lost or closed by the producer (not counting
+    /// those closed at `close`).
+    pub connection_close_total: u64,
     /// `batch-size-avg` / `batch-size-max`: bytes per batch sent.
     pub batch_size_avg: f64,
     pub batch_size_max: f64,
@@ -79,6 +94,10 @@ pub struct ProducerMetrics {
     pub buffer_available_bytes: u64,
     /// `bufferpool-wait-time-ns-total`: time senders waited for room in `buffer.memory`.
     pub bufferpool_wait_time_ns_total: u64,
+    /// `buffer-exhausted-total`: sends that failed waiting for room.
+    pub buffer_exhausted_total: u64,
+    /// `waiting-threads`: threads blocked in `send` waiting for room now.
+    pub waiting_threads: u64,
     /// `txn-init-time-ns-total` ... `txn-abort-time-ns-total`, `flush-time-ns-total`: time
     /// spent in those calls, whatever their result.
     pub txn_init_time_ns_total: u64,
@@ -141,6 +160,11 @@ pub(crate) struct ProducerCounters {
     pub buffer_total_bytes: u64,
     pub buffer_available_bytes: u64,
     pub bufferpool_wait_time_ns_total: u64,
+    pub buffer_exhausted_total: u64,
+    pub waiting_threads: u64,
+    pub connection_count: u64,
+    pub connection_creation_total: u64,
+    pub connection_close_total: u64,
     pub txn_init_time_ns_total: u64,
     pub txn_begin_time_ns_total: u64,
     pub txn_send_offsets_time_ns_total: u64,
@@ -189,7 +213,7 @@ impl ProducerMetrics {
                 record_retry_total: c.records_retried,
             })
             .collect();
-        let nodes = engine
+        let nodes: Vec<NodeMetrics> = engine
             .nodes
             .iter()
             .map(|(&node, c): (&NodeId, &NodeCounters)| NodeMetrics {
@@ -216,6 +240,13 @@ impl ProducerMetrics {
             record_retry_total: engine.records_retried,
             batch_send_total: engine.batches_sent,
             produce_request_total: engine.produce_requests,
+            request_total: nodes.iter().map(|n| n.request_total).sum(),
+            response_total: nodes.iter().map(|n| n.response_total).sum(),
+            outgoing_byte_total: nodes.iter().map(|n| n.outgoing_byte_total).sum(),
+            incoming_byte_total: nodes.iter().map(|n| n.incoming_byte_total).sum(),
+            connection_count: p.connection_count,
+            connection_creation_total: p.connection_creation_total,
+            connection_close_total: p.connection_close_total,
             batch_size_avg: engine.batch_size.avg(),
             batch_size_max: max_of(&engine.batch_size),
             records_per_request_avg: engine.records_per_request.avg(),
@@ -228,6 +259,8 @@ impl ProducerMetrics {
             buffer_total_bytes: p.buffer_total_bytes,
             buffer_available_bytes: p.buffer_available_bytes,
             bufferpool_wait_time_ns_total: p.bufferpool_wait_time_ns_total,
+            buffer_exhausted_total: p.buffer_exhausted_total,
+            waiting_threads: p.waiting_threads,
             txn_init_time_ns_total: p.txn_init_time_ns_total,
             txn_begin_time_ns_total: p.txn_begin_time_ns_total,
             txn_send_offsets_time_ns_total: p.txn_send_offsets_time_ns_total,

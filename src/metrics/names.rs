@@ -45,101 +45,63 @@ pub(super) fn entries(m: &ProducerMetrics) -> Vec<Metric> {
             value,
         })
     };
-    let p = GROUP_PRODUCER;
     let c = |v: u64| v as f64;
-    push(p, "record-send-total", client(), c(m.record_send_total));
-    push(p, "record-send-rate", client(), m.record_send_rate());
-    push(p, "record-error-total", client(), c(m.record_error_total));
-    push(p, "record-error-rate", client(), m.record_error_rate());
-    push(p, "record-retry-total", client(), c(m.record_retry_total));
-    push(p, "record-retry-rate", client(), m.record_retry_rate());
-    push(p, "batch-send-total", client(), c(m.batch_send_total));
-    push(p, "request-total", client(), c(m.produce_request_total));
-    push(p, "request-rate", client(), m.rate(m.produce_request_total));
-    push(p, "batch-size-avg", client(), m.batch_size_avg);
-    push(p, "batch-size-max", client(), m.batch_size_max);
-    push(
-        p,
-        "records-per-request-avg",
-        client(),
-        m.records_per_request_avg,
-    );
-    push(
-        p,
-        "record-queue-time-avg",
-        client(),
-        m.record_queue_time_avg,
-    );
-    push(
-        p,
-        "record-queue-time-max",
-        client(),
-        m.record_queue_time_max,
-    );
-    push(p, "request-latency-avg", client(), m.request_latency_avg);
-    push(p, "request-latency-max", client(), m.request_latency_max);
-    push(
-        p,
-        "produce-throttle-time-avg",
-        client(),
-        m.produce_throttle_time_avg,
-    );
-    push(
-        p,
-        "produce-throttle-time-max",
-        client(),
-        m.produce_throttle_time_max,
-    );
-    push(p, "buffer-total-bytes", client(), c(m.buffer_total_bytes));
-    push(
-        p,
-        "buffer-available-bytes",
-        client(),
-        c(m.buffer_available_bytes),
-    );
-    push(
-        p,
-        "bufferpool-wait-time-ns-total",
-        client(),
-        c(m.bufferpool_wait_time_ns_total),
-    );
-    push(
-        p,
-        "bufferpool-wait-ratio",
-        client(),
-        m.bufferpool_wait_ratio(),
-    );
-    push(
-        p,
-        "txn-init-time-ns-total",
-        client(),
-        c(m.txn_init_time_ns_total),
-    );
-    push(
-        p,
-        "txn-begin-time-ns-total",
-        client(),
-        c(m.txn_begin_time_ns_total),
-    );
-    push(
-        p,
-        "txn-send-offsets-time-ns-total",
-        client(),
-        c(m.txn_send_offsets_time_ns_total),
-    );
-    push(
-        p,
-        "txn-commit-time-ns-total",
-        client(),
-        c(m.txn_commit_time_ns_total),
-    );
-    push(
-        p,
-        "txn-abort-time-ns-total",
-        client(),
-        c(m.txn_abort_time_ns_total),
-    );
-    push(p, "flush-time-ns-total", client(), c(m.flush_time_ns_total));
+    let rate = |v: u64| m.rate(v);
+    let producer: [(&'static str, f64); 41] = [
+        ("record-send-total", c(m.record_send_total)),
+        ("record-send-rate", rate(m.record_send_total)),
+        ("record-error-total", c(m.record_error_total)),
+        ("record-error-rate", rate(m.record_error_total)),
+        ("record-retry-total", c(m.record_retry_total)),
+        ("record-retry-rate", rate(m.record_retry_total)),
+        ("batch-size-avg", m.batch_size_avg),
+        ("batch-size-max", m.batch_size_max),
+        ("records-per-request-avg", m.records_per_request_avg),
+        ("record-queue-time-avg", m.record_queue_time_avg),
+        ("record-queue-time-max", m.record_queue_time_max),
+        ("request-latency-avg", m.request_latency_avg),
+        ("request-latency-max", m.request_latency_max),
+        ("produce-throttle-time-avg", m.produce_throttle_time_avg),
+        ("produce-throttle-time-max", m.produce_throttle_time_max),
+        ("request-total", c(m.request_total)),
+        ("request-rate", rate(m.request_total)),
+        ("response-total", c(m.response_total)),
+        ("response-rate", rate(m.response_total)),
+        ("outgoing-byte-total", c(m.outgoing_byte_total)),
+        ("outgoing-byte-rate", rate(m.outgoing_byte_total)),
+        ("incoming-byte-total", c(m.incoming_byte_total)),
+        ("incoming-byte-rate", rate(m.incoming_byte_total)),
+        ("connection-count", c(m.connection_count)),
+        ("connection-creation-total", c(m.connection_creation_total)),
+        (
+            "connection-creation-rate",
+            rate(m.connection_creation_total),
+        ),
+        ("connection-close-total", c(m.connection_close_total)),
+        ("connection-close-rate", rate(m.connection_close_total)),
+        ("buffer-total-bytes", c(m.buffer_total_bytes)),
+        ("buffer-available-bytes", c(m.buffer_available_bytes)),
+        (
+            "bufferpool-wait-time-ns-total",
+            c(m.bufferpool_wait_time_ns_total),
+        ),
+        ("bufferpool-wait-ratio", m.bufferpool_wait_ratio()),
+        ("buffer-exhausted-total", c(m.buffer_exhausted_total)),
+        ("buffer-exhausted-rate", rate(m.buffer_exhausted_total)),
+        ("waiting-threads", c(m.waiting_threads)),
+        ("txn-init-time-ns-total", c(m.txn_init_time_ns_total)),
+        ("txn-begin-time-ns-total", c(m.txn_begin_time_ns_total)),
+        (
+            "txn-send-offsets-time-ns-total",
+            c(m.txn_send_offsets_time_ns_total),
+        ),
+        ("txn-commit-time-ns-total", c(m.txn_commit_time_ns_total)),
+        ("txn-abort-time-ns-total", c(m.txn_abort_time_ns_total)),
+        ("flush-time-ns-total", c(m.flush_time_ns_total)),
+    ];
+    for (name, value) in producer {
+        push(GROUP_PRODUCER, name, client(), value);
+    }
 
     for t in &m.topics {
         let tags = || {

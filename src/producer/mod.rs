@@ -165,6 +165,7 @@ impl Producer {
         let metrics = Arc::new(MetricsBoard::new(
             config.client_id.clone(),
             memory.clone(),
+            counters.clone(),
             shard_count,
         ));
         let ctx = Arc::new(ShardContext {
@@ -343,10 +344,13 @@ impl Producer {
             let mut timer = async_wait::Deadline::new(deadline);
             if timer.passed() {
                 let err = match self.inner.metadata.topic_partition_count(&record.topic) {
-                    Some(_) => ProduceError::BufferExhausted {
-                        buffer_memory: self.inner.config.buffer_memory,
-                        waited: started.elapsed(),
-                    },
+                    Some(_) => {
+                        self.inner.memory.exhausted_once();
+                        ProduceError::BufferExhausted {
+                            buffer_memory: self.inner.config.buffer_memory,
+                            waited: started.elapsed(),
+                        }
+                    }
                     None => ProduceError::MetadataTimeout {
                         topic: record.topic.clone(),
                         waited: started.elapsed(),

@@ -28,6 +28,8 @@ pub(crate) struct BufferMemory {
     /// Nanoseconds callers spent blocked in `reserve` (`bufferpool-wait-time-ns-total`);
     /// written only on the path that waits.
     wait_ns: AtomicU64,
+    /// Sends that gave up waiting for room (`buffer-exhausted-total`).
+    exhausted: AtomicU64,
 }
 
 impl BufferMemory {
@@ -40,6 +42,7 @@ impl BufferMemory {
             freed: Condvar::new(),
             async_waiters: WaitList::default(),
             wait_ns: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
         }
     }
 
@@ -85,6 +88,7 @@ impl BufferMemory {
             }
             let now = Instant::now();
             if now >= deadline {
+                self.exhausted_once();
                 break Err(ProduceError::BufferExhausted {
                     buffer_memory: self.limit,
                     waited: now - started,
@@ -106,6 +110,21 @@ impl BufferMemory {
     pub(crate) fn add_wait(&self, waited: Duration) {
         let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
         self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A send gave up waiting for room.
+    pub(crate) fn exhausted_once(&self) {
+        self.exhausted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends that gave up waiting for room, in all.
+    pub(crate) fn exhausted(&self) -> u64 {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Threads blocked in `send` waiting for room now (`waiting-threads`).
+    pub(crate) fn waiting_threads(&self) -> u64 {
+        self.waiters.load(Ordering::Relaxed) as u64
     }
 
     /// Nanoseconds senders have spent waiting for room, in all.
