@@ -172,3 +172,21 @@ fn a_snapshot_reaches_the_metrics_facade_under_kafkas_names_and_tags() {
     ));
     producer.close(Duration::from_secs(5));
 }
+
+#[test]
+fn buffer_memory_is_all_available_once_flush_returns() {
+    let (_cluster, producer) = start();
+    for round in 0..200u8 {
+        let pending = producer.send(ProducerRecord::new(TOPIC, Bytes::from(vec![round; 10])));
+        producer.flush();
+        // Every record the flush waited for has completed, so none holds buffer memory.
+        assert_eq!(producer.buffered_bytes(), 0, "round {round}");
+        let m = producer.metrics();
+        assert_eq!(
+            m.buffer_available_bytes, m.buffer_total_bytes,
+            "round {round}"
+        );
+        pending.wait().expect("the record");
+    }
+    producer.close(Duration::from_secs(5));
+}
