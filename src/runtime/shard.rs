@@ -448,6 +448,9 @@ pub(crate) async fn run_shard(
             }
             ctx.metadata.publish_fatal(err.clone());
         }
+        // What this turn's completions freed, in one release, before any flush is reported
+        // done: once `flush` returns, its records hold no buffer memory.
+        release_sink::flush_to(&ctx.memory);
         // A flush reported done is counted in the published metrics: a snapshot taken after
         // `flush` returns covers its records.
         let flush_done = flushes.iter().any(|(token, _)| engine.flush_done(*token));
@@ -506,8 +509,6 @@ pub(crate) async fn run_shard(
                 return;
             }
         }
-        // What this turn's completions freed, in one release.
-        release_sink::flush_to(&ctx.memory);
         if !local.is_empty() {
             glommio::executor().yield_task_queue_now().await;
             continue;
