@@ -18,16 +18,21 @@ const TOPIC: &str = "counted";
 /// One broker, one partition, one shard; every record waited for before the next is sent, so
 /// each is alone in its batch and its produce request.
 fn start() -> (ReferenceCluster, Producer) {
+    start_with(&[])
+}
+
+fn start_with(extra: &[(&str, &str)]) -> (ReferenceCluster, Producer) {
     let cluster = ReferenceCluster::start(1, BrokerRules::default());
     cluster.create_topic(TOPIC, &[1]);
-    let producer = Producer::builder()
+    let mut builder = Producer::builder()
         .set("bootstrap.servers", cluster.bootstrap_servers())
         .set("client.id", "metered")
         .set("kacrab.shards", "1")
-        .set("retry.backoff.ms", "10")
-        .build()
-        .expect("producer");
-    (cluster, producer)
+        .set("retry.backoff.ms", "10");
+    for (key, value) in extra {
+        builder = builder.set(key, *value);
+    }
+    (cluster, builder.build().expect("producer"))
 }
 
 fn send(producer: &Producer, i: u8) -> Result<kacrab::RecordMetadata, ProduceError> {
@@ -188,5 +193,73 @@ fn buffer_memory_is_all_available_once_flush_returns() {
         );
         pending.wait().expect("the record");
     }
+    producer.close(Duration::from_secs(5));
+}
+
+#[test]
+fn records_that_expire_while_their_broker_is_down_count_as_errors_not_sends() {
+    let (cluster, producer) = start_with(&[
+        ("linger.ms", "50"),
+        ("request.timeout.ms", "500"),
+        ("delivery.timeout.ms", "1000"),
+        ("reconnect.backoff.max.ms", "100"),
+    ]);
+    send(&producer, 0).expect("a record while the broker is up");
+    cluster.broker_down(1);
+    // The shard has seen its connection go: nothing can be written until the broker is back.
+    assert!(
+        producer.wait_for_runtime_stats(Duration::from_secs(10), |s| {
+            s.connections_to(1).all(|(_, c)| !c.established)
+        })
+    );
+    let pending: Vec<_> = (1..4u8)
+        .map(|i| producer.send(ProducerRecord::new(TOPIC, Bytes::from(vec![i; 10]))))
+        .collect();
+    for p in pending {
+        let result = p.wait();
+        assert!(
+            matches!(result, Err(ProduceError::TimedOut { .. })),
+            "{result:?}"
+        );
+    }
+    producer.flush();
+    let m = producer.metrics();
+    assert_eq!(m.record_send_total, 1, "{m:#?}");
+    assert_eq!(m.record_error_total, 3, "{m:#?}");
+    assert_eq!(m.record_retry_total, 0, "{m:#?}");
+    assert_eq!(m.topic(TOPIC).expect("topic").record_error_total, 3);
+    producer.close(Duration::from_secs(1));
+}
+
+#[test]
+fn transactional_calls_add_their_time_to_the_txn_totals_and_records_count_once() {
+    let (_cluster, producer) = start_with(&[("transactional.id", "metered-txn")]);
+    let call = Duration::from_secs(30);
+    producer.init_transactions(call).expect("init");
+    let before = producer.metrics();
+    assert!(before.txn_init_time_ns_total > 0);
+    assert_eq!(before.txn_begin_time_ns_total, 0);
+
+    producer.begin_transaction().expect("begin");
+    for i in 0..5 {
+        send(&producer, i).expect("a committed record");
+    }
+    producer.commit_transaction(call).expect("commit");
+    producer.begin_transaction().expect("begin");
+    for i in 0..2 {
+        send(&producer, i).expect("a record of the aborted transaction");
+    }
+    producer.abort_transaction(call).expect("abort");
+
+    let m = producer.metrics();
+    assert_eq!(m.txn_init_time_ns_total, before.txn_init_time_ns_total);
+    assert!(m.txn_begin_time_ns_total > 0);
+    assert!(m.txn_commit_time_ns_total > 0);
+    assert!(m.txn_abort_time_ns_total > 0);
+    assert_eq!(m.txn_send_offsets_time_ns_total, 0);
+    // Each record was waited for before the next: one batch, one request each.
+    assert_eq!(m.record_send_total, 7, "{m:#?}");
+    assert_eq!(m.record_error_total, 0, "{m:#?}");
+    assert_eq!(m.record_retry_total, 0, "{m:#?}");
     producer.close(Duration::from_secs(5));
 }

@@ -2,10 +2,10 @@
 //!
 //! Each shard counts into plain integers it alone owns (its engine's [`EngineMetrics`] and its
 //! own [`ShardCounters`]) and copies them into its slot here now and then
-//! ([`ShardPublisher`]): at most every [`PUBLISH_INTERVAL`], and always before it reports a
-//! flush done or stops. A reader locks each slot in turn and sums. So the per-record path
-//! touches nothing shared, a shard takes its own slot's lock a few times a second, and a
-//! snapshot taken after `flush` returns counts every record that flush waited for.
+//! ([`ShardPublisher`]): every [`PUBLISH_INTERVAL`], when `Producer::metrics` asks (a command
+//! through its inbox), and as it stops. A reader locks each slot in turn and sums. So the
+//! per-record path touches nothing shared, and a shard takes its own slot's lock a few times a
+//! second.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,8 +17,8 @@ use crate::runtime::RuntimeCounters;
 
 use super::{ProducerMetrics, ShardMetrics};
 
-/// The longest a shard's published counters lag its own, except right before a flush is
-/// reported done or the shard stops (then they are current).
+/// How often a shard publishes its counters unasked (for shard 0's facade snapshots; a
+/// `Producer::metrics` call asks every shard to publish first).
 pub const PUBLISH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How often shard 0 hands a snapshot to the `metrics` facade.
@@ -196,7 +196,7 @@ impl ShardPublisher {
     }
 
     /// Publishes when [`PUBLISH_INTERVAL`] has passed since the last time, or at once with
-    /// `force` (a flush about to be reported done, the shard stopping). Shard 0 also hands a
+    /// `force` (asked by `Producer::metrics`, the shard stopping). Shard 0 also hands a
     /// producer-wide snapshot to the `metrics` facade every [`FACADE_INTERVAL`].
     pub(crate) fn maybe_publish(&mut self, engine: &EngineMetrics, ring_tickets: u64, force: bool) {
         let now = Instant::now();

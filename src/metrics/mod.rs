@@ -8,9 +8,12 @@
 //!
 //! How they are counted: every shard counts into plain integers only it writes, per batch and
 //! per request where Java counts that way (never per record on the success path), and copies
-//! them to a slot of its own a few times a second; a snapshot sums the slots. A snapshot is at
-//! most [`PUBLISH_INTERVAL`] behind, and current for every record a `flush` (or `close`)
-//! waited for once it has returned.
+//! them to a slot of its own every [`PUBLISH_INTERVAL`], on request and as it stops; a snapshot
+//! sums the slots. `Producer::metrics` first asks every shard to publish, so its snapshot
+//! counts everything the shards had done when they answered: after a record's delivery
+//! completed, or `flush` returned, it counts that record. (Called on a shard's thread, in a
+//! delivery callback, it cannot wait for the shards and takes the slots as they are, at most
+//! [`PUBLISH_INTERVAL`] old; shard 0's facade snapshots are the same.)
 //!
 //! Totals (`*-total`) count from the producer's start. Java's `*-rate`, `*-avg` and `*-max`
 //! are over a 30-second sample window; here they are over the producer's life: a rate is its

@@ -43,6 +43,8 @@ pub(crate) const RECORD_MEMORY_OVERHEAD: usize = 2 * std::mem::size_of::<ShardCo
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
 /// keeps it and publishes it again).
 const IDENTITY_TICKETS: usize = 256;
+/// The longest `Producer::metrics` waits for the shards to publish their counters.
+const METRICS_WAIT: Duration = Duration::from_secs(1);
 
 /// Builds a [`Producer`] from Java property names and values, or typed setters.
 #[derive(Debug, Clone, Default)]
@@ -244,6 +246,23 @@ impl Producer {
     /// (see [`crate::metrics`] for what each counts, and how fresh it is). Also hands the
     /// snapshot to the `metrics` crate facade.
     pub fn metrics(&self) -> ProducerMetrics {
+        // Every running shard publishes its counters first, so the snapshot is current. Not
+        // from a shard's own thread (a delivery callback): that shard cannot answer while
+        // it runs the callback, and the slots are at most `PUBLISH_INTERVAL` old anyway.
+        if !runtime::shard::on_shard_thread() {
+            let latch = Latch::new(self.inner.inboxes.len());
+            for inbox in &self.inner.inboxes {
+                // A closed inbox: that shard published its last counters as it stopped.
+                if inbox
+                    .push(ShardCommand::PublishMetrics(latch.clone()))
+                    .is_err()
+                {
+                    latch.count_down();
+                }
+            }
+            // Bounded: a shard stuck in a long turn only makes the snapshot older.
+            latch.wait(Some(METRICS_WAIT));
+        }
         let snapshot = self.inner.metrics.snapshot();
         snapshot.publish();
         snapshot

@@ -94,6 +94,8 @@ pub(crate) enum ShardCommand {
         token: u64,
         commit: bool,
     },
+    /// Publish this shard's metrics now (`Producer::metrics`), then count down.
+    PublishMetrics(Arc<Latch>),
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -261,6 +263,16 @@ enum Wake {
     Timer,
 }
 
+thread_local! {
+    /// Set on a shard's thread: code there (a delivery callback) must not wait for a shard.
+    static ON_SHARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a shard's thread, where waiting for a shard could wait for itself.
+pub(crate) fn on_shard_thread() -> bool {
+    ON_SHARD.with(|on| on.get())
+}
+
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
@@ -269,6 +281,7 @@ pub(crate) async fn run_shard(
     ctx: Arc<ShardContext>,
 ) {
     let _running = ctx.counters.shard_guard();
+    ON_SHARD.with(|on| on.set(true));
     // Completions on this thread return their memory through the sink; this returns it even
     // if the shard unwinds.
     let _release = release_sink::FlushOnDrop(&ctx.memory);
@@ -295,47 +308,47 @@ pub(crate) async fn run_shard(
     let mut txn = TxnDriver::new(shard);
     txn.publish_status(&engine, &*ctx);
     let mut metrics = ShardPublisher::new(shard, ctx.metrics.clone());
+    let mut metric_requests: Vec<Arc<Latch>> = Vec::new();
 
     loop {
         // 1. What woke us, then everything else already waiting. One clock read serves every
         // record appended in this turn.
         let turn_now = now();
         let mut handled = 0usize;
-        let handle_command =
-            |cmd: ShardCommand,
-             engine: &mut Engine<DeliveryHandle>,
-             txn: &mut TxnDriver,
-             flushes: &mut Vec<(u64, Arc<Latch>)>,
-             closing: &mut Option<(Instant, Arc<Latch>)>| {
-                match cmd {
-                    ShardCommand::Append(mut record) => {
-                        if let Err(err) = txn.admit(record.txn_barrier) {
-                            record.delivery.complete(Err(err));
-                            return;
-                        }
-                        record.delivery.entering_engine();
-                        let headers = wire_headers(&record.headers);
-                        engine.append(
-                            turn_now,
-                            &record.tp,
-                            record.timestamp,
-                            record.key.as_deref(),
-                            record.value.as_deref(),
-                            &headers,
-                            record.delivery,
-                        );
+        let handle_command = |cmd: ShardCommand,
+                              engine: &mut Engine<DeliveryHandle>,
+                              txn: &mut TxnDriver,
+                              flushes: &mut Vec<(u64, Arc<Latch>)>,
+                              closing: &mut Option<(Instant, Arc<Latch>)>,
+                              metric_requests: &mut Vec<Arc<Latch>>| {
+            match cmd {
+                ShardCommand::Append(mut record) => {
+                    if let Err(err) = txn.admit(record.txn_barrier) {
+                        record.delivery.complete(Err(err));
+                        return;
                     }
-                    ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
-                    ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
-                    ShardCommand::TxnBarrier { token, commit } => {
-                        txn.on_barrier(token, commit, engine)
-                    }
-                    ShardCommand::Close { deadline, done } => {
-                        engine.begin_close();
-                        *closing = Some((deadline, done));
-                    }
+                    record.delivery.entering_engine();
+                    let headers = wire_headers(&record.headers);
+                    engine.append(
+                        turn_now,
+                        &record.tp,
+                        record.timestamp,
+                        record.key.as_deref(),
+                        record.value.as_deref(),
+                        &headers,
+                        record.delivery,
+                    );
                 }
-            };
+                ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
+                ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
+                ShardCommand::PublishMetrics(latch) => metric_requests.push(latch),
+                ShardCommand::TxnBarrier { token, commit } => txn.on_barrier(token, commit, engine),
+                ShardCommand::Close { deadline, done } => {
+                    engine.begin_close();
+                    *closing = Some((deadline, done));
+                }
+            }
+        };
         // Control commands go first, and again before each data command: one queued before a
         // data command (say `Ended` before a record of the next transaction) is handled
         // before it.
@@ -366,7 +379,14 @@ pub(crate) async fn run_shard(
             if control.has_waiting() {
                 drain_control(&mut engine, &mut txn, None);
             }
-            handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
+            handle_command(
+                cmd,
+                &mut engine,
+                &mut txn,
+                &mut flushes,
+                &mut closing,
+                &mut metric_requests,
+            );
             handled += 1;
         }
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
@@ -451,10 +471,14 @@ pub(crate) async fn run_shard(
         // What this turn's completions freed, in one release, before any flush is reported
         // done: once `flush` returns, its records hold no buffer memory.
         release_sink::flush_to(&ctx.memory);
-        // A flush reported done is counted in the published metrics: a snapshot taken after
-        // `flush` returns covers its records.
-        let flush_done = flushes.iter().any(|(token, _)| engine.flush_done(*token));
-        metrics.maybe_publish(engine.metrics(), replica.applied(), flush_done);
+        metrics.maybe_publish(
+            engine.metrics(),
+            replica.applied(),
+            !metric_requests.is_empty(),
+        );
+        for latch in metric_requests.drain(..) {
+            latch.count_down();
+        }
         flushes.retain(|(token, latch)| {
             if engine.flush_done(*token) {
                 latch.count_down();
@@ -499,7 +523,9 @@ pub(crate) async fn run_shard(
                     match cmd {
                         // Its delivery handle completes it with `Closed` as it drops.
                         ShardCommand::Append(record) => drop(record),
-                        ShardCommand::Flush(latch) => latch.count_down(),
+                        ShardCommand::Flush(latch) | ShardCommand::PublishMetrics(latch) => {
+                            latch.count_down()
+                        }
                         ShardCommand::Close { done, .. } => done.count_down(),
                         _ => {}
                     }
