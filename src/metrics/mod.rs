@@ -2,7 +2,7 @@
 //! [`Producer::metrics`](crate::Producer::metrics)), the same values as
 //! `(group, name, tags, value)` entries in the Java producer's groups (`producer-metrics`,
 //! `producer-topic-metrics`, `producer-node-metrics`) plus kacrab's own per shard
-//! (`kacrab-shard-metrics`), and their publication through the [`metrics`](::metrics) crate
+//! (`kacrab-shard-metrics`), and their publication through the `metrics` crate
 //! facade, so that any exporter installed in the application (Prometheus, StatsD...) sees
 //! them.
 //!

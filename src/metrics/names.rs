@@ -193,3 +193,111 @@ pub(super) fn entries(m: &ProducerMetrics) -> Vec<Metric> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::engine::metrics::EngineMetrics;
+    use crate::metrics::{ProducerCounters, ProducerMetrics, ShardCounters, ShardMetrics};
+
+    use super::*;
+
+    fn snapshot() -> ProducerMetrics {
+        let topic: Arc<str> = Arc::from("t");
+        let mut engine = EngineMetrics::default();
+        engine.add_slot(0, &topic);
+        engine.batch_sent(0, 4, 200, 3_000);
+        engine.produce_request_sent(4);
+        engine.request_sent(2, 260);
+        engine.response_received(2, 60);
+        engine.produce_answered(2, 1_500, 7);
+        ProducerMetrics::build(
+            "c".to_string(),
+            Duration::from_secs(2),
+            engine,
+            vec![ShardMetrics {
+                shard: 0,
+                counters: ShardCounters {
+                    busy_ns: 1,
+                    parked_ns: 3,
+                    ..ShardCounters::default()
+                },
+            }],
+            ProducerCounters {
+                buffer_total_bytes: 100,
+                buffer_available_bytes: 40,
+                bufferpool_wait_time_ns_total: 500_000_000,
+                buffer_exhausted_total: 0,
+                waiting_threads: 0,
+                connection_count: 1,
+                connection_creation_total: 1,
+                connection_close_total: 0,
+                txn_init_time_ns_total: 0,
+                txn_begin_time_ns_total: 0,
+                txn_send_offsets_time_ns_total: 0,
+                txn_commit_time_ns_total: 0,
+                txn_abort_time_ns_total: 0,
+                flush_time_ns_total: 0,
+            },
+        )
+    }
+
+    fn find<'a>(entries: &'a [Metric], group: &str, name: &str) -> &'a Metric {
+        entries
+            .iter()
+            .find(|e| e.group == group && e.name == name)
+            .unwrap_or_else(|| panic!("{group}:{name} missing"))
+    }
+
+    #[test]
+    fn entries_carry_the_java_producers_names_groups_tags_and_units() {
+        let entries = snapshot().entries();
+        let v = |group, name| find(&entries, group, name).value;
+        assert_eq!(v(GROUP_PRODUCER, "record-send-total"), 4.0);
+        // Rates are over the snapshot's elapsed time (2 s).
+        assert_eq!(v(GROUP_PRODUCER, "record-send-rate"), 2.0);
+        assert_eq!(v(GROUP_PRODUCER, "batch-size-avg"), 200.0);
+        assert_eq!(v(GROUP_PRODUCER, "records-per-request-avg"), 4.0);
+        // Microseconds in the engine, milliseconds under Kafka's names.
+        assert_eq!(v(GROUP_PRODUCER, "record-queue-time-max"), 3.0);
+        assert_eq!(v(GROUP_PRODUCER, "request-latency-avg"), 1.5);
+        assert_eq!(v(GROUP_PRODUCER, "produce-throttle-time-max"), 7.0);
+        assert_eq!(v(GROUP_PRODUCER, "buffer-available-bytes"), 40.0);
+        assert_eq!(v(GROUP_PRODUCER, "bufferpool-wait-ratio"), 0.25);
+        assert_eq!(v(GROUP_PRODUCER, "request-total"), 1.0);
+        assert_eq!(v(GROUP_TOPIC, "byte-total"), 200.0);
+        assert_eq!(v(GROUP_NODE, "request-latency-max"), 1.5);
+        assert_eq!(v(GROUP_NODE, "incoming-byte-total"), 60.0);
+        assert_eq!(v(GROUP_SHARD, "busy-ratio"), 0.25);
+        for name in [
+            "record-error-rate",
+            "record-retry-rate",
+            "request-latency-max",
+            "record-queue-time-avg",
+            "produce-throttle-time-avg",
+            "txn-init-time-ns-total",
+            "txn-begin-time-ns-total",
+            "txn-send-offsets-time-ns-total",
+            "txn-commit-time-ns-total",
+            "txn-abort-time-ns-total",
+        ] {
+            find(&entries, GROUP_PRODUCER, name);
+        }
+        let node = find(&entries, GROUP_NODE, "request-total");
+        assert_eq!(
+            node.tags,
+            vec![
+                ("client-id", "c".to_string()),
+                ("node-id", "node-2".to_string())
+            ]
+        );
+        assert_eq!(
+            node.display_name(),
+            "producer-node-metrics:request-total:{client-id=c,node-id=node-2}"
+        );
+        assert!(node.is_counter());
+        assert!(!find(&entries, GROUP_PRODUCER, "record-send-rate").is_counter());
+    }
+}
