@@ -12,6 +12,7 @@
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod metrics;
 pub mod partitioner;
 mod producer;
 pub mod protocol;
@@ -25,6 +26,7 @@ pub use engine::{
     GroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition, TransactionState,
 };
 pub use error::{Error, ProduceError, TransactionError};
+pub use metrics::ProducerMetrics;
 pub use producer::{
     DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader, TrySendError,
 };

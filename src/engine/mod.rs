@@ -10,6 +10,7 @@ pub mod connection;
 pub mod error_class;
 pub mod identity;
 pub mod metadata;
+pub mod metrics;
 pub mod partition;
 pub mod sender;
 pub mod transaction;

@@ -39,6 +39,7 @@ use super::batch::ProducerBatch;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
+use super::metrics::EngineMetrics;
 use super::partition::{PartitionSlot, TopicPartition};
 use super::transaction::{TransactionManager, TxnAction};
 use super::{Action, Delivery, Micros, NodeId};
@@ -116,6 +117,8 @@ pub struct Engine<D> {
     drain_start: usize,
     next_generation: u64,
     stats: EngineStats,
+    /// Counters behind Kafka's producer metrics (`crate::metrics`).
+    metrics: EngineMetrics,
     /// The transaction manager (the identity-owning engine of a transactional producer).
     tm: Option<TransactionManager>,
     /// This engine's partitions in the current transaction.
@@ -166,6 +169,7 @@ impl<D: Delivery> Engine<D> {
             drain_start: 0,
             next_generation: 1,
             stats: EngineStats::default(),
+            metrics: EngineMetrics::default(),
         }
     }
 
@@ -175,6 +179,11 @@ impl<D: Delivery> Engine<D> {
 
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// The counters behind Kafka's producer metrics.
+    pub fn metrics(&self) -> &EngineMetrics {
+        &self.metrics
     }
 
     pub fn identity(&self) -> ProducerIdAndEpoch {
@@ -210,6 +219,7 @@ impl<D: Delivery> Engine<D> {
         if conn.generation != generation {
             return;
         }
+        self.metrics.response_received(node, body.len() as u64);
         let correlation_id = match wire::response_correlation_id(&body) {
             Ok(id) => id,
             Err(_) => return self.protocol_violation(now, node, generation),
@@ -378,6 +388,7 @@ impl<D: Delivery> Engine<D> {
         }
         self.partitions.push(slot);
         let i = self.partitions.len() - 1;
+        self.metrics.add_slot(i, &tp.topic);
         self.partition_index.insert(tp.clone(), i);
         self.last_slot = Some(i);
         i

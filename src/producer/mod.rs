@@ -19,6 +19,7 @@ use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
+use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::inbox::ShardInbox;
@@ -42,6 +43,8 @@ pub(crate) const RECORD_MEMORY_OVERHEAD: usize = 2 * std::mem::size_of::<ShardCo
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
 /// keeps it and publishes it again).
 const IDENTITY_TICKETS: usize = 256;
+/// The longest `Producer::metrics` waits for the shards to publish their counters.
+const METRICS_WAIT: Duration = Duration::from_secs(1);
 
 /// Builds a [`Producer`] from Java property names and values, or typed setters.
 #[derive(Debug, Clone, Default)]
@@ -103,6 +106,8 @@ struct Inner {
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
+    /// Where the shards publish their metrics (`Producer::metrics`).
+    pub(crate) metrics: Arc<MetricsBoard>,
     /// Each shard's control queue; the owner's takes the transaction calls.
     control: Vec<ControlSender>,
     txn_status: Arc<TxnStatus>,
@@ -160,6 +165,12 @@ impl Producer {
         let metadata = Arc::new(MetadataSnapshot::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
+        let metrics = Arc::new(MetricsBoard::new(
+            config.client_id.clone(),
+            memory.clone(),
+            counters.clone(),
+            shard_count,
+        ));
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
             tickets,
@@ -170,6 +181,7 @@ impl Producer {
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,
             counters: counters.clone(),
+            metrics: metrics.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
@@ -204,6 +216,7 @@ impl Producer {
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
+                metrics,
                 control,
                 txn_status,
             }),
@@ -228,6 +241,32 @@ impl Producer {
     /// The runtime's sockets, tasks, connection failures and per-shard engine counters.
     pub fn runtime_stats(&self) -> RuntimeStats {
         self.inner.counters.snapshot()
+    }
+
+    /// A snapshot of the producer's metrics under Kafka's names, summed over every shard
+    /// (see [`crate::metrics`] for what each counts, and how fresh it is). Also hands the
+    /// snapshot to the `metrics` crate facade.
+    pub fn metrics(&self) -> ProducerMetrics {
+        // Every running shard publishes its counters first, so the snapshot is current. Not
+        // from a shard's own thread (a delivery callback): that shard cannot answer while
+        // it runs the callback, and the slots are at most `PUBLISH_INTERVAL` old anyway.
+        if !runtime::shard::on_shard_thread() {
+            let latch = Latch::new(self.inner.inboxes.len());
+            for inbox in &self.inner.inboxes {
+                // A closed inbox: that shard published its last counters as it stopped.
+                if inbox
+                    .push(ShardCommand::PublishMetrics(latch.clone()))
+                    .is_err()
+                {
+                    latch.count_down();
+                }
+            }
+            // Bounded: a shard stuck in a long turn only makes the snapshot older.
+            latch.wait(Some(METRICS_WAIT));
+        }
+        let snapshot = self.inner.metrics.snapshot();
+        snapshot.publish();
+        snapshot
     }
 
     /// The runtime's counters, still readable after every handle of this producer is gone.
@@ -325,10 +364,13 @@ impl Producer {
             let mut timer = async_wait::Deadline::new(deadline);
             if timer.passed() {
                 let err = match self.inner.metadata.topic_partition_count(&record.topic) {
-                    Some(_) => ProduceError::BufferExhausted {
-                        buffer_memory: self.inner.config.buffer_memory,
-                        waited: started.elapsed(),
-                    },
+                    Some(_) => {
+                        self.inner.memory.exhausted_once();
+                        ProduceError::BufferExhausted {
+                            buffer_memory: self.inner.config.buffer_memory,
+                            waited: started.elapsed(),
+                        }
+                    }
                     None => ProduceError::MetadataTimeout {
                         topic: record.topic.clone(),
                         waited: started.elapsed(),
@@ -358,7 +400,12 @@ impl Producer {
                 },
                 registered: false,
             };
+            let waiting_for_room = std::ptr::eq(list, &memory.async_waiters);
+            let wait_started = Instant::now();
             futures_lite::future::or(changed, &mut timer).await;
+            if waiting_for_room {
+                memory.add_wait(wait_started.elapsed());
+            }
         }
     }
 
@@ -550,6 +597,13 @@ impl Producer {
     }
 
     fn flush_until(&self, timeout: Option<Duration>) -> bool {
+        let started = Instant::now();
+        let done = self.flush_all(timeout);
+        CallTimes::add(&self.inner.metrics.calls.flush, started);
+        done
+    }
+
+    fn flush_all(&self, timeout: Option<Duration>) -> bool {
         let latch = Latch::new(self.inner.inboxes.len());
         for inbox in &self.inner.inboxes {
             // A closed inbox: `close` completes every record.

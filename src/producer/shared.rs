@@ -25,6 +25,11 @@ pub(crate) struct BufferMemory {
     freed: Condvar,
     /// Tasks of `send_async` waiting for room.
     pub(crate) async_waiters: WaitList,
+    /// Nanoseconds callers spent blocked in `reserve` (`bufferpool-wait-time-ns-total`);
+    /// written only on the path that waits.
+    wait_ns: AtomicU64,
+    /// Sends that gave up waiting for room (`buffer-exhausted-total`).
+    exhausted: AtomicU64,
 }
 
 impl BufferMemory {
@@ -36,6 +41,8 @@ impl BufferMemory {
             wait_lock: Mutex::new(()),
             freed: Condvar::new(),
             async_waiters: WaitList::default(),
+            wait_ns: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
         }
     }
 
@@ -81,6 +88,7 @@ impl BufferMemory {
             }
             let now = Instant::now();
             if now >= deadline {
+                self.exhausted_once();
                 break Err(ProduceError::BufferExhausted {
                     buffer_memory: self.limit,
                     waited: now - started,
@@ -93,7 +101,35 @@ impl BufferMemory {
                 .0;
         };
         self.waiters.fetch_sub(1, Ordering::Relaxed);
+        drop(guard);
+        self.add_wait(started.elapsed());
         result
+    }
+
+    /// Time a sender spent waiting for room (a blocked `send`, a `send_async` that waited).
+    pub(crate) fn add_wait(&self, waited: Duration) {
+        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.wait_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A send gave up waiting for room.
+    pub(crate) fn exhausted_once(&self) {
+        self.exhausted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Sends that gave up waiting for room, in all.
+    pub(crate) fn exhausted(&self) -> u64 {
+        self.exhausted.load(Ordering::Relaxed)
+    }
+
+    /// Threads blocked in `send` waiting for room now (`waiting-threads`).
+    pub(crate) fn waiting_threads(&self) -> u64 {
+        self.waiters.load(Ordering::Relaxed) as u64
+    }
+
+    /// Nanoseconds senders have spent waiting for room, in all.
+    pub(crate) fn wait_ns(&self) -> u64 {
+        self.wait_ns.load(Ordering::Relaxed)
     }
 
     pub(crate) fn release(&self, bytes: usize) {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{GroupMetadata, OffsetAndMetadata, TopicPartition};
 use crate::error::TransactionError;
+use crate::metrics::CallTimes;
 use crate::runtime::shard::ShardCommand;
 use crate::runtime::txn_driver::{CallSlot, Ongoing, TxnCall, TxnCommand, OWNER};
 
@@ -20,18 +21,25 @@ impl Producer {
     /// that producer left open. Call once, before the first transaction.
     pub fn init_transactions(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.check_transactional()?;
-        self.inner
-            .txn_call(TxnCall::Init, "init_transactions", timeout)
+        let started = Instant::now();
+        let result = self
+            .inner
+            .txn_call(TxnCall::Init, "init_transactions", timeout);
+        CallTimes::add(&self.inner.metrics.calls.init, started);
+        result
     }
 
     /// Starts a transaction. Local: it sends nothing.
     pub fn begin_transaction(&self) -> Result<(), TransactionError> {
         self.check_transactional()?;
-        self.inner.txn_call(
+        let started = Instant::now();
+        let result = self.inner.txn_call(
             TxnCall::Begin,
             "begin_transaction",
             self.inner.config.max_block,
-        )
+        );
+        CallTimes::add(&self.inner.metrics.calls.begin, started);
+        result
     }
 
     /// Adds the consumer offsets to the transaction: they become the group's committed offsets
@@ -44,21 +52,27 @@ impl Producer {
     ) -> Result<(), TransactionError> {
         self.check_transactional()?;
         let offsets: BTreeMap<TopicPartition, OffsetAndMetadata> = offsets.into_iter().collect();
-        self.inner.txn_call(
+        let started = Instant::now();
+        let result = self.inner.txn_call(
             TxnCall::SendOffsets {
                 offsets,
                 group: group.clone(),
             },
             "send_offsets_to_transaction",
             timeout,
-        )
+        );
+        CallTimes::add(&self.inner.metrics.calls.send_offsets, started);
+        result
     }
 
     /// Sends every record of the transaction at once (linger does not apply), then commits
     /// it. An abortable error is returned as such: abort the transaction and go on.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.check_transactional()?;
-        self.inner.end_transaction(true, timeout)
+        let started = Instant::now();
+        let result = self.inner.end_transaction(true, timeout);
+        CallTimes::add(&self.inner.metrics.calls.commit, started);
+        result
     }
 
     /// Aborts the transaction: its records not yet sent fail with
@@ -66,7 +80,10 @@ impl Producer {
     /// sent never become visible to `read_committed` consumers.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.check_transactional()?;
-        self.inner.end_transaction(false, timeout)
+        let started = Instant::now();
+        let result = self.inner.end_transaction(false, timeout);
+        CallTimes::add(&self.inner.metrics.calls.abort, started);
+        result
     }
 
     fn check_transactional(&self) -> Result<(), TransactionError> {

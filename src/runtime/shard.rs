@@ -14,6 +14,7 @@ use glommio::Task;
 
 use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
 use crate::error::ProduceError;
+use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
@@ -95,6 +96,8 @@ pub(crate) enum ShardCommand {
         token: u64,
         commit: bool,
     },
+    /// Publish this shard's metrics now (`Producer::metrics`), then count down.
+    PublishMetrics(Arc<Latch>),
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -118,6 +121,8 @@ pub(crate) struct ShardContext {
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
     pub counters: Arc<RuntimeCounters>,
+    /// Where this shard publishes its metrics.
+    pub metrics: Arc<MetricsBoard>,
 }
 
 impl ShardContext {
@@ -260,6 +265,16 @@ enum Wake {
     Timer,
 }
 
+thread_local! {
+    /// Set on a shard's thread: code there (a delivery callback) must not wait for a shard.
+    static ON_SHARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on a shard's thread, where waiting for a shard could wait for itself.
+pub(crate) fn on_shard_thread() -> bool {
+    ON_SHARD.with(|on| on.get())
+}
+
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
@@ -268,6 +283,7 @@ pub(crate) async fn run_shard(
     ctx: Arc<ShardContext>,
 ) {
     let _running = ctx.counters.shard_guard();
+    ON_SHARD.with(|on| on.set(true));
     // Completions on this thread return their memory through the sink; this returns it even
     // if the shard unwinds.
     let _release = release_sink::FlushOnDrop(&ctx.memory);
@@ -293,52 +309,53 @@ pub(crate) async fn run_shard(
     let mut report = ShardReport::default();
     let mut txn = TxnDriver::new(shard);
     txn.publish_status(&engine, &*ctx);
+    let mut metrics = ShardPublisher::new(shard, ctx.metrics.clone());
+    let mut metric_requests: Vec<Arc<Latch>> = Vec::new();
 
     loop {
         // 1. What woke us, then everything else already waiting. One clock read serves every
         // record appended in this turn.
         let turn_now = now();
         let mut handled = 0usize;
-        let handle_command =
-            |cmd: ShardCommand,
-             engine: &mut Engine<DeliveryHandle>,
-             txn: &mut TxnDriver,
-             flushes: &mut Vec<(u64, Arc<Latch>)>,
-             closing: &mut Option<(Instant, Arc<Latch>)>| {
-                match cmd {
-                    ShardCommand::Append(mut record) => {
-                        if let Err(err) = txn.admit(record.txn_barrier) {
-                            record.delivery.complete(Err(err));
-                            return;
-                        }
-                        record.delivery.entering_engine();
-                        let headers = wire_headers(&record.headers);
-                        engine.append(
-                            turn_now,
-                            &record.tp,
-                            record.timestamp,
-                            record.key.as_deref(),
-                            record.value.as_deref(),
-                            &headers,
-                            record.delivery,
-                        );
+        let handle_command = |cmd: ShardCommand,
+                              engine: &mut Engine<DeliveryHandle>,
+                              txn: &mut TxnDriver,
+                              flushes: &mut Vec<(u64, Arc<Latch>)>,
+                              closing: &mut Option<(Instant, Arc<Latch>)>,
+                              metric_requests: &mut Vec<Arc<Latch>>| {
+            match cmd {
+                ShardCommand::Append(mut record) => {
+                    if let Err(err) = txn.admit(record.txn_barrier) {
+                        record.delivery.complete(Err(err));
+                        return;
                     }
-                    ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
-                    ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
-                    ShardCommand::Purge(latch) => {
-                        let purged = engine.purge_unsent();
-                        tracing::debug!(target: "kacrab::producer", purged, "purged unsent records");
-                        latch.count_down();
-                    }
-                    ShardCommand::TxnBarrier { token, commit } => {
-                        txn.on_barrier(token, commit, engine)
-                    }
-                    ShardCommand::Close { deadline, done } => {
-                        engine.begin_close();
-                        *closing = Some((deadline, done));
-                    }
+                    record.delivery.entering_engine();
+                    let headers = wire_headers(&record.headers);
+                    engine.append(
+                        turn_now,
+                        &record.tp,
+                        record.timestamp,
+                        record.key.as_deref(),
+                        record.value.as_deref(),
+                        &headers,
+                        record.delivery,
+                    );
                 }
-            };
+                ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
+                ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
+                ShardCommand::PublishMetrics(latch) => metric_requests.push(latch),
+                ShardCommand::Purge(latch) => {
+                    let purged = engine.purge_unsent();
+                    tracing::debug!(target: "kacrab::producer", purged, "purged unsent records");
+                    latch.count_down();
+                }
+                ShardCommand::TxnBarrier { token, commit } => txn.on_barrier(token, commit, engine),
+                ShardCommand::Close { deadline, done } => {
+                    engine.begin_close();
+                    *closing = Some((deadline, done));
+                }
+            }
+        };
         // Control commands go first, and again before each data command: one queued before a
         // data command (say `Ended` before a record of the next transaction) is handled
         // before it.
@@ -362,13 +379,21 @@ pub(crate) async fn run_shard(
         drain_control(&mut engine, &mut txn, None);
         if local.is_empty() {
             inbox.take_all(&mut local);
+            metrics.handoff(local.len());
         }
         while handled < COMMANDS_PER_TURN {
             let Some(cmd) = local.pop_front() else { break };
             if control.has_waiting() {
                 drain_control(&mut engine, &mut txn, None);
             }
-            handle_command(cmd, &mut engine, &mut txn, &mut flushes, &mut closing);
+            handle_command(
+                cmd,
+                &mut engine,
+                &mut txn,
+                &mut flushes,
+                &mut closing,
+                &mut metric_requests,
+            );
             handled += 1;
         }
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
@@ -450,6 +475,17 @@ pub(crate) async fn run_shard(
             }
             ctx.metadata.publish_fatal(err.clone());
         }
+        // What this turn's completions freed, in one release, before any flush is reported
+        // done: once `flush` returns, its records hold no buffer memory.
+        release_sink::flush_to(&ctx.memory);
+        metrics.maybe_publish(
+            engine.metrics(),
+            replica.applied(),
+            !metric_requests.is_empty(),
+        );
+        for latch in metric_requests.drain(..) {
+            latch.count_down();
+        }
         flushes.retain(|(token, latch)| {
             if engine.flush_done(*token) {
                 latch.count_down();
@@ -483,6 +519,7 @@ pub(crate) async fn run_shard(
                     &ctx,
                     &mut report,
                 );
+                metrics.maybe_publish(engine.metrics(), replica.applied(), true);
                 // Publishers must not wait for a reader that is gone.
                 attachment.detach();
                 txn.close();
@@ -493,7 +530,9 @@ pub(crate) async fn run_shard(
                     match cmd {
                         // Its delivery handle completes it with `Closed` as it drops.
                         ShardCommand::Append(record) => drop(record),
-                        ShardCommand::Flush(latch) | ShardCommand::Purge(latch) => {
+                        ShardCommand::Flush(latch)
+                        | ShardCommand::PublishMetrics(latch)
+                        | ShardCommand::Purge(latch) => {
                             latch.count_down()
                         }
                         ShardCommand::Close { done, .. } => done.count_down(),
@@ -505,8 +544,6 @@ pub(crate) async fn run_shard(
                 return;
             }
         }
-        // What this turn's completions freed, in one release.
-        release_sink::flush_to(&ctx.memory);
         if !local.is_empty() {
             glommio::executor().yield_task_queue_now().await;
             continue;
@@ -532,6 +569,7 @@ pub(crate) async fn run_shard(
         };
         let control_command = async { Wake::Control(control.recv().await) };
         let event = async { Wake::Event(events_rx.recv().await) };
+        let parked_at = metrics.parking();
         pending = Some(
             future::or(
                 control_command,
@@ -539,6 +577,7 @@ pub(crate) async fn run_shard(
             )
             .await,
         );
+        metrics.unparked(parked_at);
     }
 }
 

@@ -326,6 +326,22 @@ impl RuntimeCounters {
         }
     }
 
+    /// Sockets open now, connections established and connections lost or closed, in all
+    /// (`connection-count`, `connection-creation-total`, `connection-close-total`).
+    pub(crate) fn connection_counts(&self) -> (u64, u64, u64) {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let closed = load(&self.closed_by_peer)
+            + load(&self.abandoned)
+            + load(&self.truncated_frames)
+            + load(&self.refused_frames)
+            + load(&self.io_errors);
+        (
+            load(&self.sockets_open),
+            load(&self.connections_established),
+            closed,
+        )
+    }
+
     pub(crate) fn connect_started(&self) {
         self.connects_started.fetch_add(1, Ordering::Relaxed);
         self.changed();

@@ -27,6 +27,7 @@ bootstrap.servers in the producer properties) it starts the embedded reference c
                                  from the embedded cluster's log, or with Fetch requests from
                                  an external cluster (the topic must keep every record)
   --verify-fetch                 --verify with Fetch requests, also for the embedded cluster
+  --print-metrics                print the producer's metrics (Kafka's names) at the end
   --json                         print the results as one JSON object on stdout (progress
                                  lines go to stderr)
   --transactional-id ID          send in transactions with this transactional.id (default, when
@@ -66,6 +67,8 @@ pub struct Args {
     /// Verify with Fetch requests even against the embedded cluster.
     pub verify_fetch: bool,
     pub json: bool,
+    /// Print `Producer::metrics` at the end (Kafka's `--print-metrics`).
+    pub print_metrics: bool,
     /// Transactions: the transactional id and how long each transaction lasts.
     pub transactions: Option<(String, u64)>,
     /// The CPU the sending thread is pinned to.
@@ -113,6 +116,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
     let mut verify = false;
     let mut verify_fetch = false;
     let mut json = false;
+    let mut print_metrics = false;
     let mut transactional_id = None;
     let mut transaction_duration_ms = None;
     let mut broker_process = false;
@@ -187,6 +191,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
                 verify_fetch = true;
             }
             "--json" => json = true,
+            "--print-metrics" => print_metrics = true,
             "--transactional-id" => transactional_id = Some(take(&mut it)?),
             "--transaction-duration-ms" => {
                 let ms: u64 = number(&flag, &take(&mut it)?)?;
@@ -230,6 +235,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
         verify,
         verify_fetch,
         json,
+        print_metrics,
         transactions: match (transactional_id, transaction_duration_ms) {
             (None, None) => None,
             (id, ms) => Some((
@@ -253,7 +259,7 @@ mod tests {
     fn kafka_style_flags() {
         let Mode::Run(a) = parse(&args(
             "--topic t --num-records 10 --record-size 100 --throughput -1 \
-             --producer-props acks=all linger.ms=5 --shards=2 --verify",
+             --producer-props acks=all linger.ms=5 --shards=2 --verify --print-metrics",
         ))
         .unwrap() else {
             panic!("not a run");
@@ -271,6 +277,7 @@ mod tests {
         );
         assert_eq!(a.shards.as_deref(), Some("2"));
         assert!(a.verify);
+        assert!(a.print_metrics);
     }
 
     #[test]

@@ -260,6 +260,8 @@ fn run(a: &Args) -> Result<()> {
         _ => None,
     };
     producer.close(Duration::from_secs(30));
+    // After close: every shard published its final counts as it stopped.
+    let metrics = a.print_metrics.then(|| producer.metrics());
 
     // The embedded cluster's log is read directly; an external cluster (or --verify-fetch) is
     // read back with Fetch requests.
@@ -305,6 +307,14 @@ fn run(a: &Args) -> Result<()> {
     } else {
         print!("{}", text(&summary));
     }
+    if let Some(metrics) = metrics {
+        // stdout holds only the JSON object with --json.
+        if a.json {
+            eprint!("{}", metrics_table(&metrics));
+        } else {
+            print!("{}", metrics_table(&metrics));
+        }
+    }
     if errors > 0 {
         bail!("{errors} records failed");
     }
@@ -314,6 +324,24 @@ fn run(a: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The metrics as Kafka's tools print them (`ToolsUtils.printMetrics`): one line per metric,
+/// `group:name:{tags}` padded to the longest, then its value, sorted by that name.
+fn metrics_table(metrics: &kacrab::ProducerMetrics) -> String {
+    let mut rows: Vec<(String, f64)> = metrics
+        .entries()
+        .into_iter()
+        .map(|m| (m.display_name(), m.value))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(out, "\n{:<width$}   Value", "Metric Name");
+    for (name, value) in rows {
+        let _ = writeln!(out, "{name:<width$} : {value:.3}");
+    }
+    out
 }
 
 fn start_embedded(a: &Args) -> Result<BrokerChild> {

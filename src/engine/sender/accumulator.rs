@@ -26,9 +26,11 @@ impl<D: Delivery> Engine<D> {
     ) {
         if let Some(err) = &self.fatal {
             delivery.complete(Err(err.clone()));
+            self.metrics.record_failed_in(&tp.topic);
             return;
         }
         if self.closing {
+            self.metrics.record_failed_in(&tp.topic);
             delivery.complete(Err(ProduceError::Closed));
             return;
         }

@@ -183,6 +183,8 @@ impl<D: Delivery> Engine<D> {
                 outcome_unknown = batch.outcome_unknown,
                 "retrying batch"
             );
+            self.metrics
+                .records_retried(slot_index, batch.record_count as u64);
             batch.attempts += 1;
             batch.in_retry = true;
             batch.last_attempt = now;
@@ -294,12 +296,13 @@ impl<D: Delivery> Engine<D> {
                     "batch failed"
                 );
                 self.txn_report_failure(&err, false);
+                self.metrics
+                    .records_failed(slot_index, batch.records.len() as u64);
             }
             for record in std::mem::take(&mut batch.records) {
                 record.delivery.complete(Err(err.clone()));
             }
         }
-        let _ = slot_index;
         // Split children share their parent's id; it is complete when the last one is.
         if let Some(left) = self.split_children.get_mut(&batch.id) {
             *left -= 1;

@@ -124,6 +124,7 @@ impl<D: Delivery> Engine<D> {
     ) {
         match frame {
             Ok(frame) => {
+                self.metrics.request_sent(node, frame.len() as u64);
                 let conn = self
                     .connections
                     .get_mut(&node)

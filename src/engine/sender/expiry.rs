@@ -71,6 +71,8 @@ impl<D: Delivery> Engine<D> {
             );
             if !records.is_empty() {
                 self.txn_report_failure(&err, false);
+                self.metrics
+                    .records_failed(slot_index, records.len() as u64);
             }
             for record in records {
                 record.delivery.complete(Err(err.clone()));

@@ -27,12 +27,24 @@ impl<D: Delivery> Engine<D> {
     ) {
         self.stats.produce_requests += 1;
         self.stats.batches_sent += batches.len() as u64;
+        let mut records = 0u64;
+        for (slot_index, batch) in &batches {
+            records += batch.record_count as u64;
+            self.metrics.batch_sent(
+                *slot_index,
+                batch.record_count as u64,
+                batch.size_in_bytes() as u64,
+                now.saturating_sub(batch.created),
+            );
+        }
+        self.metrics.produce_request_sent(records);
         let correlation_id = self.take_correlation_id(node);
         let frame = self.encode_produce(version, correlation_id, &batches);
         if self.config.acks == 0 {
             // No response will come: the request being written is all the confirmation acks=0
             // gives (Java completes with offset -1).
             if let Ok(frame) = frame {
+                self.metrics.request_sent(node, frame.len() as u64);
                 let conn = self.connections.get(&node).expect("known");
                 self.actions.push_back(Action::Write {
                     node,
@@ -92,7 +104,7 @@ impl<D: Delivery> Engine<D> {
     pub(super) fn handle_produce(
         &mut self,
         now: Micros,
-        _node: NodeId,
+        node: NodeId,
         header: InFlightHeader,
         body: Bytes,
         batches: Vec<(usize, ProducerBatch<D>)>,
@@ -106,6 +118,11 @@ impl<D: Delivery> Engine<D> {
                     return Err(e);
                 }
             };
+        self.metrics.produce_answered(
+            node,
+            now.saturating_sub(header.sent_at),
+            response.throttle_time_ms,
+        );
         for (slot_index, batch) in batches {
             self.partitions[slot_index].on_wire -= 1;
             let tp = self.partitions[slot_index].tp.clone();
