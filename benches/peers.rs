@@ -16,7 +16,7 @@
 //!
 //! Environment:
 //! - `PEERS_BROKERS`: `reference,mock` (default both);
-//! - `PEERS_SCENARIOS`: any of `small,large,latency,shards` (default all);
+//! - `PEERS_SCENARIOS`: any of `small,large,latency,shards,txn,lz4,zstd` (default all);
 //! - `PEERS_CLIENTS`: any of `kacrab,librdkafka,rskafka,java` (default all available);
 //! - `PEERS_REPS`: repetitions (default 3);
 //! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
@@ -67,6 +67,8 @@ struct RunSpec {
     spin_us: u64,
     /// Transactions of this many ms each (commit, then begin the next); 0 is none.
     txn_ms: u64,
+    /// `compression.type`.
+    compression: String,
 }
 
 impl RunSpec {
@@ -83,6 +85,7 @@ impl RunSpec {
             ("--shards", self.shards.to_string()),
             ("--spin-us", self.spin_us.to_string()),
             ("--txn-ms", self.txn_ms.to_string()),
+            ("--compression", self.compression.clone()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -111,6 +114,7 @@ impl RunSpec {
             shards: get("shards")?.parse()?,
             spin_us: get("spin-us")?.parse()?,
             txn_ms: get("txn-ms")?.parse()?,
+            compression: get("compression")?,
         })
     }
 
@@ -238,7 +242,7 @@ fn main() {
             // A criterion-style filter (`cargo bench FILTER`): run the scenarios it names, or
             // nothing when it names none of them.
             let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-            let names = ["small", "large", "latency", "shards", "txn"];
+            let names = ["small", "large", "latency", "shards", "txn", "lz4", "zstd"];
             let selected: Vec<&str> = names
                 .iter()
                 .copied()
@@ -342,7 +346,8 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
             "max.request.size",
             (spec.batch_size.max(1 << 20) + 4096).to_string(),
         )
-        .set("kacrab.shards", spec.shards.to_string());
+        .set("kacrab.shards", spec.shards.to_string())
+        .set("compression.type", spec.compression.as_str());
     if spec.spin_us > 0 {
         builder = builder.set("kacrab.spin.before.park.us", spec.spin_us.to_string());
     }
@@ -435,6 +440,7 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
         .set("linger.ms", spec.linger_ms.to_string())
         .set("batch.size", spec.batch_size.to_string())
         .set("batch.num.messages", "1000000")
+        .set("compression.type", spec.compression.as_str())
         .set(
             "message.max.bytes",
             (spec.batch_size.max(1 << 20) + 4096).to_string(),
@@ -780,6 +786,8 @@ struct Scenario {
     clients: Vec<(&'static str, &'static str, usize, u64)>,
     /// Transactions of this many ms; 0 is none.
     txn_ms: u64,
+    /// `compression.type` of every client.
+    compression: &'static str,
 }
 
 fn scenarios(scale: f64) -> Vec<Scenario> {
@@ -802,6 +810,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             clients: peers.clone(),
             txn_ms: 0,
+            compression: "none",
         },
         Scenario {
             name: "large",
@@ -818,6 +827,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 c
             },
             txn_ms: 0,
+            compression: "none",
         },
         Scenario {
             name: "latency",
@@ -837,6 +847,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 c
             },
             txn_ms: 0,
+            compression: "none",
         },
         Scenario {
             name: "shards",
@@ -852,6 +863,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 ("kacrab 2 shards", "kacrab", 2, 0),
             ],
             txn_ms: 0,
+            compression: "none",
         },
         Scenario {
             name: "txn",
@@ -869,6 +881,44 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
                 ("librdkafka", "librdkafka", 0, 0),
             ],
             txn_ms: 100,
+            compression: "none",
+        },
+        Scenario {
+            name: "lz4",
+            title:
+                "lz4: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
+            records: n(1_000_000),
+            size: 100,
+            partitions: 6,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 16384,
+            // rskafka is built without its compression features.
+            clients: vec![
+                ("kacrab", "kacrab", 2, 0),
+                ("librdkafka", "librdkafka", 0, 0),
+                ("java", "java", 0, 0),
+            ],
+            txn_ms: 0,
+            compression: "lz4",
+        },
+        Scenario {
+            name: "zstd",
+            title:
+                "zstd: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
+            records: n(1_000_000),
+            size: 100,
+            partitions: 6,
+            rate: 0.0,
+            linger_ms: 5,
+            batch_size: 16384,
+            clients: vec![
+                ("kacrab", "kacrab", 2, 0),
+                ("librdkafka", "librdkafka", 0, 0),
+                ("java", "java", 0, 0),
+            ],
+            txn_ms: 0,
+            compression: "zstd",
         },
     ]
 }
@@ -1025,6 +1075,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
                         shards,
                         spin_us: spin,
                         txn_ms: scenario.txn_ms,
+                        compression: scenario.compression.to_string(),
                     };
                     let outcome = if client.starts_with("loopback") {
                         run_client(&spec, None)

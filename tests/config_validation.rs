@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use kacrab::config::{keys, Acks, Compression, ConfigError, ProducerConfig, ProducerConfigBuilder};
+use kacrab::protocol::compression::Codec;
 
 fn base() -> ProducerConfigBuilder {
     ProducerConfigBuilder::new().set("bootstrap.servers", "localhost:9092")
@@ -85,6 +86,10 @@ fn defaults_equal_java() {
     assert_eq!(c.transaction_timeout, ms(60_000));
     assert!(!c.partitioner_ignore_keys);
     assert_eq!(c.compression_type, Compression::None);
+    assert_eq!(c.compression_gzip_level, -1);
+    assert_eq!(c.compression_lz4_level, 9);
+    assert_eq!(c.compression_zstd_level, 3);
+    assert_eq!(c.compression_codec(), Codec::None);
     assert_eq!(c.shards, None);
     assert_eq!(c.cores, None);
     assert_eq!(c.io_memory, 65_536);
@@ -461,11 +466,79 @@ fn well_formed_bootstrap_entries_are_kept_trimmed() {
 }
 
 #[test]
-fn compression_other_than_none_is_rejected() {
-    for value in ["gzip", "snappy", "lz4", "zstd", "brotli"] {
-        let e = err(&[("compression.type", value)]);
-        assert_invalid(&e, "compression.type", "only `none` is supported");
+fn every_compression_type_is_accepted_with_its_level() {
+    for (value, expected) in [
+        ("none", Compression::None),
+        ("gzip", Compression::Gzip),
+        (" snappy ", Compression::Snappy),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
+        let c = ok(&[("compression.type", value)]);
+        assert_eq!(c.compression_type, expected);
+        assert_eq!(c.compression_type.as_str(), value.trim());
     }
+    let c = ok(&[
+        ("compression.type", "gzip"),
+        ("compression.gzip.level", "9"),
+    ]);
+    assert_eq!(c.compression_codec(), Codec::Gzip { level: 9 });
+    let c = ok(&[("compression.type", "lz4"), ("compression.lz4.level", "17")]);
+    assert_eq!(c.compression_codec(), Codec::Lz4 { level: 17 });
+    let c = ok(&[
+        ("compression.type", "zstd"),
+        ("compression.zstd.level", "-131072"),
+    ]);
+    assert_eq!(c.compression_codec(), Codec::Zstd { level: -131_072 });
+    let c = ok(&[("compression.type", "snappy")]);
+    assert_eq!(c.compression_codec(), Codec::Snappy);
+    // A level for another codec is accepted and has no effect, as in Java.
+    let c = ok(&[
+        ("compression.type", "zstd"),
+        ("compression.gzip.level", "1"),
+    ]);
+    assert_eq!(c.compression_codec(), Codec::Zstd { level: 3 });
+}
+
+#[test]
+fn an_unknown_compression_type_is_rejected() {
+    for value in ["brotli", "GZIP", "", "lz4hc"] {
+        let e = err(&[("compression.type", value)]);
+        assert_invalid(
+            &e,
+            "compression.type",
+            "must be one of none, gzip, snappy, lz4, zstd",
+        );
+    }
+}
+
+#[test]
+fn compression_levels_outside_javas_ranges_are_rejected() {
+    for value in ["0", "10", "-2", "x", ""] {
+        let e = err(&[("compression.gzip.level", value)]);
+        assert_invalid(
+            &e,
+            "compression.gzip.level",
+            "must be a number from 1 to 9, or -1 for the default level",
+        );
+    }
+    for value in ["0", "18", "-1"] {
+        let e = err(&[("compression.lz4.level", value)]);
+        assert_invalid(&e, "compression.lz4.level", "from 1 to 17");
+    }
+    for value in ["23", "-131073", "3.5"] {
+        let e = err(&[("compression.zstd.level", value)]);
+        assert_invalid(&e, "compression.zstd.level", "from -131072 to 22");
+    }
+    // The edges are in.
+    ok(&[
+        ("compression.gzip.level", "1"),
+        ("compression.lz4.level", "1"),
+    ]);
+    ok(&[
+        ("compression.zstd.level", "22"),
+        ("compression.lz4.level", "17"),
+    ]);
 }
 
 #[test]
@@ -734,9 +807,9 @@ fn display_reads_well() {
          `enable.idempotence` is false"
     );
     assert_eq!(
-        err(&[("compression.type", "lz4")]).to_string(),
-        "invalid value `lz4` for `compression.type`: only `none` is supported; kacrab does not \
-         compress record batches"
+        err(&[("compression.type", "brotli")]).to_string(),
+        "invalid value `brotli` for `compression.type`: must be one of none, gzip, snappy, lz4, \
+         zstd"
     );
     assert_eq!(
         err(&[("bootstrap.servers", "localhost")]).to_string(),

@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kacrab::protocol::record_batch::RecordBatchHeader;
 use kacrab::runtime::RuntimeStats;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
@@ -522,9 +523,31 @@ fn shard_of(producer: &Producer, ledger: &mut Ledger, partition: i32) -> usize {
 // appended ones and nothing is written twice.
 #[test]
 fn responses_dropped_after_append_are_retried_without_duplicates() {
+    responses_dropped_after_append(&[]);
+}
+
+// The same with zstd batches: a retried compressed batch is the same bytes under its original
+// stamp, recognised as a duplicate, and the log holds each record once.
+#[test]
+fn responses_dropped_after_append_are_retried_without_duplicates_in_zstd_batches() {
+    let cluster = responses_dropped_after_append(&[("compression.type", "zstd")]);
+    let codecs: BTreeSet<u8> = cluster.with_cluster(|c| {
+        (0..PARTITIONS)
+            .flat_map(|p| {
+                c.partition_log("dropped-responses", p)
+                    .iter()
+                    .map(|b| RecordBatchHeader::parse(&b.bytes).unwrap().compression())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
+    assert_eq!(codecs, BTreeSet::from([4]), "every stored batch is zstd");
+}
+
+fn responses_dropped_after_append(extra: &[(&str, &str)]) -> ReferenceCluster {
     let topic = "dropped-responses";
     let cluster = start_cluster(topic);
-    let producer = producer(&cluster, &[]);
+    let producer = producer(&cluster, extra);
     let mut ledger = Ledger::new(topic);
     warm_up(&mut ledger, &producer);
     for round in 0..5 {
@@ -554,6 +577,7 @@ fn responses_dropped_after_append_are_retried_without_duplicates() {
     assert_steady(&cluster, &producer);
     assert_eq!(producer.buffered_bytes(), 0);
     assert_closed_cleanly(&cluster, &producer);
+    cluster
 }
 
 // Leaders move and brokers answer retriable errors (injected before the append) while records

@@ -3,6 +3,8 @@
 //! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
 #![cfg(feature = "testkit")]
 
+use kacrab::protocol::compression::Codec;
+use kacrab::protocol::record_batch::{decode_records, RecordBatchBuilder};
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::error_codes::*;
 use kacrab::testkit::broker::{
@@ -1623,4 +1625,126 @@ fn record_count_that_disagrees_with_the_records_in_the_batch_is_invalid_record()
     assert!(c.partition_log(TOPIC, 0).is_empty());
     assert!(c.producer_state(TOPIC, 0, pid).is_none());
     assert_eq!(produce(&mut c, pid, 0, 0, 2).error_code, NONE);
+}
+
+/// An idempotent batch of `count` records compressed with `codec`, as kacrab's producer
+/// builds it.
+fn compressed_batch(codec: Codec, pid: i64, seq: i32, count: usize) -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::with_codec(1024, NOW, codec);
+    for i in 0..count {
+        let value = format!("compressed record {i} {}", "x".repeat(i % 40));
+        builder.append(NOW + i as i64, None, Some(value.as_bytes()), &[]);
+    }
+    builder.set_producer_state(pid, 0, seq, false);
+    builder.close().to_vec()
+}
+
+/// Rewrites bytes inside the CRC's range and fixes the CRC (and the length), so the broker
+/// gets past its CRC check to the records.
+fn resealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    let length = (bytes.len() - 12) as i32;
+    bytes[8..12].copy_from_slice(&length.to_be_bytes());
+    let crc = crc32c::crc32c(&bytes[21..]);
+    bytes[17..21].copy_from_slice(&crc.to_be_bytes());
+    bytes
+}
+
+fn all_codecs() -> [Codec; 4] {
+    [
+        Codec::Gzip { level: -1 },
+        Codec::Snappy,
+        Codec::Lz4 { level: 9 },
+        Codec::Zstd { level: 3 },
+    ]
+}
+
+// `LogValidator.validateMessagesAndAssignOffsetsCompressed`: when the topic's codec is the
+// producer's (`compression.type=producer`, the default), the batch is kept as it came, only
+// its base offset and leader epoch set.
+#[test]
+fn a_compressed_batch_of_every_codec_is_appended_and_stored_as_sent() {
+    let mut c = cluster();
+    let pid = producer(&mut c);
+    let mut sent = Vec::new();
+    for (i, codec) in all_codecs().into_iter().enumerate() {
+        let bytes = compressed_batch(codec, pid, i as i32 * 10, 10);
+        let result = send(&mut c, &bytes);
+        assert_eq!(result.error_code, NONE, "{codec:?}");
+        assert_eq!(result.base_offset, i as i64 * 10);
+        sent.push(bytes);
+    }
+    let log: Vec<StoredBatch> = c.partition_log(TOPIC, 0).to_vec();
+    assert_eq!(log.len(), 4);
+    for (stored, sent) in log.iter().zip(&sent) {
+        assert_eq!(
+            stored.bytes[16..],
+            sent[16..],
+            "stored as sent after the leader epoch"
+        );
+        let records = decode_records(&stored.bytes).unwrap();
+        assert_eq!(records.len(), 10);
+        assert_eq!(
+            records[3].value.as_deref(),
+            Some(&b"compressed record 3 xxx"[..])
+        );
+    }
+    assert_eq!(log_end(&c), 40);
+}
+
+// `DefaultRecordBatch.compressedIterator` under `LogValidator`: records that do not
+// decompress fail the append. Kafka answers a stream cut short with `InvalidRecordException`
+// and other decompression failures with a `KafkaException` (UNKNOWN_SERVER_ERROR); the
+// reference broker answers INVALID_RECORD for both, a final rejection either way.
+#[test]
+fn a_compressed_batch_whose_records_do_not_decompress_is_rejected_and_leaves_no_state() {
+    for codec in all_codecs() {
+        let mut c = cluster();
+        let pid = producer(&mut c);
+        let good = compressed_batch(codec, pid, 0, 20);
+        for section in [
+            vec![0xa5; 64],
+            good[61..good.len() / 2 + 30].to_vec(),
+            Vec::new(),
+        ] {
+            let mut bad = good[..61].to_vec();
+            bad.extend_from_slice(&section);
+            let result = send(&mut c, &resealed(bad));
+            assert_eq!(result.error_code, INVALID_RECORD, "{codec:?}");
+            assert!(c.partition_log(TOPIC, 0).is_empty());
+            assert!(c.producer_state(TOPIC, 0, pid).is_none(), "{codec:?}");
+        }
+        assert_eq!(send(&mut c, &good).error_code, NONE, "{codec:?}");
+    }
+}
+
+// `DefaultRecordBatch.RecordIterator` over the decompressed records: fewer records than the
+// header declares ("premature EOF") or more ("records still remaining") is InvalidRecordException.
+#[test]
+fn a_compressed_batch_whose_record_count_is_not_its_records_is_invalid_record() {
+    for codec in all_codecs() {
+        let mut c = cluster();
+        let pid = producer(&mut c);
+        for count in [19, 21] {
+            let mut bad = compressed_batch(codec, pid, 0, 20);
+            bad[23..27].copy_from_slice(&(count - 1i32).to_be_bytes()); // last offset delta
+            bad[57..61].copy_from_slice(&count.to_be_bytes());
+            let result = send(&mut c, &resealed(bad));
+            assert_eq!(result.error_code, INVALID_RECORD, "{codec:?} count {count}");
+        }
+        assert!(c.partition_log(TOPIC, 0).is_empty());
+    }
+}
+
+// The CRC covers the compressed records: a flipped compressed byte is CORRUPT_MESSAGE before
+// anything is decompressed.
+#[test]
+fn a_flipped_byte_in_compressed_records_is_corrupt_message() {
+    for codec in all_codecs() {
+        let mut c = cluster();
+        let pid = producer(&mut c);
+        let mut bad = compressed_batch(codec, pid, 0, 20);
+        let at = bad.len() - 3;
+        bad[at] ^= 0x10;
+        assert_eq!(send(&mut c, &bad).error_code, CORRUPT_MESSAGE, "{codec:?}");
+    }
 }

@@ -10,8 +10,9 @@
 
 use kacrab::engine::{EngineConfig, ProducerIdAndEpoch, TopicPartition};
 use kacrab::error::ProduceError;
+use kacrab::protocol::compression::Codec;
 use kacrab::protocol::error_code::code;
-use kacrab::protocol::record_batch::RecordBatchBuilder;
+use kacrab::protocol::record_batch::{RecordBatchBuilder, RecordBatchHeader};
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::{BrokerRules, Cluster};
 use kacrab::testkit::sim::{
@@ -821,6 +822,60 @@ fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
     settle(&mut sim, 5 * SECOND);
     assert_eq!(acked_offsets(&sim, &ids), offsets(0..10));
     assert_eq!(bumps(&sim), 0);
+}
+
+#[test]
+fn a_compressed_batch_refused_as_too_large_splits_into_compressed_children_that_land_exactly_once()
+{
+    for codec in [
+        Codec::Gzip { level: -1 },
+        Codec::Snappy,
+        Codec::Lz4 { level: 9 },
+        Codec::Zstd { level: 3 },
+    ] {
+        let mut sim = started(setup_with(&[1], |engine| engine.compression = codec));
+        // Known to the broker first, so the split batch's children are the next sequences it
+        // expects (a fresh producer's first batch may start anywhere).
+        let mut earlier = Vec::new();
+        for _ in 0..10 {
+            earlier.extend(batch(&mut sim, &tp(0)));
+            settle(&mut sim, SECOND);
+        }
+        sim.add_fault(FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)).base_sequence(100),
+            Fault::Inject(code::MESSAGE_TOO_LARGE),
+        ));
+        let ids = batch(&mut sim, &tp(0));
+        settle(&mut sim, 5 * SECOND);
+        assert_eq!(acked_offsets(&sim, &earlier), offsets(0..100), "{codec:?}");
+        assert_eq!(acked_offsets(&sim, &ids), offsets(100..110), "{codec:?}");
+        let attempts = attempts(&sim, &tp(0));
+        let too_large: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.3 == Some(code::MESSAGE_TOO_LARGE))
+            .collect();
+        assert_eq!(too_large, [&(1, 0, 100, Some(code::MESSAGE_TOO_LARGE))]);
+        // The refused batch's records are in the log once (the checker of `settle` reads every
+        // stored batch), in children compressed with the producer's codec.
+        let log: Vec<(u8, i32)> = sim
+            .cluster()
+            .partition_log("t", 0)
+            .iter()
+            .filter(|b| b.base_offset >= 100)
+            .map(|b| {
+                let header = RecordBatchHeader::parse(&b.bytes).unwrap();
+                (header.compression(), header.record_count)
+            })
+            .collect();
+        assert!(log.len() >= 2, "{codec:?}: {log:?}");
+        assert!(
+            log.iter().all(|&(c, _)| c == codec.id()),
+            "{codec:?}: {log:?}"
+        );
+        assert_eq!(log.iter().map(|&(_, n)| n).sum::<i32>(), 10);
+        assert!(log.len() >= 2, "{codec:?}: the batch was split: {log:?}");
+        assert_eq!(bumps(&sim), 0);
+    }
 }
 
 #[test]

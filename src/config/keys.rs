@@ -47,6 +47,12 @@ pub const TRANSACTION_TIMEOUT_MS: &str = "transaction.timeout.ms";
 pub const PARTITIONER_IGNORE_KEYS: &str = "partitioner.ignore.keys";
 /// `compression.type`
 pub const COMPRESSION_TYPE: &str = "compression.type";
+/// `compression.gzip.level`
+pub const COMPRESSION_GZIP_LEVEL: &str = "compression.gzip.level";
+/// `compression.lz4.level`
+pub const COMPRESSION_LZ4_LEVEL: &str = "compression.lz4.level";
+/// `compression.zstd.level`
+pub const COMPRESSION_ZSTD_LEVEL: &str = "compression.zstd.level";
 /// `security.protocol`: accepted only as `PLAINTEXT`.
 pub const SECURITY_PROTOCOL: &str = "security.protocol";
 /// `partitioner.class`: accepted only when empty (the built-in partitioner).
@@ -92,6 +98,9 @@ pub(super) const RECOGNIZED: &[&str] = &[
     TRANSACTION_TIMEOUT_MS,
     PARTITIONER_IGNORE_KEYS,
     COMPRESSION_TYPE,
+    COMPRESSION_GZIP_LEVEL,
+    COMPRESSION_LZ4_LEVEL,
+    COMPRESSION_ZSTD_LEVEL,
     SECURITY_PROTOCOL,
     PARTITIONER_CLASS,
     INTERCEPTOR_CLASSES,
@@ -153,9 +162,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
         Check::OneOf(&["INFO", "DEBUG", "TRACE"]),
     ),
     ("metric.reporters", Check::Any),
-    ("compression.gzip.level", Check::Int(i32::MIN, i32::MAX)),
-    ("compression.lz4.level", Check::Int(i32::MIN, i32::MAX)),
-    ("compression.zstd.level", Check::Int(i32::MIN, i32::MAX)),
 ];
 
 /// Java producer keys that have no effect in kacrab. They are accepted, so a properties file
@@ -171,8 +177,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 /// - `client.dns.lookup`: every resolved address is tried (Java's default, `use_all_dns_ips`).
 /// - `enable.metrics.push`, `metrics.sample.window.ms`, `metrics.num.samples`,
 ///   `metrics.recording.level`, `metric.reporters`: no Java metrics subsystem.
-/// - `compression.gzip.level`, `compression.lz4.level`, `compression.zstd.level`: only
-///   `compression.type=none` is supported.
 pub fn ignored_keys() -> impl Iterator<Item = &'static str> {
     IGNORED.iter().map(|(key, _)| *key)
 }

@@ -11,8 +11,7 @@
 //! - An unknown key is an error. Java logs a warning and ignores it, which leaves a mistyped
 //!   key's default silently in place.
 //! - `client.id` defaults to `kacrab`; Java uses `producer-N`, or `producer-<transactional.id>`.
-//! - `compression.type` must be `none` and `security.protocol` must be `PLAINTEXT`;
-//!   `partitioner.class` and `interceptor.classes` must be empty and
+//! - `security.protocol` must be `PLAINTEXT`; `partitioner.class` and `interceptor.classes` must be empty and
 //!   `transaction.two.phase.commit.enable` must be `false`.
 //! - `transaction.timeout.ms` and `socket.connection.setup.timeout.ms`, which Java leaves
 //!   unchecked, must not be negative: they become a [`Duration`].
@@ -27,6 +26,8 @@ pub mod keys;
 mod parse;
 
 use parse::Unit;
+
+use crate::protocol::compression::{self, Codec};
 
 /// `acks`: how many replicas must have a batch before the broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,13 +72,22 @@ impl fmt::Display for Acks {
     }
 }
 
-/// `compression.type`. kacrab writes record batches uncompressed.
+/// `compression.type`: the codec of each batch's records section (the header stays
+/// uncompressed). Levels are the `compression.*.level` keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Compression {
     /// `none`
     #[default]
     None,
+    /// `gzip`, at `compression.gzip.level`.
+    Gzip,
+    /// `snappy`, in snappy-java's framing as Java writes it.
+    Snappy,
+    /// `lz4` (the LZ4 frame format), at `compression.lz4.level`.
+    Lz4,
+    /// `zstd`, at `compression.zstd.level`.
+    Zstd,
 }
 
 impl Compression {
@@ -85,7 +95,23 @@ impl Compression {
     pub fn as_str(self) -> &'static str {
         match self {
             Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
         }
+    }
+
+    fn from_property(value: &str) -> Option<Compression> {
+        [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == value)
     }
 }
 
@@ -140,8 +166,15 @@ pub struct ProducerConfig {
     pub transaction_timeout: Duration,
     /// `partitioner.ignore.keys`, default false.
     pub partitioner_ignore_keys: bool,
-    /// `compression.type`: only `none`.
+    /// `compression.type`, default `none`.
     pub compression_type: Compression,
+    /// `compression.gzip.level`, default -1 (zlib's default, 6); otherwise 1 to 9.
+    pub compression_gzip_level: i32,
+    /// `compression.lz4.level`, default 9, from 1 to 17. kacrab's LZ4 encoder is LZ4's fast
+    /// compressor at every level (Java's at the default level; Java uses LZ4HC at the others).
+    pub compression_lz4_level: i32,
+    /// `compression.zstd.level`, default 3, from -131072 to 22.
+    pub compression_zstd_level: i32,
     /// `kacrab.shards`: shard threads, at least 1. `None`: one per online core. Set to the
     /// length of `kacrab.cores` when only that was given.
     pub shards: Option<usize>,
@@ -168,6 +201,24 @@ impl ProducerConfig {
     /// A builder with every key at its default.
     pub fn builder() -> ProducerConfigBuilder {
         ProducerConfigBuilder::new()
+    }
+
+    /// `compression.type` with its `compression.*.level`: what each batch's records are
+    /// compressed with.
+    pub fn compression_codec(&self) -> Codec {
+        match self.compression_type {
+            Compression::None => Codec::None,
+            Compression::Gzip => Codec::Gzip {
+                level: self.compression_gzip_level,
+            },
+            Compression::Snappy => Codec::Snappy,
+            Compression::Lz4 => Codec::Lz4 {
+                level: self.compression_lz4_level,
+            },
+            Compression::Zstd => Codec::Zstd {
+                level: self.compression_zstd_level,
+            },
+        }
     }
 
     /// The batch size the accumulator uses: Java's `KafkaProducer` takes `max(1, batch.size)`,
@@ -283,6 +334,9 @@ struct Explicit {
     transaction_timeout_ms: Option<i32>,
     partitioner_ignore_keys: Option<bool>,
     compression: Option<Compression>,
+    compression_gzip_level: Option<i32>,
+    compression_lz4_level: Option<i32>,
+    compression_zstd_level: Option<i32>,
     shards: Option<usize>,
     cores: Option<Vec<usize>>,
     io_memory: Option<usize>,
@@ -345,16 +399,51 @@ impl Explicit {
             PARTITIONER_IGNORE_KEYS => {
                 self.partitioner_ignore_keys = Some(parse::boolean(key, raw)?)
             }
-            COMPRESSION_TYPE => match raw.trim() {
-                "none" => self.compression = Some(Compression::None),
-                _ => {
+            COMPRESSION_TYPE => match Compression::from_property(raw.trim()) {
+                Some(compression) => self.compression = Some(compression),
+                None => {
                     return Err(parse::invalid(
                         key,
                         raw,
-                        "only `none` is supported; kacrab does not compress record batches",
+                        "must be one of none, gzip, snappy, lz4, zstd",
                     ))
                 }
             },
+            COMPRESSION_GZIP_LEVEL => {
+                // Java's `GzipCompression.LevelValidator`: 1 to 9, or -1 for the default.
+                let level = raw.trim().parse::<i32>().ok().filter(|&l| {
+                    l == compression::GZIP_DEFAULT_LEVEL
+                        || (compression::GZIP_MIN_LEVEL..=compression::GZIP_MAX_LEVEL).contains(&l)
+                });
+                match level {
+                    Some(level) => self.compression_gzip_level = Some(level),
+                    None => {
+                        return Err(parse::invalid(
+                            key,
+                            raw,
+                            "must be a number from 1 to 9, or -1 for the default level",
+                        ))
+                    }
+                }
+            }
+            COMPRESSION_LZ4_LEVEL => {
+                self.compression_lz4_level = Some(parse::int(
+                    key,
+                    raw,
+                    compression::LZ4_MIN_LEVEL,
+                    compression::LZ4_MAX_LEVEL,
+                    Unit::Plain,
+                )?)
+            }
+            COMPRESSION_ZSTD_LEVEL => {
+                self.compression_zstd_level = Some(parse::int(
+                    key,
+                    raw,
+                    compression::ZSTD_MIN_LEVEL,
+                    compression::ZSTD_MAX_LEVEL,
+                    Unit::Plain,
+                )?)
+            }
             SECURITY_PROTOCOL => {
                 // Java's validator is case-insensitive (`CaseInsensitiveValidString`).
                 if !raw.trim().eq_ignore_ascii_case("PLAINTEXT") {
@@ -664,6 +753,15 @@ impl ProducerConfigBuilder {
             transaction_timeout: ms(e.transaction_timeout_ms.unwrap_or(60_000).into()),
             partitioner_ignore_keys: e.partitioner_ignore_keys.unwrap_or(false),
             compression_type: e.compression.unwrap_or_default(),
+            compression_gzip_level: e
+                .compression_gzip_level
+                .unwrap_or(compression::GZIP_DEFAULT_LEVEL),
+            compression_lz4_level: e
+                .compression_lz4_level
+                .unwrap_or(compression::LZ4_DEFAULT_LEVEL),
+            compression_zstd_level: e
+                .compression_zstd_level
+                .unwrap_or(compression::ZSTD_DEFAULT_LEVEL),
             shards,
             cores: e.cores,
             io_memory: e.io_memory.unwrap_or(64 * 1024),

@@ -1,12 +1,24 @@
 //! `ProducerBatch`: the records of one partition sent together, and the protocol facts about
 //! its attempts (Java's `ProducerBatch` fields of §1.4).
 
+use std::sync::Arc;
+
 use bytes::{Bytes, BytesMut};
 
-use crate::protocol::record_batch::{self, Header, RecordBatchBuilder};
+use crate::protocol::compression::Codec;
+use crate::protocol::record_batch::{self, Header, RecordBatchBuilder, RECORD_BATCH_OVERHEAD};
 
+use super::compression_ratio::{estimated_bytes_written, CompressionRatioEstimate};
 use super::identity::ProducerIdAndEpoch;
 use super::Micros;
+
+/// How a batch's records are compressed: the codec, and the topic's ratio estimate that sizes
+/// the open batch and learns from each batch once it is compressed.
+#[derive(Debug, Clone)]
+pub struct BatchCompression {
+    pub codec: Codec,
+    pub estimate: Arc<CompressionRatioEstimate>,
+}
 
 /// The (producer id, epoch, base sequence) written into a batch header at its first drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,11 +30,12 @@ pub struct BatchStamp {
 /// A batch's bytes through its life. The CRC is computed once, when the bytes become final:
 /// a batch that stops taking records is only sealed, so that its first stamp (at its first
 /// drain, usually after it was sealed full) goes into the builder and costs neither a copy nor
-/// a second pass over the records.
+/// a second pass over the records. A compressed batch's records are compressed once, when it
+/// stops taking records (sealed, or stamped or finished while open).
 enum BatchData {
     /// Taking records.
     Open(RecordBatchBuilder),
-    /// Taking no more records; header and CRC not written yet.
+    /// Taking no more records, records compressed; header and CRC not written yet.
     Sealed(RecordBatchBuilder),
     /// Final bytes, CRC included; shared with the requests that carry them.
     Closed(Bytes),
@@ -48,6 +61,20 @@ pub fn record_size_upper_bound(
         size += 10 + h.key.len() + h.value.map_or(0, <[u8]>::len);
     }
     size
+}
+
+/// Java's `MemoryRecordsBuilder.estimatedBytesWritten`: exact for an uncompressed builder,
+/// the header plus the records scaled by the estimated ratio for a compressed one.
+fn estimate(compressed: bool, ratio: f32, builder: &RecordBatchBuilder) -> usize {
+    if compressed {
+        estimated_bytes_written(
+            RECORD_BATCH_OVERHEAD,
+            builder.uncompressed_records_size(),
+            ratio,
+        )
+    } else {
+        builder.size_in_bytes()
+    }
 }
 
 pub struct ProducerBatch<D> {
@@ -81,13 +108,39 @@ pub struct ProducerBatch<D> {
     pub leader_epoch_at_retry: Option<i32>,
     pub backoff_skip: bool,
     pub max_size: usize,
+    compression: Option<BatchCompression>,
+    /// The topic's estimate when the batch was created (Java's `setEstimatedCompressionRatio`
+    /// in `ProducerBatch`'s constructor): fixed for the batch's life.
+    estimated_ratio: f32,
+    /// The ratio the records compressed with, once they are (Java's `compressionRatio`).
+    observed_ratio: Option<f32>,
 }
 
 impl<D> ProducerBatch<D> {
+    /// An uncompressed batch.
     pub fn new(now: Micros, base_timestamp: i64, max_size: usize) -> Self {
+        Self::with_compression(now, base_timestamp, max_size, None)
+    }
+
+    /// A batch whose records are compressed as `compression` says (`None`: uncompressed).
+    /// `max_size` bounds the batch's estimated compressed size.
+    pub fn with_compression(
+        now: Micros,
+        base_timestamp: i64,
+        max_size: usize,
+        compression: Option<BatchCompression>,
+    ) -> Self {
+        let compression = compression.filter(|c| c.codec != Codec::None);
+        let (codec, estimated_ratio) = compression
+            .as_ref()
+            .map_or((Codec::None, 1.0), |c| (c.codec, c.estimate.estimation()));
         ProducerBatch {
             id: 0,
-            data: BatchData::Open(RecordBatchBuilder::new(max_size, base_timestamp)),
+            data: BatchData::Open(RecordBatchBuilder::with_codec(
+                max_size,
+                base_timestamp,
+                codec,
+            )),
             records: Vec::new(),
             record_count: 0,
             created: now,
@@ -101,6 +154,9 @@ impl<D> ProducerBatch<D> {
             leader_epoch_at_retry: None,
             backoff_skip: false,
             max_size,
+            compression,
+            estimated_ratio,
+            observed_ratio: None,
         }
     }
 
@@ -108,10 +164,45 @@ impl<D> ProducerBatch<D> {
         matches!(self.data, BatchData::Open(_))
     }
 
+    /// The batch's size on the wire: exact once it stopped taking records; while open, Java's
+    /// `estimatedSizeInBytes` (the records so far, scaled by the compression estimate for a
+    /// compressed batch).
     pub fn size_in_bytes(&self) -> usize {
         match &self.data {
-            BatchData::Open(b) | BatchData::Sealed(b) => b.size_in_bytes(),
+            BatchData::Open(b) => self.estimated_bytes_written(b),
+            BatchData::Sealed(b) => b.size_in_bytes(),
             BatchData::Closed(bytes) => bytes.len(),
+        }
+    }
+
+    /// Java's `MemoryRecordsBuilder.estimatedBytesWritten` of the open builder.
+    fn estimated_bytes_written(&self, builder: &RecordBatchBuilder) -> usize {
+        estimate(self.compression.is_some(), self.estimated_ratio, builder)
+    }
+
+    /// The compression the batch was created with, for batches split from it.
+    pub fn compression(&self) -> Option<&BatchCompression> {
+        self.compression.as_ref()
+    }
+
+    /// The ratio the records compressed with; `None` while open and for an uncompressed batch.
+    pub fn compression_ratio(&self) -> Option<f32> {
+        self.observed_ratio
+    }
+
+    /// Compresses the builder's records (once) and feeds the observed ratio to the topic's
+    /// estimate, as Java's `ProducerBatch.close` does.
+    fn compress(&mut self, builder: &mut RecordBatchBuilder) {
+        let Some(compression) = &self.compression else {
+            return;
+        };
+        if builder.compression_ratio().is_some() {
+            return;
+        }
+        builder.compress();
+        if let Some(ratio) = builder.compression_ratio() {
+            compression.estimate.update(ratio);
+            self.observed_ratio = Some(ratio);
         }
     }
 
@@ -125,11 +216,16 @@ impl<D> ProducerBatch<D> {
         headers: &[Header<'_>],
         delivery: D,
     ) -> Result<(), D> {
+        let compressed = self.compression.is_some();
         let BatchData::Open(builder) = &mut self.data else {
             return Err(delivery);
         };
         let size = builder.measure(timestamp, key, value, headers);
-        if !builder.is_empty() && builder.size_in_bytes() + size.total() > self.max_size {
+        // Java's `MemoryRecordsBuilder.hasRoomFor`: the estimate so far plus the new record
+        // uncompressed (conservatively, its own compression is not counted).
+        if !builder.is_empty()
+            && estimate(compressed, self.estimated_ratio, builder) + size.total() > self.max_size
+        {
             return Err(delivery);
         }
         builder.append_measured(size, timestamp, key, value, headers);
@@ -144,7 +240,7 @@ impl<D> ProducerBatch<D> {
     /// Whether another record is unlikely to fit: the readiness test of `RA.batchReady`.
     pub fn is_full(&self) -> bool {
         match &self.data {
-            BatchData::Open(b) => b.size_in_bytes() + 16 >= self.max_size,
+            BatchData::Open(b) => self.estimated_bytes_written(b) + 16 >= self.max_size,
             BatchData::Sealed(_) | BatchData::Closed(_) => true,
         }
     }
@@ -153,11 +249,12 @@ impl<D> ProducerBatch<D> {
     /// [`finish`](Self::finish). Idempotent.
     pub fn close(&mut self) {
         if let BatchData::Open(_) = self.data {
-            let BatchData::Open(builder) =
+            let BatchData::Open(mut builder) =
                 std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new()))
             else {
                 unreachable!()
             };
+            self.compress(&mut builder);
             self.data = BatchData::Sealed(builder);
         }
     }
@@ -168,11 +265,12 @@ impl<D> ProducerBatch<D> {
         if let BatchData::Closed(_) = self.data {
             return;
         }
-        let (BatchData::Open(builder) | BatchData::Sealed(builder)) =
+        let (BatchData::Open(mut builder) | BatchData::Sealed(mut builder)) =
             std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new()))
         else {
             unreachable!("not closed")
         };
+        self.compress(&mut builder);
         self.data = BatchData::Closed(builder.close().freeze());
     }
 
@@ -182,6 +280,7 @@ impl<D> ProducerBatch<D> {
     pub fn set_stamp(&mut self, stamp: BatchStamp, is_transactional: bool) {
         match std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new())) {
             BatchData::Open(mut builder) | BatchData::Sealed(mut builder) => {
+                self.compress(&mut builder);
                 builder.set_producer_state(
                     stamp.producer.producer_id,
                     stamp.producer.epoch,
@@ -192,7 +291,8 @@ impl<D> ProducerBatch<D> {
             }
             BatchData::Closed(bytes) => {
                 // A rewrite is rare (only after an epoch bump); a copy keeps `Bytes` immutable
-                // for any request still holding the previous attempt.
+                // for any request still holding the previous attempt. Only header fields and
+                // the CRC change: compressed records are not compressed again.
                 let mut buf = BytesMut::from(&bytes[..]);
                 record_batch::write_producer_state(
                     &mut buf,
@@ -297,6 +397,82 @@ mod tests {
             (42, 4, 0)
         );
         assert!(!header.is_transactional());
+    }
+
+    /// A zstd batch of three redundant records, sealed or still open, and its topic's estimate.
+    fn compressed_batch(sealed: bool) -> (ProducerBatch<()>, Arc<CompressionRatioEstimate>) {
+        let estimate = Arc::new(CompressionRatioEstimate::default());
+        let compression = BatchCompression {
+            codec: Codec::Zstd { level: 3 },
+            estimate: estimate.clone(),
+        };
+        let mut b = ProducerBatch::with_compression(0, 10, 4096, Some(compression));
+        for i in 0..3 {
+            b.try_append(10 + i, Some(b"k"), Some(&[b'v'; 300]), &[], ())
+                .unwrap();
+        }
+        if sealed {
+            b.close();
+        }
+        (b, estimate)
+    }
+
+    #[test]
+    fn a_compressed_batch_is_compressed_once_and_teaches_its_topic_the_ratio() {
+        for sealed in [false, true] {
+            let (mut b, estimate) = compressed_batch(sealed);
+            assert_eq!(b.compression_ratio().is_some(), sealed);
+            b.set_stamp(stamp(42, 3, 17), false);
+            let ratio = b
+                .compression_ratio()
+                .expect("compressed by the stamp at the latest");
+            assert!(ratio < 0.5, "{ratio}");
+            // One update, a better ratio than 1.0: one improving step.
+            assert_eq!(estimate.estimation(), 1.0 - 0.005);
+            let bytes = b.bytes();
+            assert_eq!(bytes.len(), b.size_in_bytes());
+            let header = RecordBatchHeader::parse(&bytes).unwrap();
+            assert_eq!(header.compression(), 4);
+            assert_eq!(header.base_sequence, 17);
+            assert_eq!(record_batch::decode_records(&bytes).unwrap().len(), 3);
+        }
+    }
+
+    #[test]
+    fn a_restamped_compressed_batch_keeps_its_compressed_records() {
+        let (mut b, estimate) = compressed_batch(true);
+        b.set_stamp(stamp(42, 3, 17), true);
+        let sent = b.bytes();
+        b.set_stamp(stamp(42, 4, 0), false);
+        let restamped = b.bytes();
+        assert_eq!(sent[61..], restamped[61..], "records recompressed");
+        assert_eq!(
+            estimate.estimation(),
+            1.0 - 0.005,
+            "the ratio is learnt once"
+        );
+        let header = RecordBatchHeader::parse(&restamped).unwrap();
+        assert_eq!((header.producer_epoch, header.base_sequence), (4, 0));
+        assert_eq!(header.compression(), 4);
+    }
+
+    #[test]
+    fn an_open_compressed_batch_is_sized_by_the_estimate() {
+        let (b, estimate) = compressed_batch(false);
+        let BatchData::Open(builder) = &b.data else {
+            panic!("open")
+        };
+        let uncompressed = builder.uncompressed_records_size();
+        assert_eq!(
+            b.size_in_bytes(),
+            RECORD_BATCH_OVERHEAD + (uncompressed as f32 * 1.0 * 1.05) as usize
+        );
+        // A batch created after the estimate moved uses the new one; this one keeps its own.
+        estimate.set(0.5);
+        assert_eq!(
+            b.size_in_bytes(),
+            RECORD_BATCH_OVERHEAD + (uncompressed as f32 * 1.05) as usize
+        );
     }
 
     #[test]

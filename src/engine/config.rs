@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::config::ProducerConfig;
+use crate::protocol::compression::Codec;
 
 use super::Micros;
 
@@ -29,6 +30,8 @@ pub struct EngineConfig {
     pub connection_setup_timeout: Micros,
     pub max_request_size: usize,
     pub metadata_max_age: Micros,
+    /// `compression.type` with its level.
+    pub compression: Codec,
     /// This engine sends InitProducerId when no identity is in force. In a sharded producer
     /// exactly one engine owns the identity; the others adopt what it obtains.
     pub owns_identity: bool,
@@ -61,6 +64,7 @@ impl EngineConfig {
             connection_setup_timeout: micros(config.socket_connection_setup_timeout),
             max_request_size: config.max_request_size,
             metadata_max_age: micros(config.metadata_max_age),
+            compression: config.compression_codec(),
             owns_identity,
         }
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::protocol::record_batch::increment_sequence;
 
-use super::batch::ProducerBatch;
+use super::batch::{BatchCompression, ProducerBatch};
 use super::identity::ProducerIdAndEpoch;
 use super::NodeId;
 
@@ -143,6 +143,9 @@ pub struct PartitionSlot<D> {
     pub rewrite_pending: bool,
     /// Stamped batches of this partition currently inside an in-flight request.
     pub on_wire: usize,
+    /// The codec and the topic's compression ratio estimate for new batches; `None` when
+    /// batches are not compressed.
+    pub compression: Option<BatchCompression>,
 }
 
 impl<D> PartitionSlot<D> {
@@ -156,6 +159,7 @@ impl<D> PartitionSlot<D> {
             unresolved_sequence: None,
             rewrite_pending: false,
             on_wire: 0,
+            compression: None,
         }
     }
 

@@ -27,15 +27,18 @@
 //! `connections`, `metadata_refresh`, `init_producer_id`, and `txn` (the transactional side).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kafka_protocol::protocol::StrBytes;
 
 use crate::error::ProduceError;
+use crate::protocol::compression::Codec;
 use crate::protocol::error_code::code;
 use crate::protocol::wire;
 
-use super::batch::ProducerBatch;
+use super::batch::{BatchCompression, ProducerBatch};
+use super::compression_ratio::CompressionRatioEstimate;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
 use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
@@ -111,6 +114,9 @@ pub struct Engine<D> {
     /// before it.
     next_batch_id: u64,
     split_children: HashMap<u64, usize>,
+    /// Java's `CompressionRatioEstimator` table: one estimate per topic, shared by the topic's
+    /// partition slots (empty when batches are not compressed).
+    compression_estimates: HashMap<Arc<str>, Arc<CompressionRatioEstimate>>,
     incomplete_batches: BTreeSet<u64>,
     flushes: usize,
     closing: bool,
@@ -163,6 +169,7 @@ impl<D: Delivery> Engine<D> {
             fatal: None,
             next_batch_id: 0,
             split_children: HashMap::new(),
+            compression_estimates: HashMap::new(),
             incomplete_batches: BTreeSet::new(),
             flushes: 0,
             closing: false,
@@ -380,6 +387,17 @@ impl<D: Delivery> Engine<D> {
             return i;
         }
         let mut slot = PartitionSlot::new(tp.clone());
+        if self.config.compression != Codec::None {
+            let estimate = self
+                .compression_estimates
+                .entry(tp.topic.clone())
+                .or_default()
+                .clone();
+            slot.compression = Some(BatchCompression {
+                codec: self.config.compression,
+                estimate,
+            });
+        }
         if let Some(leader) = self.metadata.leader(&tp.topic, tp.partition) {
             slot.leader = leader.leader;
             slot.leader_epoch = leader.leader_epoch;

@@ -8,6 +8,7 @@
 mod add_partitions_to_txn_response;
 pub mod api;
 mod api_versions_response;
+pub mod compression;
 mod end_txn_responses;
 pub mod error_code;
 mod find_coordinator_response;

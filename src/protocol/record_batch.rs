@@ -33,8 +33,15 @@
 //! the builder before it computes the one CRC ([`RecordBatchBuilder::set_producer_state`]), or,
 //! when sequences are reset after an epoch bump, on the closed batch ([`write_producer_state`],
 //! which checksums the batch again).
+//!
+//! A compressed batch (attribute bits 0-2 name the codec, see [`compression`]) keeps the header
+//! as it is and compresses everything after it, once, when the batch stops taking records
+//! ([`RecordBatchBuilder::compress`], or `close`). Stamping touches only header fields, so a
+//! re-stamp after an epoch bump rewrites the header and the CRC, never the compressed records.
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::protocol::compression::{self, Codec, DecompressError};
 
 use crate::protocol::varint::{
     read_varint, read_varlong, varint_len, varlong_len, write_varint, write_varlong, VarintError,
@@ -75,6 +82,10 @@ const RECORDS_OFFSET: usize = RECORD_BATCH_OVERHEAD;
 const LOG_OVERHEAD: usize = 12;
 /// Smallest legal `batch_length`: a header with no records.
 const MIN_BATCH_LENGTH: i32 = (RECORD_BATCH_OVERHEAD - LOG_OVERHEAD) as i32;
+/// The most bytes [`decode_records`] decompresses a batch's records to: a bound on the memory a
+/// hostile or corrupt batch can make a reader spend. [`decode_records_with_limit`] takes another.
+pub const DEFAULT_MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
+
 /// Smallest encoded record: a one-byte length, attributes, timestamp delta, offset delta, null key,
 /// null value and header count, one byte each. Bounds up-front allocation when decoding.
 const MIN_RECORD_SIZE: usize = 7;
@@ -135,9 +146,10 @@ pub enum RecordBatchError {
     /// A varint inside a record is truncated or overlong.
     #[error("invalid varint in record: {0}")]
     Varint(#[from] VarintError),
-    /// The batch is compressed with the given codec; only uncompressed batches are decoded here.
-    #[error("cannot decode records compressed with codec {0}")]
-    Compressed(u8),
+    /// The records section does not decompress: unknown codec, corrupt stream, or more bytes
+    /// than the reader's limit.
+    #[error("cannot decompress the records: {0}")]
+    Decompress(#[from] DecompressError),
     /// A record's fields are inconsistent with its length or with the batch.
     #[error("corrupt record at index {index}: {reason}")]
     CorruptRecord {
@@ -261,7 +273,8 @@ impl RecordSize {
     }
 }
 
-/// Builds one uncompressed magic-2 batch in a single `BytesMut`.
+/// Builds one magic-2 batch in a single `BytesMut`, its records compressed with the builder's
+/// codec when it stops taking records.
 ///
 /// The header is reserved up front and filled in by [`close`](Self::close); each
 /// [`append`](Self::append) measures the record with the varint size helpers, reserves once and
@@ -279,6 +292,10 @@ pub struct RecordBatchBuilder {
     max_timestamp: i64,
     /// Also the offset delta of the next record: offsets in a fresh batch are dense from 0.
     record_count: i32,
+    codec: Codec,
+    /// Bytes of the records before compression: set when the records were compressed, which
+    /// ends appending.
+    compressed_from: Option<usize>,
 }
 
 impl RecordBatchBuilder {
@@ -288,6 +305,11 @@ impl RecordBatchBuilder {
     /// `capacity_hint` is the expected final batch size in bytes (e.g. `batch.size`); the buffer
     /// is allocated once with at least that capacity.
     pub fn new(capacity_hint: usize, base_timestamp: i64) -> Self {
+        Self::with_codec(capacity_hint, base_timestamp, Codec::None)
+    }
+
+    /// [`new`](Self::new) for a batch whose records are compressed with `codec` when it closes.
+    pub fn with_codec(capacity_hint: usize, base_timestamp: i64, codec: Codec) -> Self {
         let mut buf = BytesMut::with_capacity(capacity_hint.max(RECORD_BATCH_OVERHEAD));
         buf.put_i64(0); // base_offset: assigned by the broker
         buf.put_i32(0); // batch_length: set by close
@@ -308,6 +330,8 @@ impl RecordBatchBuilder {
             base_timestamp,
             max_timestamp: NO_TIMESTAMP,
             record_count: 0,
+            codec,
+            compressed_from: None,
         }
     }
 
@@ -369,7 +393,7 @@ impl RecordBatchBuilder {
     /// on this builder, just before: the record is not measured a second time.
     ///
     /// # Panics
-    /// As `append`.
+    /// As `append`, and after [`compress`](Self::compress).
     pub fn append_measured(
         &mut self,
         size: RecordSize,
@@ -378,6 +402,10 @@ impl RecordBatchBuilder {
         value: Option<&[u8]>,
         headers: &[Header<'_>],
     ) -> i32 {
+        assert!(
+            self.compressed_from.is_none(),
+            "append to a batch whose records are compressed"
+        );
         let offset_delta = self.record_count;
         let next_count = offset_delta
             .checked_add(1)
@@ -441,9 +469,48 @@ impl RecordBatchBuilder {
         self.record_count
     }
 
-    /// Bytes the batch would occupy if closed now: the 61-byte header plus the records.
+    /// Bytes the batch would occupy if closed now: the 61-byte header plus the records, as
+    /// they are so far (uncompressed until [`compress`](Self::compress)).
     pub fn size_in_bytes(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Bytes of the records before compression (the records as appended).
+    pub fn uncompressed_records_size(&self) -> usize {
+        self.compressed_from
+            .unwrap_or(self.buf.len() - RECORD_BATCH_OVERHEAD)
+    }
+
+    /// The codec the records are (or will be) compressed with.
+    pub fn codec(&self) -> Codec {
+        self.codec
+    }
+
+    /// Java's `MemoryRecordsBuilder.compressionRatio` once the records are compressed: the
+    /// batch's size, header included, over the records' uncompressed size. `None` before
+    /// compression, for an uncompressed batch, and for a batch without records.
+    pub fn compression_ratio(&self) -> Option<f32> {
+        let uncompressed = self.compressed_from.filter(|&n| n > 0)?;
+        Some(self.buf.len() as f32 / uncompressed as f32)
+    }
+
+    /// Compresses the records with the builder's codec and writes the codec into the
+    /// attributes; no record can be appended after. Idempotent; nothing to do without a codec.
+    /// The header (producer fields included) stays as it is, uncompressed, so a stamp before or
+    /// after this gives the same bytes.
+    pub fn compress(&mut self) {
+        if self.codec == Codec::None || self.compressed_from.is_some() {
+            return;
+        }
+        let records = &self.buf[RECORDS_OFFSET..];
+        let mut out = BytesMut::with_capacity(RECORD_BATCH_OVERHEAD + records.len() / 2 + 64);
+        out.extend_from_slice(&self.buf[..RECORDS_OFFSET]);
+        self.codec.compress_into(records, &mut out);
+        let attributes = (get_i16(&out, ATTRIBUTES_OFFSET) & !COMPRESSION_CODEC_MASK)
+            | i16::from(self.codec.id());
+        set_bytes(&mut out, ATTRIBUTES_OFFSET, attributes.to_be_bytes());
+        self.compressed_from = Some(records.len());
+        self.buf = out;
     }
 
     /// True if no record was appended.
@@ -453,16 +520,18 @@ impl RecordBatchBuilder {
 
     /// Finishes the header and returns the whole batch.
     ///
-    /// Writes `last_offset_delta` (`record_count - 1`), `max_timestamp` (the largest record
+    /// Compresses the records if [`compress`](Self::compress) has not, then writes
+    /// `last_offset_delta` (`record_count - 1`), `max_timestamp` (the largest record
     /// timestamp), `record_count`, `batch_length` and the CRC; base offset 0, leader epoch -1,
-    /// magic 2 and attributes 0 (CreateTime, no compression) were written by `new`, the producer
-    /// fields and the transactional bit by `new` or `set_producer_state`.
+    /// magic 2 and attributes (CreateTime, the codec) were written by `new` and `compress`, the
+    /// producer fields and the transactional bit by `new` or `set_producer_state`.
     /// An empty batch closes to a bare header with `record_count` 0, `last_offset_delta` -1 and
     /// `max_timestamp` -1; the producer never sends one.
     ///
     /// # Panics
     /// If the batch is longer than `i32::MAX` bytes (unreachable behind the size checks).
-    pub fn close(self) -> BytesMut {
+    pub fn close(mut self) -> BytesMut {
+        self.compress();
         let Self {
             mut buf,
             max_timestamp,
@@ -801,7 +870,7 @@ impl<'a> Iterator for Batches<'a> {
 
 impl std::iter::FusedIterator for Batches<'_> {}
 
-/// One record decoded from an uncompressed batch. Owned: decoding is off the hot path (broker,
+/// One record decoded from a batch. Owned: decoding is off the hot path (broker,
 /// tests).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedRecord {
@@ -916,15 +985,34 @@ fn decode_record(
     })
 }
 
-/// Decodes the records of the uncompressed batch at the start of `batch` (validated with
-/// [`RecordBatchHeader::parse`], CRC included). Every record must fill exactly its declared
-/// length, and the records must fill exactly the batch.
+/// Decodes the records of the batch at the start of `batch` (validated with
+/// [`RecordBatchHeader::parse`], CRC included), decompressing them first if the batch is
+/// compressed, to at most [`DEFAULT_MAX_DECOMPRESSED_BYTES`]. Every record must fill exactly its
+/// declared length, and the records must fill exactly the (decompressed) records section.
 pub fn decode_records(batch: &[u8]) -> Result<Vec<DecodedRecord>, RecordBatchError> {
+    decode_records_with_limit(batch, DEFAULT_MAX_DECOMPRESSED_BYTES)
+}
+
+/// [`decode_records`] with another bound on the decompressed records section.
+pub fn decode_records_with_limit(
+    batch: &[u8],
+    max_decompressed: usize,
+) -> Result<Vec<DecodedRecord>, RecordBatchError> {
     let header = RecordBatchHeader::parse(batch)?;
-    if header.compression() != 0 {
-        return Err(RecordBatchError::Compressed(header.compression()));
+    let section = &batch[RECORDS_OFFSET..header.total_size()];
+    if header.compression() == compression::CODEC_NONE {
+        return decode_section(section, &header);
     }
-    let mut rest = &batch[RECORDS_OFFSET..header.total_size()];
+    let decompressed = compression::decompress(header.compression(), section, max_decompressed)?;
+    decode_section(&decompressed, &header)
+}
+
+/// The records of an uncompressed records section, `header.record_count` of them.
+fn decode_section(
+    section: &[u8],
+    header: &RecordBatchHeader,
+) -> Result<Vec<DecodedRecord>, RecordBatchError> {
+    let mut rest = section;
     // The count is CRC-protected but still producer-chosen: bound the allocation by the bytes.
     let capacity = (header.record_count as usize).min(rest.len() / MIN_RECORD_SIZE);
     let mut records = Vec::with_capacity(capacity);
@@ -944,7 +1032,7 @@ pub fn decode_records(batch: &[u8]) -> Result<Vec<DecodedRecord>, RecordBatchErr
             });
         }
         let (body, after) = rest.split_at(length as usize);
-        records.push(decode_record(body, index, &header)?);
+        records.push(decode_record(body, index, header)?);
         rest = after;
     }
     if !rest.is_empty() {
@@ -1399,12 +1487,17 @@ mod tests {
     }
 
     #[test]
-    fn decode_rejects_compressed_batches() {
+    fn a_batch_with_an_unknown_codec_is_an_error() {
         let mut batch = build(0, &[(0, None, Some(b"v"), &[])]).to_vec();
-        batch[22] |= 4; // zstd
+        batch[22] |= 5;
         let crc = crc32c::crc32c(&batch[21..]);
         batch[17..21].copy_from_slice(&crc.to_be_bytes());
-        assert_eq!(decode_records(&batch), Err(RecordBatchError::Compressed(4)));
+        assert_eq!(
+            decode_records(&batch),
+            Err(RecordBatchError::Decompress(DecompressError::UnknownCodec(
+                5
+            )))
+        );
     }
 
     #[test]

@@ -185,19 +185,39 @@ pub fn crc_matches(batch: &[u8], header: &BatchHeader) -> bool {
     crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..header.total_len()]) == header.crc
 }
 
-/// Whether an uncompressed batch holds exactly `record_count` records: Kafka's
-/// `DefaultRecordBatch` iterator, which `LogValidator` runs over every record, throws
-/// `InvalidRecordException` on a premature end ("Incorrect declared batch size, premature EOF
-/// reached") and on bytes left after the last declared record ("records still remaining").
-/// Only the record framing (each record's length varint) is walked. Compressed batches are
-/// stored without decoding, so they pass.
+/// Whether a batch holds exactly `record_count` records: Kafka's `DefaultRecordBatch`
+/// iterator, which `LogValidator` runs over every record, throws `InvalidRecordException` on a
+/// premature end ("Incorrect declared batch size, premature EOF reached") and on bytes left
+/// after the last declared record ("records still remaining").
+///
+/// A compressed batch is decompressed first (to at most
+/// [`DEFAULT_MAX_DECOMPRESSED_BYTES`](crate::protocol::record_batch::DEFAULT_MAX_DECOMPRESSED_BYTES)),
+/// as `LogValidator` does for every compressed batch; records that do not decompress fail the
+/// check too. (Kafka answers a stream that ends early with the same `InvalidRecordException`,
+/// and other decompression failures with a `KafkaException`, UNKNOWN_SERVER_ERROR on the wire:
+/// both reject the batch for good.) Only the record framing (each record's length varint) is
+/// walked. The broker stores the batch as it came, compressed.
 pub fn records_match_count(batch: &[u8], header: &BatchHeader) -> bool {
-    if header.compression() != 0 {
-        return true;
+    let section = &batch[HEADER_LEN..header.total_len()];
+    if header.compression() == 0 {
+        return section_holds(section, header.record_count);
     }
-    let end = header.total_len();
-    let mut at = HEADER_LEN;
-    for _ in 0..header.record_count.max(0) {
+    match crate::protocol::compression::decompress(
+        header.compression(),
+        section,
+        crate::protocol::record_batch::DEFAULT_MAX_DECOMPRESSED_BYTES,
+    ) {
+        Ok(records) => section_holds(&records, header.record_count),
+        Err(_) => false,
+    }
+}
+
+/// Whether `section` is exactly `count` length-framed records.
+fn section_holds(section: &[u8], count: i32) -> bool {
+    let end = section.len();
+    let batch = section;
+    let mut at = 0;
+    for _ in 0..count.max(0) {
         let Some((length, n)) = read_varint(batch, at, end) else {
             return false;
         };

@@ -102,6 +102,7 @@ public final class PeerProducer {
         props.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, "5");
         props.put(ProducerConfig.LINGER_MS_CONFIG, a.get("linger-ms"));
         props.put(ProducerConfig.BATCH_SIZE_CONFIG, a.get("batch-size"));
+        props.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, a.getOrDefault("compression", "none"));
         props.put(ProducerConfig.BUFFER_MEMORY_CONFIG, String.valueOf(32L << 20));
         props.put(ProducerConfig.MAX_REQUEST_SIZE_CONFIG, String.valueOf(Math.max(batchSize, 1 << 20) + 4096));
         props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());

@@ -15,15 +15,24 @@ impl<D: Delivery> Engine<D> {
     /// `RA.splitAndReenqueue`: MESSAGE_TOO_LARGE for a multi-record batch. The children keep the
     /// parent's pid/epoch and consecutive sequences; they are not a new attempt.
     pub(super) fn split_and_reenqueue(&mut self, slot_index: usize, mut batch: ProducerBatch<D>) {
-        let decoded = match record_batch::decode_records(&batch.bytes()) {
-            Ok(records) => records,
-            Err(_) => {
-                return self.fail_batch(slot_index, batch, code::MESSAGE_TOO_LARGE, None, true);
-            }
-        };
+        // The batch is this engine's own: its records decompress to what it appended, which
+        // the builder keeps below i32::MAX bytes.
+        let decoded =
+            match record_batch::decode_records_with_limit(&batch.bytes(), i32::MAX as usize) {
+                Ok(records) => records,
+                Err(_) => {
+                    return self.fail_batch(slot_index, batch, code::MESSAGE_TOO_LARGE, None, true);
+                }
+            };
         let records = std::mem::take(&mut batch.records);
         let half = (batch.size_in_bytes() / 2).max(1);
         let stamp = batch.stamp;
+        // Java's `ProducerBatch.split`: the topic's estimate becomes the parent's ratio, at
+        // least 1, so the children are sized as if their records did not compress.
+        let compression = batch.compression().cloned();
+        if let (Some(compression), Some(ratio)) = (&compression, batch.compression_ratio()) {
+            compression.estimate.set(ratio.max(1.0));
+        }
         let mut children: Vec<ProducerBatch<D>> = Vec::new();
         for (record, pending) in decoded.into_iter().zip(records) {
             let headers: Vec<Header<'_>> = record
@@ -47,7 +56,12 @@ impl<D: Delivery> Engine<D> {
                 },
                 None => pending.delivery,
             };
-            let mut child = ProducerBatch::new(batch.created, pending.timestamp, half);
+            let mut child = ProducerBatch::with_compression(
+                batch.created,
+                pending.timestamp,
+                half,
+                compression.clone(),
+            );
             child.last_attempt = batch.last_attempt;
             child.outcome_unknown = batch.outcome_unknown;
             if child

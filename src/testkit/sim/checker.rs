@@ -376,11 +376,23 @@ impl Checker {
 }
 
 /// Calls `f(offset_delta, value)` for every record of a stored v2 batch, reading the record
-/// framing independently of the producer's codec.
+/// framing independently of the producer's encoder (a compressed batch is decompressed first).
 pub fn for_each_record_value(batch: &[u8], mut f: impl FnMut(i32, Option<&[u8]>)) {
     const RECORDS_AT: usize = 61;
     let count = i32::from_be_bytes(batch[57..61].try_into().expect("4 bytes"));
-    let mut rest = &batch[RECORDS_AT..];
+    let codec = (i16::from_be_bytes(batch[21..23].try_into().expect("2 bytes")) & 0x07) as u8;
+    let decompressed;
+    let mut rest = if codec == crate::protocol::compression::CODEC_NONE {
+        &batch[RECORDS_AT..]
+    } else {
+        decompressed = crate::protocol::compression::decompress(
+            codec,
+            &batch[RECORDS_AT..],
+            crate::protocol::record_batch::DEFAULT_MAX_DECOMPRESSED_BYTES,
+        )
+        .expect("a stored batch's records decompress");
+        &decompressed[..]
+    };
     for _ in 0..count {
         let length = read_varint(&mut rest) as usize;
         let (mut body, after) = rest.split_at(length);

@@ -274,6 +274,7 @@ pub fn default_engine_config() -> EngineConfig {
         connection_setup_timeout: 10 * SECOND,
         max_request_size: 1_048_576,
         metadata_max_age: 300 * SECOND,
+        compression: crate::protocol::compression::Codec::None,
         owns_identity: true,
     }
 }
