@@ -485,6 +485,52 @@ fn out_of_order_sequence_on_a_batch_that_is_not_next_is_retried_at_the_same_epoc
     assert_eq!(acked_offsets(&sim, &all), offsets(0..30));
 }
 
+/// A broker with no state for a producer id accepts any first sequence from it (Kafka's
+/// `ProducerAppendInfo.checkSequence`, no-entry branch): A (0-9) is refused before its append,
+/// B (10-19) sent after it is appended first, and A can then never be in sequence again.
+#[test]
+fn a_batch_overtaken_on_a_fresh_partition_fails_at_its_first_out_of_order_answer_instead_of_at_its_timeout(
+) {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 10, Some(code::NONE)),
+            (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+        ]
+    );
+    for &id in &a {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    ..
+                }))
+            ),
+            "A never reached the log and cannot be placed in order: {:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    // The partition goes on under a new epoch, from sequence 0.
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+    assert_eq!(
+        log_batches(&sim, &tp(0)),
+        vec![(PID, 0, 10, 10), (PID, 1, 0, 10)]
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 6
 // ---------------------------------------------------------------------------------------------
