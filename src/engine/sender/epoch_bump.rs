@@ -328,6 +328,20 @@ impl<D: Delivery> Engine<D> {
                 true
             }
             _ => {
+                let last_acked = slot.entry.last_acked_sequence;
+                if !batch.outcome_unknown
+                    && last_acked >= 0
+                    && !sequence_is_after(stamp.base_sequence, last_acked)
+                {
+                    // Overtaken: a batch sent after this one was appended first (a broker with
+                    // no state for the producer takes any first sequence) and acknowledged
+                    // past this one's sequences, and no attempt of this one landed. It can
+                    // never be in sequence again under this epoch, and renumbered it would
+                    // land after records sent later: it fails now, as
+                    // `apply_sequence_rewrites` fails an overtaken batch, rather than being
+                    // answered out of order until its delivery timeout.
+                    return false;
+                }
                 let unresolved = slot.unresolved_sequence;
                 if unresolved.is_none()
                     && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
