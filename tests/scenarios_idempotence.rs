@@ -155,6 +155,20 @@ fn log_batches(sim: &Sim, tp: &TopicPartition) -> Vec<(i64, i16, i32, i32)> {
         .collect()
 }
 
+/// Every record of `ids` failed definitely with the broker's `error`: not in the log.
+fn assert_rejected_with(sim: &Sim, ids: &[RecordId], error: i16, why: &str) {
+    for &id in ids {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected { code, .. })) if *code == error
+            ),
+            "{why}: record {id}: {:?}",
+            sim.result(id)
+        );
+    }
+}
+
 fn bumps(sim: &Sim) -> u64 {
     (0..sim.shard_count())
         .map(|s| sim.engine(s).stats().epoch_bumps_requested)
@@ -507,19 +521,12 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_its_first_out_of_order_answer
             (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
         ]
     );
-    for &id in &a {
-        assert!(
-            matches!(
-                sim.result(id),
-                Some(Err(ProduceError::Rejected {
-                    code: code::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    ..
-                }))
-            ),
-            "A never reached the log and cannot be placed in order: {:?}",
-            sim.result(id)
-        );
-    }
+    assert_rejected_with(
+        &sim,
+        &a,
+        code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "A never reached the log and cannot be placed in order",
+    );
     assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
     // The partition goes on under a new epoch, from sequence 0.
     let c = batch(&mut sim, &tp(0));
@@ -1498,19 +1505,12 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
     let d = batch(&mut sim, &tp(0));
     settle(&mut sim, 5 * SECOND);
     // Renumbering A under the new epoch would append it after B, which was sent later.
-    for &id in &a {
-        assert!(
-            matches!(
-                sim.result(id),
-                Some(Err(ProduceError::Rejected {
-                    code: code::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                    ..
-                }))
-            ),
-            "A cannot be placed in order any more: {:?}",
-            sim.result(id)
-        );
-    }
+    assert_rejected_with(
+        &sim,
+        &a,
+        code::OUT_OF_ORDER_SEQUENCE_NUMBER,
+        "A cannot be placed in order any more",
+    );
     assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
     for &id in &c {
         assert_eq!(sim.verdict(id), Verdict::Failed);

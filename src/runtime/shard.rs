@@ -532,9 +532,7 @@ pub(crate) async fn run_shard(
                         ShardCommand::Append(record) => drop(record),
                         ShardCommand::Flush(latch)
                         | ShardCommand::PublishMetrics(latch)
-                        | ShardCommand::Purge(latch) => {
-                            latch.count_down()
-                        }
+                        | ShardCommand::Purge(latch) => latch.count_down(),
                         ShardCommand::Close { done, .. } => done.count_down(),
                         _ => {}
                     }
