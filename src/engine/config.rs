@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::ProducerConfig;
+use crate::config::{ProducerConfig, SaslConfig};
 
 use super::Micros;
 
@@ -32,6 +32,8 @@ pub struct EngineConfig {
     /// This engine sends InitProducerId when no identity is in force. In a sharded producer
     /// exactly one engine owns the identity; the others adopt what it obtains.
     pub owns_identity: bool,
+    /// Authenticate every new connection with SASL (`security.protocol=SASL_PLAINTEXT`).
+    pub sasl: Option<SaslConfig>,
 }
 
 fn micros(d: Duration) -> Micros {
@@ -62,6 +64,7 @@ impl EngineConfig {
             max_request_size: config.max_request_size,
             metadata_max_age: micros(config.metadata_max_age),
             owns_identity,
+            sasl: config.sasl.clone(),
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::protocol::api::{ApiKey, NegotiatedVersions};
+use crate::protocol::sasl::SaslClient;
 
 use super::{Micros, NodeId};
 
@@ -21,6 +22,8 @@ pub enum ConnectionState {
     Negotiating {
         version: i16,
     },
+    /// Versions known; the SASL exchange is under way and nothing else may be sent.
+    Authenticating,
     Ready,
 }
 
@@ -44,6 +47,8 @@ pub struct Connection<R> {
     pub next_correlation_id: i32,
     /// Consecutive failed connection attempts, for the reconnect backoff.
     pub failures: u32,
+    /// The SASL exchange of the current socket, while `Authenticating`.
+    pub sasl: Option<SaslClient>,
 }
 
 impl<R> Connection<R> {
@@ -56,6 +61,7 @@ impl<R> Connection<R> {
             in_flight: VecDeque::new(),
             next_correlation_id: 0,
             failures: 0,
+            sasl: None,
         }
     }
 

@@ -275,6 +275,7 @@ pub fn default_engine_config() -> EngineConfig {
         max_request_size: 1_048_576,
         metadata_max_age: 300 * SECOND,
         owns_identity: true,
+        sasl: None,
     }
 }
 
