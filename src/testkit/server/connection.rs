@@ -14,6 +14,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::handlers::{self, Reply, RequestContext};
+use super::sasl::{self, SaslListener, SaslSession, SaslStep};
 use super::{api_versions, FaultAction, Shared, MAX_FRAME_BYTES};
 
 const BUFFER_BYTES: usize = 256 * 1024;
@@ -25,10 +26,36 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
     };
     let mut reader = BufReader::with_capacity(BUFFER_BYTES, stream);
     let mut writer = BufWriter::with_capacity(BUFFER_BYTES, write_half);
+    // A SASL listener's connection is served only once authenticated.
+    let mut session = shared.sasl().map(|_| SaslSession::Handshake);
+    let mut requests: u64 = 0;
     while !closed.load(Ordering::Relaxed) {
-        let Some(frame) = read_frame(&mut reader) else {
+        let Some(mut frame) = read_frame(&mut reader) else {
             break;
         };
+        requests += 1;
+        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+            if !session.is_authenticated() {
+                match authenticate_step(
+                    shared,
+                    broker,
+                    listener,
+                    session,
+                    frame,
+                    requests,
+                    &mut writer,
+                ) {
+                    Some(request) => frame = request,
+                    None if session.is_closed() => break,
+                    None => {
+                        if writer.flush().is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+        }
         match serve_frame(shared, broker, closed, frame, &mut writer) {
             Step::Continue => {}
             Step::Close => break,
@@ -44,6 +71,50 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
 enum Step {
     Continue,
     Close,
+}
+
+/// One request of a connection not yet authenticated: handled by the SASL listener, or
+/// returned to be served (ApiVersions). `None` when it was handled; the session is then
+/// `Closed` if the connection must end.
+fn authenticate_step(
+    shared: &Shared,
+    broker: i32,
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    frame: Bytes,
+    requests: u64,
+    writer: &mut BufWriter<TcpStream>,
+) -> Option<Bytes> {
+    if frame.len() >= 8 {
+        let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        if api_key != ApiKey::ApiVersions as i16 {
+            shared
+                .stats()
+                .count_request(broker, api_key, version, frame.len() + 4);
+        }
+    }
+    let seed = shared.next_connection_nonce() ^ requests;
+    let record = |mechanism: &str, succeeded: bool| {
+        shared
+            .stats()
+            .count_authentication(broker, mechanism, succeeded)
+    };
+    match sasl::step(listener, session, frame, seed, &record) {
+        SaslStep::Serve(frame) => return Some(frame),
+        SaslStep::Respond(out) => {
+            if !write_response(shared, writer, out) {
+                *session = SaslSession::Closed;
+            }
+        }
+        SaslStep::RespondThenClose(out) => {
+            write_response(shared, writer, out);
+            let _ = writer.flush();
+            *session = SaslSession::Closed;
+        }
+        SaslStep::Close => *session = SaslSession::Closed,
+    }
+    None
 }
 
 /// Reads one request body; `None` on EOF, error or an oversized or negative length.
