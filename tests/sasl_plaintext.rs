@@ -1,0 +1,293 @@
+//! kacrab over `SASL_PLAINTEXT` against the reference cluster's SASL listeners: PLAIN,
+//! SCRAM-SHA-256 and SCRAM-SHA-512 produce and read back exactly once; wrong credentials and a
+//! broker without the mechanism are one typed, fatal error after one attempt per broker; the
+//! listener serves nothing before authentication.
+//!
+//! The read-back consumer is librdkafka, authenticating with PLAIN as the same user: the
+//! `rdkafka` crate is built without OpenSSL here, and librdkafka's SCRAM needs it. The
+//! listeners enable every mechanism, so what kacrab wrote over SCRAM is read independently.
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::{ReferenceCluster, SaslListener};
+use kacrab::{ProduceError, Producer, ProducerRecord};
+use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestHeader};
+use kafka_protocol::protocol::{Encodable, StrBytes};
+
+use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
+
+const PARTITIONS: i32 = 3;
+const USER: &str = "alice";
+const PASSWORD: &str = "al1ce-s3cret";
+
+fn module(mechanism: &str) -> &'static str {
+    if mechanism == "PLAIN" {
+        "org.apache.kafka.common.security.plain.PlainLoginModule"
+    } else {
+        "org.apache.kafka.common.security.scram.ScramLoginModule"
+    }
+}
+
+fn sasl_cluster(mechanisms: &[&str], topic: &str) -> ReferenceCluster {
+    let listener = SaslListener::new(mechanisms).user(USER, PASSWORD);
+    let cluster = ReferenceCluster::start_with_sasl(3, BrokerRules::default(), listener);
+    cluster.create_topic(topic, &[1, 2, 3]);
+    cluster
+}
+
+fn sasl_producer(cluster: &ReferenceCluster, mechanism: &str, password: &str) -> Producer {
+    let jaas = format!(
+        "{} required username=\"{USER}\" password=\"{password}\";",
+        module(mechanism)
+    );
+    common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", mechanism),
+            ("sasl.jaas.config", &jaas),
+            ("kacrab.shards", "1"),
+            ("reconnect.backoff.ms", "1"),
+            ("reconnect.backoff.max.ms", "1"),
+            ("max.block.ms", "10000"),
+        ],
+    )
+}
+
+fn record(topic: &str, id: u64) -> ProducerRecord {
+    ProducerRecord::new(topic, Bytes::copy_from_slice(&id.to_be_bytes()))
+        .with_partition((id % PARTITIONS as u64) as i32)
+}
+
+/// Produces ids `0..count` over `mechanism`, every one acknowledged, and reads them back with
+/// librdkafka over PLAIN: each exactly once, in order per partition.
+fn produce_and_read_back(mechanism: &str) {
+    let topic = format!("sasl-{}", mechanism.to_ascii_lowercase());
+    let cluster = sasl_cluster(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], &topic);
+    let producer = sasl_producer(&cluster, mechanism, PASSWORD);
+    let count = 300u64;
+    let deliveries: Vec<_> = (0..count)
+        .map(|id| producer.send(record(&topic, id)))
+        .collect();
+    for (id, delivery) in deliveries.into_iter().enumerate() {
+        let outcome = delivery
+            .wait_timeout(Duration::from_secs(30))
+            .expect("the record resolves");
+        outcome.unwrap_or_else(|e| panic!("record {id} failed over {mechanism}: {e}"));
+    }
+    producer.close(Duration::from_secs(5));
+    let stats = cluster.stats();
+    assert!(
+        stats.authentications_succeeded(mechanism) >= 1,
+        "kacrab never authenticated with {mechanism}"
+    );
+    assert_eq!(stats.authentications_failed(mechanism), 0);
+
+    let records = read_back_with(
+        &cluster.bootstrap_servers(),
+        &topic,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(30),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", USER),
+            ("sasl.password", PASSWORD),
+        ],
+    );
+    let ids = payload_ids(&records);
+    let sent: Vec<u64> = (0..count).collect();
+    // Panics on a duplicate, a gap or a reordering; every id was acknowledged.
+    let verdict = check_exactly_once(&ids, &sent, &sent);
+    assert!(
+        verdict.starts_with(&format!("{count} records read")),
+        "{verdict}"
+    );
+    assert!(
+        stats.authentications_succeeded("PLAIN") >= 1,
+        "the reader authenticated"
+    );
+}
+
+#[test]
+fn kacrab_produces_over_sasl_plain_and_the_records_read_back_exactly_once() {
+    produce_and_read_back("PLAIN");
+}
+
+#[test]
+fn kacrab_produces_over_scram_sha_256_and_the_records_read_back_exactly_once() {
+    produce_and_read_back("SCRAM-SHA-256");
+}
+
+#[test]
+fn kacrab_produces_over_scram_sha_512_and_the_records_read_back_exactly_once() {
+    produce_and_read_back("SCRAM-SHA-512");
+}
+
+/// Sends `count` records and returns each one's error; panics if one succeeds.
+fn send_expecting_failures(producer: &Producer, topic: &str, count: u64) -> Vec<ProduceError> {
+    let deliveries: Vec<_> = (0..count)
+        .map(|id| producer.send(record(topic, id)))
+        .collect();
+    deliveries
+        .into_iter()
+        .map(|delivery| {
+            match delivery
+                .wait_timeout(Duration::from_secs(30))
+                .expect("the record resolves")
+            {
+                Ok(meta) => panic!("a record was acknowledged without authentication: {meta:?}"),
+                Err(e) => e,
+            }
+        })
+        .collect()
+}
+
+fn assert_authentication_error(
+    error: &ProduceError,
+    cluster: &ReferenceCluster,
+    mechanism: &str,
+    reason_part: &str,
+) {
+    match error {
+        ProduceError::Authentication {
+            broker,
+            mechanism: m,
+            reason,
+        } => {
+            assert_eq!(m, mechanism);
+            assert!(
+                (1..=3).any(|b| broker.contains(&cluster.broker_address(b).to_string())),
+                "the error does not name a broker's address: {broker}"
+            );
+            assert!(reason.contains(reason_part), "{reason}");
+            let shown = error.to_string();
+            assert!(
+                shown.contains(broker) && shown.contains(mechanism),
+                "{shown}"
+            );
+        }
+        other => panic!("expected ProduceError::Authentication, got {other:?}"),
+    }
+}
+
+// Wrong credentials are fatal, as Java's SaslAuthenticationException: every waiting record
+// fails with the typed error naming the broker and the broker's refusal, and the producer
+// opens no further connection. With a reconnect backoff of 1 ms a retrying producer makes a
+// fourth attempt within milliseconds; the broker is watched for one for half a second (a wait
+// for an event that must not come, so it cannot pass by timing) and sees at most one per
+// broker (here one: the first refusal stops the producer).
+#[test]
+fn a_wrong_password_fails_every_waiting_record_with_the_typed_error_after_one_attempt_per_broker() {
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        let topic = "sasl-wrong-password";
+        let cluster = sasl_cluster(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], topic);
+        let producer = sasl_producer(&cluster, mechanism, "not-the-password");
+        let errors = send_expecting_failures(&producer, topic, 20);
+        for error in &errors {
+            assert_authentication_error(error, &cluster, mechanism, "SASL_AUTHENTICATION_FAILED");
+            assert!(!error.to_string().contains("not-the-password"), "{error}");
+        }
+        // Records sent after the failure fail with it at once.
+        let later = send_expecting_failures(&producer, topic, 20);
+        assert!(later.iter().all(|e| *e == errors[0]), "{later:?}");
+        let stats = cluster.stats();
+        assert!(
+            !stats.wait_for_requests(ApiKey::SaslHandshake, 4, Duration::from_millis(500)),
+            "{mechanism}: the producer kept authenticating after the refusal"
+        );
+        let runtime = producer.runtime_stats();
+        producer.close(Duration::from_secs(5));
+        let attempts = stats.requests(ApiKey::SaslHandshake);
+        assert!(
+            (1..=3).contains(&attempts),
+            "{mechanism}: {attempts} authentication attempts"
+        );
+        assert_eq!(stats.authentications_failed(mechanism), attempts);
+        assert_eq!(stats.authentications_succeeded(mechanism), 0);
+        assert!(
+            runtime.connects_started <= 3,
+            "{mechanism}: {} connects",
+            runtime.connects_started
+        );
+    }
+}
+
+#[test]
+fn a_broker_offering_only_other_mechanisms_fails_with_unsupported_sasl_mechanism() {
+    let topic = "sasl-other-mechanisms";
+    let cluster = sasl_cluster(&["GSSAPI", "OAUTHBEARER"], topic);
+    let producer = sasl_producer(&cluster, "SCRAM-SHA-256", PASSWORD);
+    let errors = send_expecting_failures(&producer, topic, 5);
+    for error in &errors {
+        assert_authentication_error(
+            error,
+            &cluster,
+            "SCRAM-SHA-256",
+            "UNSUPPORTED_SASL_MECHANISM",
+        );
+        assert!(error.to_string().contains("GSSAPI, OAUTHBEARER"), "{error}");
+    }
+    producer.close(Duration::from_secs(5));
+    let stats = cluster.stats();
+    assert!((1..=3).contains(&stats.requests(ApiKey::SaslHandshake)));
+    assert_eq!(stats.requests(ApiKey::SaslAuthenticate), 0);
+}
+
+/// Writes one request frame and reads until the peer closes or answers; returns the bytes
+/// read before the close (empty when it closed without answering).
+fn raw_exchange(
+    address: std::net::SocketAddr,
+    api: ApiKey,
+    version: i16,
+    body: &impl Encodable,
+) -> Vec<u8> {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("raw")))
+        .encode(&mut out, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut out, version).unwrap();
+    let length = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&length.to_be_bytes());
+    stream.write_all(&out).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+// Kafka's SaslServerAuthenticator: before the handshake only ApiVersions and SaslHandshake
+// are served; any other request closes the connection unanswered.
+#[test]
+fn the_sasl_listener_closes_a_connection_whose_first_request_is_not_a_handshake() {
+    let topic = "sasl-raw";
+    let cluster = sasl_cluster(&["PLAIN"], topic);
+    let answer = raw_exchange(
+        cluster.broker_address(1),
+        ApiKey::Metadata,
+        12,
+        &MetadataRequest::default(),
+    );
+    assert!(
+        answer.is_empty(),
+        "answered {} bytes before authentication",
+        answer.len()
+    );
+    assert_eq!(cluster.stats().authentications_succeeded("PLAIN"), 0);
+}
