@@ -291,3 +291,22 @@ fn the_sasl_listener_closes_a_connection_whose_first_request_is_not_a_handshake(
     );
     assert_eq!(cluster.stats().authentications_succeeded("PLAIN"), 0);
 }
+
+// A broker offering only SaslAuthenticate v0 (Kafka 1.x) is spoken to at v0: the negotiated
+// version, not the newest, carries the exchange.
+#[test]
+fn a_broker_offering_only_sasl_authenticate_v0_is_authenticated_at_v0() {
+    let topic = "sasl-v0";
+    let cluster = sasl_cluster(&["SCRAM-SHA-512"], topic);
+    cluster.set_api_versions(None, ApiKey::SaslAuthenticate, Some((0, 0)));
+    let producer = sasl_producer(&cluster, "SCRAM-SHA-512", PASSWORD);
+    let outcome = producer
+        .send(record(topic, 1))
+        .wait_timeout(Duration::from_secs(30))
+        .expect("the record resolves");
+    outcome.expect("acknowledged over SaslAuthenticate v0");
+    producer.close(Duration::from_secs(5));
+    let stats = cluster.stats();
+    assert_eq!(stats.versions_seen(ApiKey::SaslAuthenticate), [0]);
+    assert!(stats.authentications_succeeded("SCRAM-SHA-512") >= 1);
+}
