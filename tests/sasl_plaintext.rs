@@ -18,8 +18,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::{ReferenceCluster, SaslListener};
 use kacrab::{ProduceError, Producer, ProducerRecord};
-use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestHeader};
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::messages::{
+    ApiKey, MetadataRequest, RequestHeader, ResponseHeader, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
 
@@ -254,19 +257,9 @@ fn raw_exchange(
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut out = BytesMut::new();
-    out.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("raw")))
-        .encode(&mut out, api.request_header_version(version))
+    stream
+        .write_all(&request_frame(api, version, 7, body))
         .unwrap();
-    body.encode(&mut out, version).unwrap();
-    let length = (out.len() - 4) as i32;
-    out[..4].copy_from_slice(&length.to_be_bytes());
-    stream.write_all(&out).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
     answer
@@ -309,4 +302,83 @@ fn a_broker_offering_only_sasl_authenticate_v0_is_authenticated_at_v0() {
     let stats = cluster.stats();
     assert_eq!(stats.versions_seen(ApiKey::SaslAuthenticate), [0]);
     assert!(stats.authentications_succeeded("SCRAM-SHA-512") >= 1);
+}
+
+/// A request frame (length prefix included).
+fn request_frame(api: ApiKey, version: i16, correlation_id: i32, body: &impl Encodable) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("raw")))
+        .encode(&mut out, api.request_header_version(version))
+        .unwrap();
+    body.encode(&mut out, version).unwrap();
+    let length = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&length.to_be_bytes());
+    out.to_vec()
+}
+
+/// Reads one size-prefixed frame; `None` if the peer closed first.
+fn read_frame(stream: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut length = [0u8; 4];
+    stream.read_exact(&mut length).ok()?;
+    let mut body = vec![0u8; i32::from_be_bytes(length) as usize];
+    stream.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+/// SaslHandshake v0 for PLAIN, then the PLAIN message as a bare frame; returns the stream and
+/// the bare answer (`None` if the broker closed instead).
+fn bare_plain_exchange(cluster: &ReferenceCluster, password: &str) -> (TcpStream, Option<Vec<u8>>) {
+    let mut stream = TcpStream::connect(cluster.broker_address(1)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    stream
+        .write_all(&request_frame(ApiKey::SaslHandshake, 0, 1, &handshake))
+        .unwrap();
+    let mut answer = Bytes::from(read_frame(&mut stream).expect("the handshake is answered"));
+    ResponseHeader::decode(&mut answer, 0).unwrap();
+    let response = SaslHandshakeResponse::decode(&mut answer, 0).unwrap();
+    assert_eq!(response.error_code, 0);
+    let token = format!("\0{USER}\0{password}");
+    let mut bare = (token.len() as i32).to_be_bytes().to_vec();
+    bare.extend_from_slice(token.as_bytes());
+    stream.write_all(&bare).unwrap();
+    let answer = read_frame(&mut stream);
+    (stream, answer)
+}
+
+// SaslHandshake v0 (before KIP-152): the tokens travel as bare frames without a Kafka header;
+// once authenticated, the connection serves Kafka requests, and wrong credentials close it.
+#[test]
+fn the_sasl_listener_speaks_handshake_v0_with_bare_tokens() {
+    let cluster = sasl_cluster(&["PLAIN"], "sasl-bare");
+    let (mut stream, answer) = bare_plain_exchange(&cluster, PASSWORD);
+    assert_eq!(
+        answer.as_deref(),
+        Some(&[][..]),
+        "PLAIN answers an empty token"
+    );
+    stream
+        .write_all(&request_frame(
+            ApiKey::Metadata,
+            12,
+            2,
+            &MetadataRequest::default(),
+        ))
+        .unwrap();
+    let metadata = read_frame(&mut stream).expect("served once authenticated");
+    assert_eq!(&metadata[..4], &2i32.to_be_bytes());
+
+    let (_, answer) = bare_plain_exchange(&cluster, "wrong");
+    assert_eq!(answer, None, "a failed bare exchange closes the connection");
+    let stats = cluster.stats();
+    assert_eq!(stats.authentications_succeeded("PLAIN"), 1);
+    assert_eq!(stats.authentications_failed("PLAIN"), 1);
 }

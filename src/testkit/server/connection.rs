@@ -28,8 +28,18 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
     let mut writer = BufWriter::with_capacity(BUFFER_BYTES, write_half);
     // A SASL listener's connection is served only once authenticated.
     let mut session = shared.sasl().map(|_| SaslSession::Handshake);
+    // After SaslHandshake v0 the client's frames are bare tokens until it is authenticated.
+    let mut bare_tokens = false;
     let mut requests: u64 = 0;
     while !closed.load(Ordering::Relaxed) {
+        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+            if bare_tokens && !session.is_authenticated() {
+                if !bare_token_step(shared, broker, listener, session, &mut reader, &mut writer) {
+                    break;
+                }
+                continue;
+            }
+        }
         let Some(mut frame) = read_frame(&mut reader) else {
             break;
         };
@@ -44,6 +54,7 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
                     frame,
                     requests,
                     &mut writer,
+                    &mut bare_tokens,
                 ) {
                     Some(request) => frame = request,
                     None if session.is_closed() => break,
@@ -73,6 +84,50 @@ enum Step {
     Close,
 }
 
+/// The largest bare SASL token accepted (Kafka's `sasl.server.max.receive.size` default).
+const MAX_BARE_TOKEN: usize = 524_288;
+
+/// Reads one bare token (SaslHandshake v0) and writes the bare answer. False when the
+/// connection must end: a read error, an oversized token, or a failed authentication.
+fn bare_token_step(
+    shared: &Shared,
+    broker: i32,
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut BufWriter<TcpStream>,
+) -> bool {
+    let mut length = [0u8; 4];
+    if reader.read_exact(&mut length).is_err() {
+        return false;
+    }
+    let Ok(length) = usize::try_from(i32::from_be_bytes(length)) else {
+        return false;
+    };
+    if length > MAX_BARE_TOKEN {
+        return false;
+    }
+    let mut token = vec![0u8; length];
+    if reader.read_exact(&mut token).is_err() {
+        return false;
+    }
+    let record = |mechanism: &str, succeeded: bool| {
+        shared
+            .stats()
+            .count_authentication(broker, mechanism, succeeded)
+    };
+    let seed = shared.next_connection_nonce();
+    let Some(answer) = sasl::bare_token(listener, session, &token, seed, &record) else {
+        return false;
+    };
+    let mut out = BytesMut::with_capacity(4 + answer.len());
+    out.put_i32(answer.len() as i32);
+    out.put_slice(&answer);
+    shared.stats().count_bytes_out(out.len());
+    writer.write_all(&out).is_ok() && writer.flush().is_ok()
+}
+
+#[allow(clippy::too_many_arguments)]
 /// One request of a connection not yet authenticated: handled by the SASL listener, or
 /// returned to be served (ApiVersions). `None` when it was handled; the session is then
 /// `Closed` if the connection must end.
@@ -84,6 +139,7 @@ fn authenticate_step(
     frame: Bytes,
     requests: u64,
     writer: &mut BufWriter<TcpStream>,
+    bare_tokens: &mut bool,
 ) -> Option<Bytes> {
     if frame.len() >= 8 {
         let api_key = i16::from_be_bytes([frame[0], frame[1]]);
@@ -103,6 +159,12 @@ fn authenticate_step(
     match sasl::step(listener, session, frame, seed, &record) {
         SaslStep::Serve(frame) => return Some(frame),
         SaslStep::Respond(out) => {
+            if !write_response(shared, writer, out) {
+                *session = SaslSession::Closed;
+            }
+        }
+        SaslStep::RespondThenBareTokens(out) => {
+            *bare_tokens = true;
             if !write_response(shared, writer, out) {
                 *session = SaslSession::Closed;
             }

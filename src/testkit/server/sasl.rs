@@ -1,6 +1,8 @@
-//! A `SASL_PLAINTEXT` listener: the reference broker's side of SaslHandshake v1 and
+//! A `SASL_PLAINTEXT` listener: the reference broker's side of SaslHandshake v0..=v1 and
 //! SaslAuthenticate v0..=v2 with PLAIN and SCRAM-SHA-256/512, following Kafka's
 //! `SaslServerAuthenticator`:
+//! - after SaslHandshake v0 the mechanism's tokens travel as bare size-prefixed frames, with
+//!   no Kafka header (before KIP-152); a failure then closes the connection unanswered;
 //! - before the handshake only ApiVersions and SaslHandshake are served; any other request
 //!   closes the connection unanswered;
 //! - a mechanism not enabled is answered UNSUPPORTED_SASL_MECHANISM with the enabled list, and
@@ -37,9 +39,9 @@ const SASL_AUTHENTICATION_FAILED: i16 = 58;
 pub const SCRAM_ITERATIONS: u32 = 4096;
 
 /// The SaslHandshake and SaslAuthenticate versions a SASL listener implements (added to every
-/// broker's ApiVersions table); SaslHandshake v0's bare tokens are not.
+/// broker's ApiVersions table).
 pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
@@ -139,6 +141,8 @@ pub(crate) enum SaslStep {
     Respond(BytesMut),
     /// Write this answer frame, then close.
     RespondThenClose(BytesMut),
+    /// Write this answer frame; the client's next frames are bare tokens (SaslHandshake v0).
+    RespondThenBareTokens(BytesMut),
     /// Close without answering.
     Close,
 }
@@ -243,7 +247,11 @@ fn handshake(
         // Enabled but not implemented here: the exchange cannot proceed.
         None => return SaslStep::RespondThenClose(out),
     };
-    SaslStep::Respond(out)
+    if version == 0 {
+        SaslStep::RespondThenBareTokens(out)
+    } else {
+        SaslStep::Respond(out)
+    }
 }
 
 fn authenticate(
@@ -269,19 +277,71 @@ fn authenticate(
             .with_auth_bytes(Bytes::from(auth_bytes));
         response(api, version, header.correlation_id, &answer)
     };
-    let failed = |session_mechanism: &str| {
-        record(session_mechanism, false);
-        let message = format!(
-            "Authentication failed during authentication due to invalid credentials with SASL \
-             mechanism {session_mechanism}"
-        );
-        match reply(SASL_AUTHENTICATION_FAILED, Some(&message), Vec::new()) {
-            Some(out) => SaslStep::RespondThenClose(out),
-            None => SaslStep::Close,
+    let (error, message, auth_bytes) =
+        match evaluate(listener, session, &request.auth_bytes, nonce_seed, record) {
+            Ok(answer) => (0, None, answer),
+            Err(TokenError::Failed(mechanism)) => (
+                SASL_AUTHENTICATION_FAILED,
+                Some(format!(
+                    "Authentication failed during authentication due to invalid credentials \
+                     with SASL mechanism {mechanism}"
+                )),
+                Vec::new(),
+            ),
+            Err(TokenError::IllegalState) => (
+                ILLEGAL_SASL_STATE,
+                Some("Unexpected SaslAuthenticate".to_string()),
+                Vec::new(),
+            ),
+        };
+    match reply(error, message.as_deref(), auth_bytes) {
+        Some(out) if error == 0 => SaslStep::Respond(out),
+        Some(out) => SaslStep::RespondThenClose(out),
+        None => SaslStep::Close,
+    }
+}
+
+/// One bare token after SaslHandshake v0: the server's bare answer token, or `None` to close
+/// the connection (Kafka has no way to say why without a header).
+pub(crate) fn bare_token(
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    token: &[u8],
+    nonce_seed: u64,
+    record: &dyn Fn(&str, bool),
+) -> Option<Vec<u8>> {
+    match evaluate(listener, session, token, nonce_seed, record) {
+        Ok(answer) => Some(answer),
+        Err(_) => {
+            *session = SaslSession::Closed;
+            None
         }
+    }
+}
+
+/// Why a client token ended the exchange.
+enum TokenError {
+    /// Wrong credentials, an unknown user or a message that breaks the mechanism.
+    Failed(&'static str),
+    /// No exchange under way.
+    IllegalState,
+}
+
+/// Runs one client token through the session's mechanism: the server's answer token, with
+/// the session advanced (to `Authenticated` when done), or why it failed. `record` is told
+/// each finished authentication.
+fn evaluate(
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    token: &[u8],
+    nonce_seed: u64,
+    record: &dyn Fn(&str, bool),
+) -> Result<Vec<u8>, TokenError> {
+    let failed = |mechanism: &'static str| {
+        record(mechanism, false);
+        Err(TokenError::Failed(mechanism))
     };
-    let token = request.auth_bytes;
-    match std::mem::replace(session, SaslSession::Handshake) {
+    match std::mem::replace(session, SaslSession::Closed) {
         SaslSession::Plain => {
             // authzid NUL authcid NUL passwd
             let parts: Vec<&[u8]> = token.split(|&b| b == 0).collect();
@@ -300,10 +360,10 @@ fn authenticate(
             }
             *session = SaslSession::Authenticated;
             record("PLAIN", true);
-            reply(0, None, Vec::new()).map_or(SaslStep::Close, SaslStep::Respond)
+            Ok(Vec::new())
         }
         SaslSession::ScramFirst { label, hash } => {
-            let Some(first) = std::str::from_utf8(&token).ok() else {
+            let Some(first) = std::str::from_utf8(token).ok() else {
                 return failed(label);
             };
             // gs2-header "n,," (no channel binding; "y,," would mean the client could bind).
@@ -336,7 +396,7 @@ fn authenticate(
                 nonce,
                 auth_prefix,
             };
-            reply(0, None, server_first.into_bytes()).map_or(SaslStep::Close, SaslStep::Respond)
+            Ok(server_first.into_bytes())
         }
         SaslSession::ScramFinal {
             hash,
@@ -349,7 +409,7 @@ fn authenticate(
             } else {
                 "SCRAM-SHA-512"
             };
-            let Some(last) = std::str::from_utf8(&token).ok() else {
+            let Some(last) = std::str::from_utf8(token).ok() else {
                 return failed(label);
             };
             let Some((without_proof, proof)) = last.rsplit_once(",p=") else {
@@ -375,18 +435,13 @@ fn authenticate(
             *session = SaslSession::Authenticated;
             record(label, true);
             let server_final = format!("v={}", base64_encode(&server_signature));
-            reply(0, None, server_final.into_bytes()).map_or(SaslStep::Close, SaslStep::Respond)
+            Ok(server_final.into_bytes())
         }
-        SaslSession::Handshake | SaslSession::Authenticated | SaslSession::Closed => {
-            match reply(
-                ILLEGAL_SASL_STATE,
-                Some("Unexpected SaslAuthenticate"),
-                Vec::new(),
-            ) {
-                Some(out) => SaslStep::RespondThenClose(out),
-                None => SaslStep::Close,
-            }
+        state @ (SaslSession::Handshake | SaslSession::Authenticated) => {
+            *session = state;
+            Err(TokenError::IllegalState)
         }
+        SaslSession::Closed => Err(TokenError::IllegalState),
     }
 }
 
