@@ -382,3 +382,33 @@ fn the_sasl_listener_speaks_handshake_v0_with_bare_tokens() {
     assert_eq!(stats.authentications_succeeded("PLAIN"), 1);
     assert_eq!(stats.authentications_failed("PLAIN"), 1);
 }
+
+// A transactional producer learns the refusal in its first call: init_transactions fails
+// fatally with the broker's reason, rather than waiting out its timeout.
+#[test]
+fn a_wrong_password_fails_init_transactions_fatally_naming_the_refusal() {
+    let cluster = sasl_cluster(&["PLAIN"], "sasl-txn");
+    let jaas = format!(
+        "{} required username=\"{USER}\" password=\"wrong\";",
+        module("PLAIN")
+    );
+    let producer = common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.jaas.config", &jaas),
+            ("transactional.id", "sasl-txn-1"),
+        ],
+    );
+    let error = producer
+        .init_transactions(Duration::from_secs(60))
+        .expect_err("init_transactions cannot succeed");
+    match &error {
+        kacrab::TransactionError::Fatal(reason) => {
+            assert!(reason.contains("SASL_AUTHENTICATION_FAILED"), "{reason}")
+        }
+        other => panic!("expected a fatal error, got {other:?}"),
+    }
+    producer.close(Duration::from_secs(5));
+}
