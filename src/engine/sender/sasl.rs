@@ -222,3 +222,240 @@ fn sasl_malformed(version: i16, reason: &str) -> WireError {
         reason: reason.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::{
+        ApiVersionsResponse, ResponseHeader, SaslAuthenticateResponse, SaslHandshakeResponse,
+    };
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    use crate::engine::{Action, Engine, EngineConfig, RecordMetadata, TopicPartition};
+    use crate::error::ProduceError;
+    use crate::protocol::api::ApiKey;
+    use crate::protocol::error_code::code;
+    use crate::ProducerConfig;
+
+    struct Quiet;
+
+    impl crate::engine::Delivery for Quiet {
+        fn complete(self, _: Result<RecordMetadata, ProduceError>) {}
+    }
+
+    /// A request the engine wrote: its API code, version and correlation id, and its bytes.
+    struct Written {
+        api: i16,
+        version: i16,
+        correlation_id: i32,
+        bytes: Bytes,
+    }
+
+    struct Rig {
+        engine: Engine<Quiet>,
+        now: u64,
+        generation: u64,
+        connects: usize,
+        disconnects: usize,
+    }
+
+    impl Rig {
+        fn new(mechanism: &str, module: &str) -> Rig {
+            let config = ProducerConfig::builder()
+                .bootstrap_servers("broker:9092")
+                .set("security.protocol", "SASL_PLAINTEXT")
+                .set("sasl.mechanism", mechanism)
+                .set(
+                    "sasl.jaas.config",
+                    format!("{module} required username=\"user\" password=\"pw\";"),
+                )
+                .build()
+                .unwrap();
+            let mut engine = Engine::new(EngineConfig::from_producer_config(&config, true));
+            engine.append(
+                0,
+                &TopicPartition::new("t", 0),
+                0,
+                None,
+                Some(b"v"),
+                &[],
+                Quiet,
+            );
+            Rig {
+                engine,
+                now: 1,
+                generation: 0,
+                connects: 0,
+                disconnects: 0,
+            }
+        }
+
+        /// Polls and runs the actions: connects succeed at once; returns what was written.
+        fn poll(&mut self) -> Vec<Written> {
+            self.engine.poll(self.now);
+            let mut written = Vec::new();
+            let actions: Vec<Action> = self.engine.take_actions().collect();
+            for action in actions {
+                match action {
+                    Action::Connect {
+                        node, generation, ..
+                    } => {
+                        self.connects += 1;
+                        self.generation = generation;
+                        self.engine.on_connected(self.now, node, generation);
+                        written.extend(self.poll());
+                    }
+                    Action::Write { frame, .. } => {
+                        let bytes = frame.to_bytes();
+                        written.push(Written {
+                            api: i16::from_be_bytes([bytes[4], bytes[5]]),
+                            version: i16::from_be_bytes([bytes[6], bytes[7]]),
+                            correlation_id: i32::from_be_bytes([
+                                bytes[8], bytes[9], bytes[10], bytes[11],
+                            ]),
+                            bytes,
+                        });
+                    }
+                    Action::Disconnect { .. } => self.disconnects += 1,
+                    _ => {}
+                }
+            }
+            written
+        }
+
+        fn answer(&mut self, request: &Written, body: &impl Encodable) {
+            let api = kafka_protocol::messages::ApiKey::try_from(request.api).unwrap();
+            let header_version = if request.api == ApiKey::ApiVersions.code() {
+                0
+            } else {
+                api.response_header_version(request.version)
+            };
+            let mut out = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(request.correlation_id)
+                .encode(&mut out, header_version)
+                .unwrap();
+            body.encode(&mut out, request.version).unwrap();
+            self.engine
+                .on_frame(self.now, -1, self.generation, out.freeze());
+        }
+
+        /// Connects and answers ApiVersions; returns the next request written.
+        fn negotiate(&mut self) -> Written {
+            let written = self.poll();
+            assert_eq!(written.len(), 1);
+            assert_eq!(written[0].api, ApiKey::ApiVersions.code());
+            let ranges = [
+                (ApiKey::Produce, 3, 11),
+                (ApiKey::Metadata, 1, 12),
+                (ApiKey::ApiVersions, 0, 3),
+                (ApiKey::InitProducerId, 0, 4),
+                (ApiKey::SaslHandshake, 0, 1),
+                (ApiKey::SaslAuthenticate, 0, 2),
+            ];
+            let response = ApiVersionsResponse::default().with_api_keys(
+                ranges
+                    .iter()
+                    .map(|&(api, min, max)| {
+                        ApiVersion::default()
+                            .with_api_key(api.code())
+                            .with_min_version(min)
+                            .with_max_version(max)
+                    })
+                    .collect(),
+            );
+            self.answer(&written[0], &response);
+            self.single()
+        }
+
+        /// Polls and expects exactly one request written.
+        fn single(&mut self) -> Written {
+            let mut written = self.poll();
+            assert_eq!(
+                written.len(),
+                1,
+                "apis written: {:?}",
+                written.iter().map(|w| w.api).collect::<Vec<_>>()
+            );
+            written.remove(0)
+        }
+    }
+
+    const PLAIN: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+    const SCRAM: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+
+    #[test]
+    fn nothing_but_the_sasl_exchange_goes_on_a_connection_before_it_is_authenticated() {
+        let mut rig = Rig::new("PLAIN", PLAIN);
+        let handshake = rig.negotiate();
+        assert_eq!(
+            (handshake.api, handshake.version),
+            (ApiKey::SaslHandshake.code(), 1)
+        );
+        // A record waits for metadata and an identity; neither is asked for yet.
+        assert!(rig.poll().is_empty());
+        rig.answer(
+            &handshake,
+            &SaslHandshakeResponse::default()
+                .with_mechanisms(vec![StrBytes::from_static_str("PLAIN")]),
+        );
+        let authenticate = rig.single();
+        assert_eq!(
+            (authenticate.api, authenticate.version),
+            (ApiKey::SaslAuthenticate.code(), 2)
+        );
+        assert!(authenticate.bytes.windows(8).any(|w| w == b"\0user\0pw"));
+        assert!(rig.poll().is_empty());
+        rig.answer(&authenticate, &SaslAuthenticateResponse::default());
+        let after: Vec<i16> = rig.poll().iter().map(|w| w.api).collect();
+        assert!(after.contains(&ApiKey::Metadata.code()), "{after:?}");
+        assert!(rig.engine.fatal_error().is_none());
+    }
+
+    #[test]
+    fn illegal_sasl_state_is_a_fatal_authentication_error_and_nothing_reconnects() {
+        let mut rig = Rig::new("PLAIN", PLAIN);
+        let handshake = rig.negotiate();
+        rig.answer(&handshake, &SaslHandshakeResponse::default());
+        let authenticate = rig.single();
+        rig.answer(
+            &authenticate,
+            &SaslAuthenticateResponse::default().with_error_code(code::ILLEGAL_SASL_STATE),
+        );
+        match rig.engine.fatal_error() {
+            Some(ProduceError::Authentication {
+                broker,
+                mechanism,
+                reason,
+            }) => {
+                assert_eq!(broker, "bootstrap server broker:9092");
+                assert_eq!(mechanism, "PLAIN");
+                assert!(reason.contains("ILLEGAL_SASL_STATE"), "{reason}");
+            }
+            other => panic!("expected an authentication error, got {other:?}"),
+        }
+        rig.now += 60_000_000;
+        assert!(rig.poll().is_empty());
+        assert_eq!((rig.connects, rig.disconnects), (1, 1));
+    }
+
+    #[test]
+    fn a_malformed_scram_answer_closes_the_connection_and_reconnects() {
+        let mut rig = Rig::new("SCRAM-SHA-256", SCRAM);
+        let handshake = rig.negotiate();
+        rig.answer(&handshake, &SaslHandshakeResponse::default());
+        let first = rig.single();
+        assert!(first.bytes.windows(9).any(|w| w == b"n,,n=user"));
+        rig.answer(
+            &first,
+            &SaslAuthenticateResponse::default().with_auth_bytes(Bytes::from_static(b"junk")),
+        );
+        assert!(rig.engine.fatal_error().is_none());
+        assert_eq!(rig.engine.stats().protocol_errors, 1);
+        rig.now += 10_000_000;
+        let again = rig.poll();
+        assert_eq!(rig.connects, 2, "the producer reconnects");
+        assert_eq!(again[0].api, ApiKey::ApiVersions.code());
+    }
+}

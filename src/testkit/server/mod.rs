@@ -6,6 +6,10 @@
 //! connection reads a request, serves it, writes the answer, in order, so answers on a
 //! connection keep request order as Kafka guarantees. Everything stops on
 //! [`ReferenceCluster::shutdown`] (also on drop): no thread outlives the cluster.
+//!
+//! A cluster started with [`ReferenceCluster::start_with_sasl`] has `SASL_PLAINTEXT` listeners
+//! (`sasl.rs`): a connection is served only after it authenticated, and the fault plan applies
+//! to its requests from then on.
 
 mod api_versions;
 pub(crate) mod connection;
