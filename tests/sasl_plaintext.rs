@@ -412,3 +412,19 @@ fn a_wrong_password_fails_init_transactions_fatally_naming_the_refusal() {
     }
     producer.close(Duration::from_secs(5));
 }
+
+// A SASL_PLAINTEXT producer pointed at a PLAINTEXT listener: the broker does not offer
+// SaslHandshake, which no retry changes; the error says so.
+#[test]
+fn a_sasl_producer_against_a_plaintext_listener_fails_naming_the_missing_handshake() {
+    let topic = "sasl-on-plaintext";
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 2, 3]);
+    let producer = sasl_producer(&cluster, "PLAIN", PASSWORD);
+    let errors = send_expecting_failures(&producer, topic, 3);
+    for error in &errors {
+        assert_authentication_error(error, &cluster, "PLAIN", "SaslHandshake");
+    }
+    producer.close(Duration::from_secs(5));
+    assert_eq!(cluster.stats().requests(ApiKey::Metadata), 0);
+}
