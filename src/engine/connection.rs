@@ -24,6 +24,9 @@ pub enum ConnectionState {
     },
     /// Versions known; the SASL exchange is under way and nothing else may be sent.
     Authenticating,
+    /// The SASL session ends soon (KIP-368 `session_lifetime_ms`): nothing new is sent; the
+    /// connection closes once its answers are in, and the next one authenticates afresh.
+    Expiring,
     Ready,
 }
 
@@ -49,6 +52,8 @@ pub struct Connection<R> {
     pub failures: u32,
     /// The SASL exchange of the current socket, while `Authenticating`.
     pub sasl: Option<SaslClient>,
+    /// When a `Ready` connection starts `Expiring`: before the broker's SASL session ends.
+    pub session_reconnect_at: Option<Micros>,
 }
 
 impl<R> Connection<R> {
@@ -62,6 +67,7 @@ impl<R> Connection<R> {
             next_correlation_id: 0,
             failures: 0,
             sasl: None,
+            session_reconnect_at: None,
         }
     }
 

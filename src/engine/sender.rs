@@ -296,6 +296,11 @@ impl<D: Delivery> Engine<D> {
                 ConnectionState::Connecting { since } => {
                     consider(since + self.config.connection_setup_timeout)
                 }
+                ConnectionState::Ready => {
+                    if let Some(at) = conn.session_reconnect_at {
+                        consider(at);
+                    }
+                }
                 _ => {}
             }
             if let Some((header, _)) = conn.in_flight.front() {

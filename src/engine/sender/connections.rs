@@ -235,6 +235,7 @@ impl<D: Delivery> Engine<D> {
                     ConnectionState::Connecting { .. }
                         | ConnectionState::Negotiating { .. }
                         | ConnectionState::Authenticating
+                        | ConnectionState::Expiring
                 )
         }) {
             return;
@@ -278,6 +279,7 @@ impl<D: Delivery> Engine<D> {
         conn.state = ConnectionState::Connecting { since: now };
         conn.versions = NegotiatedVersions::default();
         conn.sasl = None;
+        conn.session_reconnect_at = None;
         self.actions.push_back(Action::Connect {
             node,
             generation,
@@ -296,7 +298,8 @@ impl<D: Delivery> Engine<D> {
                 }
                 ConnectionState::Negotiating { .. }
                 | ConnectionState::Authenticating
-                | ConnectionState::Ready => {
+                | ConnectionState::Ready
+                | ConnectionState::Expiring => {
                     if let Some((header, _)) = conn.in_flight.front() {
                         if now >= header.sent_at + self.config.request_timeout {
                             // Java's NetworkClient closes the connection on a request timeout;
@@ -313,6 +316,7 @@ impl<D: Delivery> Engine<D> {
                 .push_back(Action::Disconnect { node, generation });
             self.on_disconnected(now, node, generation);
         }
+        self.retire_expiring_sessions(now);
     }
 
     pub(super) fn connect_to_needed_leaders(&mut self, now: Micros) {

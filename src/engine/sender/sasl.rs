@@ -165,6 +165,17 @@ impl<D: Delivery> Engine<D> {
             Ok(SaslStep::Done) => {
                 conn.sasl = None;
                 conn.state = ConnectionState::Ready;
+                // KIP-368: a broker with `connections.max.reauth.ms` closes a connection whose
+                // session ended at its next request. Java re-authenticates on the connection at
+                // 85..95% of the lifetime; kacrab stops sending on it at 85% and reconnects, so
+                // no request is ever refused for an ended session.
+                if response.session_lifetime_ms > 0 {
+                    let lifetime = response
+                        .session_lifetime_ms
+                        .unsigned_abs()
+                        .saturating_mul(1000);
+                    conn.session_reconnect_at = Some(now.saturating_add(lifetime / 100 * 85));
+                }
                 tracing::debug!(
                     target: "kacrab::connection",
                     node,
@@ -180,6 +191,34 @@ impl<D: Delivery> Engine<D> {
             }
         }
         Ok(())
+    }
+
+    /// Ready connections whose SASL session ends soon stop taking requests; those with no
+    /// answer outstanding close without counting as a failure (no backoff, no metadata
+    /// refresh), and are reopened when something needs them.
+    pub(super) fn retire_expiring_sessions(&mut self, now: Micros) {
+        let mut retire = Vec::new();
+        for conn in self.connections.values_mut() {
+            if conn.state == ConnectionState::Ready
+                && conn.session_reconnect_at.is_some_and(|at| now >= at)
+            {
+                conn.state = ConnectionState::Expiring;
+            }
+            if conn.state == ConnectionState::Expiring && conn.in_flight.is_empty() {
+                retire.push((conn.node, conn.generation));
+                conn.state = ConnectionState::Idle { retry_at: now };
+                conn.session_reconnect_at = None;
+            }
+        }
+        for (node, generation) in retire {
+            tracing::debug!(
+                target: "kacrab::connection",
+                node,
+                "SASL session ends soon: reconnecting"
+            );
+            self.actions
+                .push_back(Action::Disconnect { node, generation });
+        }
     }
 
     /// Makes the producer fatal with the typed error naming the broker and what failed.
@@ -264,6 +303,8 @@ mod tests {
         fn new(mechanism: &str, module: &str) -> Rig {
             let config = ProducerConfig::builder()
                 .bootstrap_servers("broker:9092")
+                // Without an identity to ask for, Metadata is the one request after SASL.
+                .enable_idempotence(false)
                 .set("security.protocol", "SASL_PLAINTEXT")
                 .set("sasl.mechanism", mechanism)
                 .set(
@@ -410,6 +451,49 @@ mod tests {
         rig.answer(&authenticate, &SaslAuthenticateResponse::default());
         let after: Vec<i16> = rig.poll().iter().map(|w| w.api).collect();
         assert!(after.contains(&ApiKey::Metadata.code()), "{after:?}");
+        assert!(rig.engine.fatal_error().is_none());
+    }
+
+    // KIP-368: a session of 1 s stops taking requests at 850 ms, closes once its answer is in,
+    // without counting as a failure, and the next connection authenticates afresh.
+    #[test]
+    fn a_connection_whose_sasl_session_ends_soon_drains_and_is_reopened() {
+        let mut rig = Rig::new("PLAIN", PLAIN);
+        let handshake = rig.negotiate();
+        rig.answer(&handshake, &SaslHandshakeResponse::default());
+        let authenticate = rig.single();
+        rig.answer(
+            &authenticate,
+            &SaslAuthenticateResponse::default().with_session_lifetime_ms(1000),
+        );
+        let authenticated_at = rig.now;
+        let metadata = rig.single();
+        assert_eq!(metadata.api, ApiKey::Metadata.code());
+        rig.now = authenticated_at + 849_000;
+        rig.poll();
+        assert_eq!(rig.disconnects, 0);
+        rig.now = authenticated_at + 850_000;
+        assert!(
+            rig.poll().is_empty(),
+            "nothing new goes on an expiring session"
+        );
+        assert_eq!(rig.disconnects, 0, "the metadata answer is still awaited");
+        rig.answer(
+            &metadata,
+            &kafka_protocol::messages::MetadataResponse::default(),
+        );
+        rig.poll();
+        assert_eq!((rig.disconnects, rig.connects), (1, 1));
+        // The record still needs its topic's metadata: a new connection is opened for it.
+        rig.now += 1_000_000;
+        let reopened = rig.poll();
+        assert_eq!(rig.connects, 2);
+        assert_eq!(reopened[0].api, ApiKey::ApiVersions.code());
+        assert_eq!(
+            rig.engine.stats().disconnects,
+            0,
+            "not counted as a failure"
+        );
         assert!(rig.engine.fatal_error().is_none());
     }
 
