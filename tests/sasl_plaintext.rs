@@ -428,3 +428,69 @@ fn a_sasl_producer_against_a_plaintext_listener_fails_naming_the_missing_handsha
     producer.close(Duration::from_secs(5));
     assert_eq!(cluster.stats().requests(ApiKey::Metadata), 0);
 }
+
+// KIP-368: a broker with `connections.max.reauth.ms` closes a connection whose session ended
+// at its next request. kacrab stops sending on a connection at 85% of its session and opens a
+// new one, so over a run of several session lifetimes the broker never has to close a
+// connection for an ended session, and every record is in the log once. The rounds are spaced
+// so that the run outlasts the first sessions (time passing is what is under test); with
+// sessions of 2 s the producer has 300 ms to drain a connection before its session ends.
+#[test]
+fn connections_are_reopened_before_their_sasl_session_ends() {
+    let topic = "sasl-session";
+    let listener = SaslListener::new(&["SCRAM-SHA-256", "PLAIN"])
+        .user(USER, PASSWORD)
+        .session_lifetime(Duration::from_secs(2));
+    let cluster = ReferenceCluster::start_with_sasl(1, BrokerRules::default(), listener);
+    cluster.create_topic(topic, &[1]);
+    let producer = sasl_producer(&cluster, "SCRAM-SHA-256", PASSWORD);
+    let rounds = 6u64;
+    let per_round = 50u64;
+    for round in 0..rounds {
+        let deliveries: Vec<_> = (round * per_round..(round + 1) * per_round)
+            .map(|id| {
+                producer.send(ProducerRecord::new(
+                    topic,
+                    Bytes::copy_from_slice(&id.to_be_bytes()),
+                ))
+            })
+            .collect();
+        for delivery in deliveries {
+            delivery
+                .wait_timeout(Duration::from_secs(30))
+                .expect("the record resolves")
+                .expect("acknowledged");
+        }
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    producer.close(Duration::from_secs(5));
+    let stats = cluster.stats();
+    assert_eq!(
+        stats.ended_sessions_closed(),
+        0,
+        "a request came after its session ended"
+    );
+    // At first one connection to the bootstrap address and one to the leader; the run of
+    // more than 3.6 s takes the leader's connection past 1.7 s at least once.
+    assert!(
+        stats.authentications_succeeded("SCRAM-SHA-256") >= 3,
+        "{} authentications: no connection was reopened",
+        stats.authentications_succeeded("SCRAM-SHA-256")
+    );
+    let records = read_back_with(
+        &cluster.bootstrap_servers(),
+        topic,
+        1,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(30),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", USER),
+            ("sasl.password", PASSWORD),
+        ],
+    );
+    let sent: Vec<u64> = (0..rounds * per_round).collect();
+    let verdict = check_exactly_once(&payload_ids(&records), &sent, &sent);
+    assert!(verdict.starts_with("300 records read"), "{verdict}");
+}

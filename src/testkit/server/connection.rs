@@ -44,6 +44,13 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
             break;
         };
         requests += 1;
+        if session
+            .as_ref()
+            .is_some_and(|s| s.has_ended(Instant::now()))
+        {
+            shared.stats().count_ended_session();
+            break;
+        }
         if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
             if !session.is_authenticated() {
                 match authenticate_step(

@@ -12,12 +12,16 @@
 //!   close either way);
 //! - wrong credentials are answered SASL_AUTHENTICATION_FAILED, and the connection closes;
 //! - once authenticated, the connection is served as any other; SaslHandshake or
-//!   SaslAuthenticate then is answered ILLEGAL_SASL_STATE (`KafkaApis`).
+//!   SaslAuthenticate then is answered ILLEGAL_SASL_STATE (`KafkaApis`);
+//! - with a session lifetime (`connections.max.reauth.ms`, KIP-368), SaslAuthenticate v1+
+//!   announces it and a request after it closes the connection (re-authentication on the same
+//!   connection is not offered).
 //!
 //! SCRAM credentials are kept as Kafka keeps them (`ScramCredential`): a salt, the iteration
 //! count (4096), StoredKey and ServerKey; never the password.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -49,6 +53,8 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
 #[derive(Debug, Clone)]
 pub struct SaslListener {
     mechanisms: Vec<String>,
+    /// KIP-368 `connections.max.reauth.ms`: how long an authentication lasts.
+    session_lifetime: Option<Duration>,
     plain: BTreeMap<String, String>,
     scram: BTreeMap<(ScramHashName, String), ScramCredential>,
 }
@@ -70,9 +76,18 @@ impl SaslListener {
     pub fn new(mechanisms: &[&str]) -> SaslListener {
         SaslListener {
             mechanisms: mechanisms.iter().map(|m| m.to_string()).collect(),
+            session_lifetime: None,
             plain: BTreeMap::new(),
             scram: BTreeMap::new(),
         }
+    }
+
+    /// Sessions last `lifetime` (Kafka's `connections.max.reauth.ms`): SaslAuthenticate v1+
+    /// says so in `session_lifetime_ms`, and a request on the connection after it closes the
+    /// connection unanswered.
+    pub fn session_lifetime(mut self, lifetime: Duration) -> SaslListener {
+        self.session_lifetime = Some(lifetime);
+        self
     }
 
     /// Adds a user for PLAIN and SCRAM-SHA-256/512, its SCRAM credentials salted and stored.
@@ -128,7 +143,8 @@ pub(crate) enum SaslSession {
         /// client-first-message-bare "," server-first-message
         auth_prefix: String,
     },
-    Authenticated,
+    /// Authenticated; with a session lifetime, until `ends_at`.
+    Authenticated { ends_at: Option<Instant> },
     /// The exchange failed or broke: the connection ends.
     Closed,
 }
@@ -149,7 +165,14 @@ pub(crate) enum SaslStep {
 
 impl SaslSession {
     pub(crate) fn is_authenticated(&self) -> bool {
-        matches!(self, SaslSession::Authenticated)
+        matches!(self, SaslSession::Authenticated { .. })
+    }
+
+    /// Whether an authenticated session has ended: Kafka closes such a connection at its next
+    /// request (KIP-368) unless the client re-authenticates, which this listener does not
+    /// offer on the same connection.
+    pub(crate) fn has_ended(&self, now: Instant) -> bool {
+        matches!(self, SaslSession::Authenticated { ends_at: Some(end) } if now >= *end)
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -269,12 +292,12 @@ fn authenticate(
     let Ok(request) = SaslAuthenticateRequest::decode(&mut frame, version) else {
         return SaslStep::Close;
     };
-    // `session_lifetime_ms` stays 0: sessions do not expire (no KIP-368 re-authentication).
-    let reply = |error: i16, message: Option<&str>, auth_bytes: Vec<u8>| {
+    let reply = |error: i16, message: Option<&str>, auth_bytes: Vec<u8>, lifetime_ms: i64| {
         let answer = SaslAuthenticateResponse::default()
             .with_error_code(error)
             .with_error_message(message.map(|m| StrBytes::from_string(m.to_string())))
-            .with_auth_bytes(Bytes::from(auth_bytes));
+            .with_auth_bytes(Bytes::from(auth_bytes))
+            .with_session_lifetime_ms(lifetime_ms);
         response(api, version, header.correlation_id, &answer)
     };
     let (error, message, auth_bytes) =
@@ -294,7 +317,12 @@ fn authenticate(
                 Vec::new(),
             ),
         };
-    match reply(error, message.as_deref(), auth_bytes) {
+    // 0 until the exchange completes, as Kafka answers.
+    let lifetime_ms = match (session.is_authenticated(), listener.session_lifetime) {
+        (true, Some(lifetime)) => i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX),
+        _ => 0,
+    };
+    match reply(error, message.as_deref(), auth_bytes, lifetime_ms) {
         Some(out) if error == 0 => SaslStep::Respond(out),
         Some(out) => SaslStep::RespondThenClose(out),
         None => SaslStep::Close,
@@ -358,7 +386,9 @@ fn evaluate(
             if !ok {
                 return failed("PLAIN");
             }
-            *session = SaslSession::Authenticated;
+            *session = SaslSession::Authenticated {
+                ends_at: listener.session_lifetime.map(|d| Instant::now() + d),
+            };
             record("PLAIN", true);
             Ok(Vec::new())
         }
@@ -432,12 +462,14 @@ fn evaluate(
                 return failed(label);
             }
             let server_signature = hash.hmac(&credential.server_key, auth_message.as_bytes());
-            *session = SaslSession::Authenticated;
+            *session = SaslSession::Authenticated {
+                ends_at: listener.session_lifetime.map(|d| Instant::now() + d),
+            };
             record(label, true);
             let server_final = format!("v={}", base64_encode(&server_signature));
             Ok(server_final.into_bytes())
         }
-        state @ (SaslSession::Handshake | SaslSession::Authenticated) => {
+        state @ (SaslSession::Handshake | SaslSession::Authenticated { .. }) => {
             *session = state;
             Err(TokenError::IllegalState)
         }

@@ -22,6 +22,7 @@ pub struct ServerStats {
     bytes_out: AtomicU64,
     /// (broker, mechanism) → connections authenticated, and refused, by a SASL listener.
     authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
+    ended_sessions_closed: AtomicU64,
 }
 
 impl ServerStats {
@@ -44,6 +45,15 @@ impl ServerStats {
         } else {
             entry.1 += 1;
         }
+    }
+
+    pub(crate) fn count_ended_session(&self) {
+        self.ended_sessions_closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections a SASL listener closed because a request came after the session ended.
+    pub fn ended_sessions_closed(&self) -> u64 {
+        self.ended_sessions_closed.load(Ordering::Relaxed)
     }
 
     /// Connections a SASL listener authenticated with `mechanism`, every broker.
