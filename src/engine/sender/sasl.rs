@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use crate::config::SaslMechanism;
 use crate::error::ProduceError;
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::{self, code};
@@ -95,12 +96,16 @@ impl<D: Delivery> Engine<D> {
             self.fail_authentication(now, node, mechanism, reason);
             return Ok(());
         }
-        let nonce = match client_nonce() {
-            Ok(nonce) => nonce,
-            Err(reason) => {
-                self.fatal = Some(ProduceError::Fatal(reason));
-                return Ok(());
-            }
+        // PLAIN has no nonce; SCRAM's comes from the operating system's CSPRNG.
+        let nonce = match sasl.mechanism {
+            SaslMechanism::Plain => String::new(),
+            _ => match client_nonce() {
+                Ok(nonce) => nonce,
+                Err(reason) => {
+                    self.fatal = Some(ProduceError::Fatal(reason));
+                    return Ok(());
+                }
+            },
         };
         let (client, first) =
             SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce);
