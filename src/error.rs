@@ -68,6 +68,17 @@ pub enum ProduceError {
     /// later send fails with it. The record was not appended by this producer after the error.
     #[error("producer is in a fatal error state: {0}")]
     Fatal(String),
+    /// SASL authentication with a broker failed (wrong credentials, a mechanism the broker
+    /// does not enable, a server that failed SCRAM's checks): the producer is stopped, as by
+    /// [`ProduceError::Fatal`], and opens no further connection. The record was not appended by
+    /// this producer after the error.
+    #[error("SASL authentication with {broker} using {mechanism} failed: {reason}; the producer is stopped")]
+    Authentication {
+        /// The broker, by id and address (or the bootstrap address).
+        broker: String,
+        mechanism: String,
+        reason: String,
+    },
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,

@@ -595,10 +595,16 @@ fn ignored_java_keys_are_still_checked_as_java_checks_them() {
 
 #[test]
 fn unsupported_java_features_are_rejected() {
-    for value in ["SSL", "SASL_PLAINTEXT", "SASL_SSL", "tls"] {
+    for value in ["SSL", "sasl_ssl"] {
         let e = err(&[("security.protocol", value)]);
-        assert_invalid(&e, "security.protocol", "only PLAINTEXT is supported");
+        assert_invalid(&e, "security.protocol", "TLS is not supported yet");
     }
+    let e = err(&[("security.protocol", "tls")]);
+    assert_invalid(
+        &e,
+        "security.protocol",
+        "must be one of PLAINTEXT, SASL_PLAINTEXT",
+    );
     assert_invalid(
         &err(&[("partitioner.class", "com.example.P")]),
         "partitioner.class",

@@ -34,7 +34,8 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey,
     ApiVersionsResponse, BrokerId, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
     InitProducerIdResponse, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    ProducerId, RequestHeader, ResponseHeader, TxnOffsetCommitRequest, TxnOffsetCommitResponse,
+    ProducerId, RequestHeader, ResponseHeader, SaslAuthenticateResponse, SaslHandshakeResponse,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tracking_allocator::{AllocationGroupId, AllocationRegistry, AllocationTracker, Allocator};
@@ -293,6 +294,10 @@ fn answer(
                 (ApiKey::AddOffsetsToTxn, 0, 3),
                 (ApiKey::TxnOffsetCommit, 0, 3),
                 (ApiKey::EndTxn, 0, 3),
+                // A producer on SASL_PLAINTEXT authenticates with PLAIN; this broker accepts
+                // any credentials.
+                (ApiKey::SaslHandshake, 1, 1),
+                (ApiKey::SaslAuthenticate, 0, 2),
             ];
             let response = ApiVersionsResponse::default().with_api_keys(
                 ranges
@@ -307,6 +312,19 @@ fn answer(
             );
             // ApiVersions answers always carry a v0 header.
             frame(header, 0, |out| response.encode(out, version).unwrap())
+        }
+        ApiKey::SaslHandshake => {
+            let response = SaslHandshakeResponse::default()
+                .with_mechanisms(vec![StrBytes::from_static_str("PLAIN")]);
+            frame(header, header_version, |out| {
+                response.encode(out, version).unwrap()
+            })
+        }
+        ApiKey::SaslAuthenticate => {
+            let response = SaslAuthenticateResponse::default();
+            frame(header, header_version, |out| {
+                response.encode(out, version).unwrap()
+            })
         }
         ApiKey::Metadata => {
             let requested = MetadataRequest::decode(request, version).expect("metadata request");
@@ -625,6 +643,52 @@ fn an_undecodable_or_unexpected_answer_closes_the_connection() {
     assert!(abandoned >= 3, "{errors:?}");
     let protocol_errors: u64 = stats.shards.iter().map(|s| s.engine.protocol_errors).sum();
     assert!(protocol_errors >= 3, "{stats:?}");
+}
+
+// On SASL_PLAINTEXT, the authentication answers are hostile too: a SaslAuthenticate answer
+// cut short by a closed connection, an undecodable SaslHandshake answer, and a SaslAuthenticate
+// answer claiming billions of tagged fields. Each is a broken peer, not a refusal: the
+// connection closes, the producer reconnects and authenticates again, and the record is
+// acknowledged.
+#[test]
+fn a_truncated_or_malformed_sasl_answer_closes_the_connection_and_is_retried() {
+    let broker = FakeBroker::start(vec![
+        (
+            ApiKey::SaslAuthenticate,
+            Act::Truncated {
+                claim: 64,
+                send: 10,
+            },
+        ),
+        (ApiKey::SaslHandshake, Act::Undecodable),
+        // Error code, null error message and empty auth bytes (compact: 1 byte each), session
+        // lifetime: 12 bytes, then the tagged-field count.
+        (ApiKey::SaslAuthenticate, Act::HugeCount { at: 12 }),
+    ]);
+    let stats = send_through(
+        &broker,
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            (
+                "sasl.jaas.config",
+                "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                 username=\"u\" password=\"p\";",
+            ),
+        ],
+    );
+    let errors = failures(&stats);
+    assert!(
+        errors.contains(&ConnectionError::Truncated {
+            part: FramePart::Body,
+            expected: 64,
+            received: 10,
+        }),
+        "{errors:?}"
+    );
+    let protocol_errors: u64 = stats.shards.iter().map(|s| s.engine.protocol_errors).sum();
+    assert!(protocol_errors >= 2, "{stats:?}");
+    assert!(broker.connections.load(Ordering::SeqCst) >= 4);
 }
 
 /// Runs one transaction through a producer bootstrapped from `broker`: a record and consumer

@@ -53,8 +53,12 @@ pub const COMPRESSION_GZIP_LEVEL: &str = "compression.gzip.level";
 pub const COMPRESSION_LZ4_LEVEL: &str = "compression.lz4.level";
 /// `compression.zstd.level`
 pub const COMPRESSION_ZSTD_LEVEL: &str = "compression.zstd.level";
-/// `security.protocol`: accepted only as `PLAINTEXT`.
+/// `security.protocol`: `PLAINTEXT` or `SASL_PLAINTEXT`.
 pub const SECURITY_PROTOCOL: &str = "security.protocol";
+/// `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+pub const SASL_MECHANISM: &str = "sasl.mechanism";
+/// `sasl.jaas.config`: the login module and its credentials, as Java writes it.
+pub const SASL_JAAS_CONFIG: &str = "sasl.jaas.config";
 /// `partitioner.class`: accepted only when empty (the built-in partitioner).
 pub const PARTITIONER_CLASS: &str = "partitioner.class";
 /// `interceptor.classes`: accepted only when empty.
@@ -102,6 +106,8 @@ pub(super) const RECOGNIZED: &[&str] = &[
     COMPRESSION_LZ4_LEVEL,
     COMPRESSION_ZSTD_LEVEL,
     SECURITY_PROTOCOL,
+    SASL_MECHANISM,
+    SASL_JAAS_CONFIG,
     PARTITIONER_CLASS,
     INTERCEPTOR_CLASSES,
     TRANSACTION_TWO_PHASE_COMMIT_ENABLE,
@@ -191,8 +197,13 @@ pub(super) fn ignored_check(key: &str) -> Option<Check> {
 /// The text appended to an unknown-key error: a close known key, or why a family of Java keys
 /// does not apply.
 pub(super) fn unknown_key_hint(key: &str) -> String {
-    if key.starts_with("ssl.") || key.starts_with("sasl.") {
-        return "; kacrab connects with PLAINTEXT only, so TLS and SASL settings do not apply"
+    if key.starts_with("ssl.") {
+        return "; kacrab connects with PLAINTEXT or SASL_PLAINTEXT only, so TLS settings do not \
+                apply"
+            .to_string();
+    }
+    if key.starts_with("sasl.") {
+        return "; of the SASL settings kacrab reads only `sasl.mechanism` and `sasl.jaas.config`"
             .to_string();
     }
     match closest_key(key) {

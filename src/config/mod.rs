@@ -11,7 +11,10 @@
 //! - An unknown key is an error. Java logs a warning and ignores it, which leaves a mistyped
 //!   key's default silently in place.
 //! - `client.id` defaults to `kacrab`; Java uses `producer-N`, or `producer-<transactional.id>`.
-//! - `security.protocol` must be `PLAINTEXT`; `partitioner.class` and `interceptor.classes` must be empty and
+//! - `security.protocol` must be `PLAINTEXT` or `SASL_PLAINTEXT`, the latter with
+//!   `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 and the credentials in
+//!   `sasl.jaas.config` (see [`security`]); `partitioner.class` and `interceptor.classes` must
+//!   be empty and
 //!   `transaction.two.phase.commit.enable` must be `false`.
 //! - `transaction.timeout.ms` and `socket.connection.setup.timeout.ms`, which Java leaves
 //!   unchecked, must not be negative: they become a [`Duration`].
@@ -24,8 +27,10 @@ use std::time::Duration;
 
 pub mod keys;
 mod parse;
+pub mod security;
 
 use parse::Unit;
+pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 
 use crate::protocol::compression::{self, Codec};
 
@@ -186,6 +191,10 @@ pub struct ProducerConfig {
     pub spin_before_park: Option<Duration>,
     /// `kacrab.max.response.bytes`, default 104857600: the largest broker frame accepted.
     pub max_response_size: usize,
+    /// `security.protocol`, default `PLAINTEXT`.
+    pub security_protocol: SecurityProtocol,
+    /// `sasl.mechanism` and the credentials of `sasl.jaas.config`, under `SASL_PLAINTEXT`.
+    pub sasl: Option<SaslConfig>,
 }
 
 /// Java's `ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION_FOR_IDEMPOTENCE`: the broker
@@ -342,6 +351,7 @@ struct Explicit {
     io_memory: Option<usize>,
     spin_before_park_us: Option<i64>,
     max_response_size: Option<usize>,
+    security: security::ExplicitSecurity,
 }
 
 const I32_MAX: i64 = i32::MAX as i64;
@@ -351,6 +361,9 @@ impl Explicit {
     /// `ProducerConfig`: `Type.INT` keys are limited to `i32`, `Type.LONG` keys to `i64`.
     fn apply(&mut self, key: &str, raw: &str) -> Result<(), ConfigError> {
         use keys::*;
+        if self.security.apply(key, raw)? {
+            return Ok(());
+        }
         match key {
             BOOTSTRAP_SERVERS => self.bootstrap_servers = Some(parse::bootstrap_servers(key, raw)?),
             CLIENT_ID => self.client_id = Some(raw.trim().to_string()),
@@ -443,16 +456,6 @@ impl Explicit {
                     compression::ZSTD_MAX_LEVEL,
                     Unit::Plain,
                 )?)
-            }
-            SECURITY_PROTOCOL => {
-                // Java's validator is case-insensitive (`CaseInsensitiveValidString`).
-                if !raw.trim().eq_ignore_ascii_case("PLAINTEXT") {
-                    return Err(parse::invalid(
-                        key,
-                        raw,
-                        "only PLAINTEXT is supported; kacrab has no TLS or SASL",
-                    ));
-                }
             }
             PARTITIONER_CLASS => {
                 if !raw.trim().is_empty() {
@@ -719,6 +722,8 @@ impl ProducerConfigBuilder {
             (shards, _) => shards,
         };
 
+        let (security_protocol, sasl) = e.security.build()?;
+
         let reconnect_backoff_ms = e.reconnect_backoff_ms.unwrap_or(50);
         // CommonClientConfigs.postProcessReconnectBackoffConfigs: setting only the initial
         // reconnect backoff turns the exponential growth off.
@@ -770,6 +775,8 @@ impl ProducerConfigBuilder {
                 .filter(|&us| us > 0)
                 .map(|us| Duration::from_micros(us.unsigned_abs())),
             max_response_size: e.max_response_size.unwrap_or(100 * 1024 * 1024),
+            security_protocol,
+            sasl,
         })
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::ProducerConfig;
+use crate::config::{ProducerConfig, SaslConfig};
 use crate::protocol::compression::Codec;
 
 use super::Micros;
@@ -35,6 +35,8 @@ pub struct EngineConfig {
     /// This engine sends InitProducerId when no identity is in force. In a sharded producer
     /// exactly one engine owns the identity; the others adopt what it obtains.
     pub owns_identity: bool,
+    /// Authenticate every new connection with SASL (`security.protocol=SASL_PLAINTEXT`).
+    pub sasl: Option<SaslConfig>,
 }
 
 fn micros(d: Duration) -> Micros {
@@ -66,6 +68,7 @@ impl EngineConfig {
             metadata_max_age: micros(config.metadata_max_age),
             compression: config.compression_codec(),
             owns_identity,
+            sasl: config.sasl.clone(),
         }
     }
 }

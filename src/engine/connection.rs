@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use crate::protocol::api::{ApiKey, NegotiatedVersions};
+use crate::protocol::sasl::SaslClient;
 
 use super::{Micros, NodeId};
 
@@ -21,6 +22,11 @@ pub enum ConnectionState {
     Negotiating {
         version: i16,
     },
+    /// Versions known; the SASL exchange is under way and nothing else may be sent.
+    Authenticating,
+    /// The SASL session ends soon (KIP-368 `session_lifetime_ms`): nothing new is sent; the
+    /// connection closes once its answers are in, and the next one authenticates afresh.
+    Expiring,
     Ready,
 }
 
@@ -44,6 +50,10 @@ pub struct Connection<R> {
     pub next_correlation_id: i32,
     /// Consecutive failed connection attempts, for the reconnect backoff.
     pub failures: u32,
+    /// The SASL exchange of the current socket, while `Authenticating`.
+    pub sasl: Option<SaslClient>,
+    /// When a `Ready` connection starts `Expiring`: before the broker's SASL session ends.
+    pub session_reconnect_at: Option<Micros>,
 }
 
 impl<R> Connection<R> {
@@ -56,6 +66,8 @@ impl<R> Connection<R> {
             in_flight: VecDeque::new(),
             next_correlation_id: 0,
             failures: 0,
+            sasl: None,
+            session_reconnect_at: None,
         }
     }
 

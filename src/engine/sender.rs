@@ -24,7 +24,8 @@
 //! `accumulator` (append, flush and close ledger), `drain` (stamping and the drain gates),
 //! `produce_request`, `completion` (how a batch ends), `split`, `expiry`, `epoch_bump`
 //! (sequencing after the stamp and the epoch bump, with a table of the Java rules),
-//! `connections`, `metadata_refresh`, `init_producer_id`, and `txn` (the transactional side).
+//! `connections`, `sasl` (authenticating a new connection), `metadata_refresh`,
+//! `init_producer_id`, and `txn` (the transactional side).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -56,6 +57,7 @@ mod expiry;
 mod init_producer_id;
 mod metadata_refresh;
 mod produce_request;
+mod sasl;
 mod split;
 mod txn;
 // Lets the child modules name `super::partition::…` as the code they came from did.
@@ -72,6 +74,8 @@ enum RequestBody<D> {
     Produce(Vec<(usize, ProducerBatch<D>)>),
     /// The transaction manager's one in-flight request (`TransactionManager::in_flight`).
     Txn,
+    SaslHandshake,
+    SaslAuthenticate,
 }
 
 /// Counters for tests, the simulator and the perf tool.
@@ -246,6 +250,8 @@ impl<D: Delivery> Engine<D> {
             RequestBody::InitProducerId => self.handle_init_producer_id(now, header, body),
             RequestBody::Produce(batches) => self.handle_produce(now, node, header, body, batches),
             RequestBody::Txn => self.handle_txn_response(now, header, body),
+            RequestBody::SaslHandshake => self.handle_sasl_handshake(now, node, header, body),
+            RequestBody::SaslAuthenticate => self.handle_sasl_authenticate(now, node, header, body),
         };
         if result.is_err() {
             self.protocol_violation(now, node, generation);
@@ -307,6 +313,11 @@ impl<D: Delivery> Engine<D> {
                 ConnectionState::Connecting { since } => {
                     consider(since + self.config.connection_setup_timeout)
                 }
+                ConnectionState::Ready => {
+                    if let Some(at) = conn.session_reconnect_at {
+                        consider(at);
+                    }
+                }
                 _ => {}
             }
             if let Some((header, _)) = conn.in_flight.front() {
@@ -352,7 +363,9 @@ impl<D: Delivery> Engine<D> {
         body: RequestBody<D>,
     ) {
         match body {
-            RequestBody::ApiVersions => {}
+            RequestBody::ApiVersions
+            | RequestBody::SaslHandshake
+            | RequestBody::SaslAuthenticate => {}
             RequestBody::Metadata => {
                 self.metadata_in_flight = false;
                 self.metadata_refresh_needed = true;

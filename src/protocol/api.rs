@@ -16,16 +16,18 @@ pub enum ApiKey {
     Produce = 0,
     Metadata = 3,
     FindCoordinator = 10,
+    SaslHandshake = 17,
     ApiVersions = 18,
     InitProducerId = 22,
     AddPartitionsToTxn = 24,
     AddOffsetsToTxn = 25,
     EndTxn = 26,
     TxnOffsetCommit = 28,
+    SaslAuthenticate = 36,
 }
 
 impl ApiKey {
-    pub const ALL: [ApiKey; 9] = [
+    pub const ALL: [ApiKey; 11] = [
         ApiKey::Produce,
         ApiKey::Metadata,
         ApiKey::FindCoordinator,
@@ -35,6 +37,8 @@ impl ApiKey {
         ApiKey::AddOffsetsToTxn,
         ApiKey::EndTxn,
         ApiKey::TxnOffsetCommit,
+        ApiKey::SaslHandshake,
+        ApiKey::SaslAuthenticate,
     ];
 
     pub fn code(self) -> i16 {
@@ -56,6 +60,11 @@ impl ApiKey {
             ApiKey::AddOffsetsToTxn => (0, 4),
             ApiKey::EndTxn => (0, 4),
             ApiKey::TxnOffsetCommit => (0, 4),
+            // v0 sends the SASL tokens as bare frames with no Kafka header (pre-KIP-43); v1
+            // wraps them in SaslAuthenticate, which every broker since 1.0 supports.
+            ApiKey::SaslHandshake => (1, 1),
+            // v1 adds `session_lifetime_ms`, v2 is the flexible encoding.
+            ApiKey::SaslAuthenticate => (0, 2),
         };
         VersionRange { min, max }
     }
@@ -98,13 +107,13 @@ pub enum VersionError {
 pub struct NegotiatedVersions {
     /// Indexed by position in `ApiKey::ALL`; `None` when the broker lacks the API or the
     /// ranges do not overlap (the reason is kept for the typed error).
-    chosen: [Option<Result<i16, VersionError>>; 9],
+    chosen: [Option<Result<i16, VersionError>>; 11],
 }
 
 impl NegotiatedVersions {
     /// Intersects our ranges with the broker's advertised ones.
     pub fn from_response(response: &ApiVersionsResponse) -> Self {
-        let mut chosen: [Option<Result<i16, VersionError>>; 9] = Default::default();
+        let mut chosen: [Option<Result<i16, VersionError>>; 11] = Default::default();
         for (slot, api) in chosen.iter_mut().zip(ApiKey::ALL) {
             let ours = api.supported();
             let theirs = response

@@ -27,6 +27,8 @@ pub mod code {
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     pub const INVALID_TIMESTAMP: i16 = 32;
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const INVALID_REQUEST: i16 = 42;
     pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
@@ -42,6 +44,7 @@ pub mod code {
     pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
     pub const OPERATION_NOT_ATTEMPTED: i16 = 55;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const LISTENER_NOT_FOUND: i16 = 72;
     pub const FENCED_LEADER_EPOCH: i16 = 74;

@@ -18,6 +18,8 @@ pub mod produce_request;
 mod produce_response;
 pub mod record_batch;
 pub mod response;
+pub mod sasl;
+mod sasl_responses;
 mod txn_offset_commit_response;
 pub mod varint;
 pub mod wire;

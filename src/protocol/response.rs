@@ -230,6 +230,14 @@ impl Reader {
             .map_err(|_| DecodeError::NotUtf8 { what })
     }
 
+    /// `BYTES` (compact in flexible versions); null is an error.
+    pub fn bytes(&mut self, what: &'static str) -> DecodeResult<Bytes> {
+        let Some(length) = self.length(what, false)? else {
+            return Err(DecodeError::Null { what });
+        };
+        self.take(what, usize::try_from(length).unwrap_or(usize::MAX))
+    }
+
     /// A `STRING` (compact in flexible versions); null is an error.
     pub fn string(&mut self, what: &'static str) -> DecodeResult<StrBytes> {
         self.nullable_string(what)?

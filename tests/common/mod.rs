@@ -45,13 +45,29 @@ pub fn read_back(
     isolation: Isolation,
     timeout: Duration,
 ) -> Vec<Vec<ReadRecord>> {
+    read_back_with(bootstrap, topic, partitions, isolation, timeout, &[])
+}
+
+/// [`read_back`] with more consumer settings (`security.protocol`, `sasl.*`, ...).
+pub fn read_back_with(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    isolation: Isolation,
+    timeout: Duration,
+    extra: &[(&str, &str)],
+) -> Vec<Vec<ReadRecord>> {
     static READERS: AtomicU64 = AtomicU64::new(0);
     let group = format!(
         "read-back-{}-{}",
         std::process::id(),
         READERS.fetch_add(1, Ordering::Relaxed)
     );
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    let consumer: BaseConsumer = config
         .set("bootstrap.servers", bootstrap)
         .set("group.id", &group)
         .set("enable.partition.eof", "true")

@@ -1,4 +1,5 @@
-//! Connections to brokers: connecting with backoff, the ApiVersions handshake, sending a
+//! Connections to brokers: connecting with backoff, the ApiVersions handshake (then SASL, in
+//! `sasl`), sending a
 //! request on a ready connection, choosing the least-loaded node, and the connection-setup and
 //! request timeouts (Java's `NetworkClient`). A connection is known by its generation: an event
 //! about an older one is dropped. Requests lost with a connection go to the coordinator's
@@ -206,9 +207,14 @@ impl<D: Delivery> Engine<D> {
                 return Ok(());
             }
         }
+        let uses_sasl = self.uses_sasl();
         let conn = self.connections.get_mut(&node).expect("known");
         conn.versions = versions;
-        conn.state = ConnectionState::Ready;
+        if uses_sasl {
+            self.start_sasl(now, node);
+        } else {
+            conn.state = ConnectionState::Ready;
+        }
         Ok(())
     }
 
@@ -227,7 +233,10 @@ impl<D: Delivery> Engine<D> {
             c.is_ready()
                 || matches!(
                     c.state,
-                    ConnectionState::Connecting { .. } | ConnectionState::Negotiating { .. }
+                    ConnectionState::Connecting { .. }
+                        | ConnectionState::Negotiating { .. }
+                        | ConnectionState::Authenticating
+                        | ConnectionState::Expiring
                 )
         }) {
             return;
@@ -250,6 +259,10 @@ impl<D: Delivery> Engine<D> {
     }
 
     pub(super) fn maybe_connect(&mut self, now: Micros, node: NodeId) {
+        // After a refused authentication nothing is retried: one attempt per broker.
+        if self.authentication_failed() {
+            return;
+        }
         let Some(address) = self.metadata.nodes.get(&node).cloned() else {
             return;
         };
@@ -266,6 +279,8 @@ impl<D: Delivery> Engine<D> {
         conn.generation = generation;
         conn.state = ConnectionState::Connecting { since: now };
         conn.versions = NegotiatedVersions::default();
+        conn.sasl = None;
+        conn.session_reconnect_at = None;
         self.actions.push_back(Action::Connect {
             node,
             generation,
@@ -282,7 +297,10 @@ impl<D: Delivery> Engine<D> {
                 {
                     to_close.push((conn.node, conn.generation))
                 }
-                ConnectionState::Negotiating { .. } | ConnectionState::Ready => {
+                ConnectionState::Negotiating { .. }
+                | ConnectionState::Authenticating
+                | ConnectionState::Ready
+                | ConnectionState::Expiring => {
                     if let Some((header, _)) = conn.in_flight.front() {
                         if now >= header.sent_at + self.config.request_timeout {
                             // Java's NetworkClient closes the connection on a request timeout;
@@ -299,6 +317,7 @@ impl<D: Delivery> Engine<D> {
                 .push_back(Action::Disconnect { node, generation });
             self.on_disconnected(now, node, generation);
         }
+        self.retire_expiring_sessions(now);
     }
 
     pub(super) fn connect_to_needed_leaders(&mut self, now: Micros) {

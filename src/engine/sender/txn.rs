@@ -260,7 +260,10 @@ impl<D: Delivery> Engine<D> {
             ProduceError::Closed
                 | ProduceError::TransactionAborted
                 | ProduceError::TransactionAbortable(_)
-        ) || (matches!(error, ProduceError::Fatal(_)) && !fatal)
+        ) || (matches!(
+            error,
+            ProduceError::Fatal(_) | ProduceError::Authentication { .. }
+        ) && !fatal)
         {
             return;
         }

@@ -52,6 +52,13 @@ impl Default for ApiVersionTable {
 }
 
 impl ApiVersionTable {
+    /// Advertises SaslHandshake and SaslAuthenticate, as a SASL listener does.
+    pub fn add_sasl(&mut self) {
+        for &(api, min, max) in super::sasl::IMPLEMENTED {
+            self.ranges.insert(api as i16, (min, max));
+        }
+    }
+
     /// Restricts (or restores, or with `None` removes) one API's range. The range must lie
     /// within what the face implements.
     pub fn set(&mut self, api: ApiKey, range: Option<(i16, i16)>) {
@@ -66,6 +73,7 @@ impl ApiVersionTable {
             Some((min, max)) => {
                 let (_, lo, hi) = IMPLEMENTED
                     .iter()
+                    .chain(super::sasl::IMPLEMENTED)
                     .find(|(a, _, _)| *a == api)
                     .copied()
                     .unwrap_or_else(|| panic!("{api:?} is not implemented"));

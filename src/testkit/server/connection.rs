@@ -14,6 +14,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::handlers::{self, Reply, RequestContext};
+use super::sasl::{self, SaslListener, SaslSession, SaslStep};
 use super::{api_versions, FaultAction, Shared, MAX_FRAME_BYTES};
 
 const BUFFER_BYTES: usize = 256 * 1024;
@@ -25,10 +26,54 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
     };
     let mut reader = BufReader::with_capacity(BUFFER_BYTES, stream);
     let mut writer = BufWriter::with_capacity(BUFFER_BYTES, write_half);
+    // A SASL listener's connection is served only once authenticated.
+    let mut session = shared.sasl().map(|_| SaslSession::Handshake);
+    // After SaslHandshake v0 the client's frames are bare tokens until it is authenticated.
+    let mut bare_tokens = false;
+    let mut requests: u64 = 0;
     while !closed.load(Ordering::Relaxed) {
-        let Some(frame) = read_frame(&mut reader) else {
+        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+            if bare_tokens && !session.is_authenticated() {
+                if !bare_token_step(shared, broker, listener, session, &mut reader, &mut writer) {
+                    break;
+                }
+                continue;
+            }
+        }
+        let Some(mut frame) = read_frame(&mut reader) else {
             break;
         };
+        requests += 1;
+        if session
+            .as_ref()
+            .is_some_and(|s| s.has_ended(Instant::now()))
+        {
+            shared.stats().count_ended_session();
+            break;
+        }
+        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+            if !session.is_authenticated() {
+                match authenticate_step(
+                    shared,
+                    broker,
+                    listener,
+                    session,
+                    frame,
+                    requests,
+                    &mut writer,
+                    &mut bare_tokens,
+                ) {
+                    Some(request) => frame = request,
+                    None if session.is_closed() => break,
+                    None => {
+                        if writer.flush().is_err() {
+                            break;
+                        }
+                        continue;
+                    }
+                }
+            }
+        }
         match serve_frame(shared, broker, closed, frame, &mut writer) {
             Step::Continue => {}
             Step::Close => break,
@@ -44,6 +89,101 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
 enum Step {
     Continue,
     Close,
+}
+
+/// The largest bare SASL token accepted (Kafka's `sasl.server.max.receive.size` default).
+const MAX_BARE_TOKEN: usize = 524_288;
+
+/// Reads one bare token (SaslHandshake v0) and writes the bare answer. False when the
+/// connection must end: a read error, an oversized token, or a failed authentication.
+fn bare_token_step(
+    shared: &Shared,
+    broker: i32,
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    reader: &mut BufReader<TcpStream>,
+    writer: &mut BufWriter<TcpStream>,
+) -> bool {
+    let mut length = [0u8; 4];
+    if reader.read_exact(&mut length).is_err() {
+        return false;
+    }
+    let Ok(length) = usize::try_from(i32::from_be_bytes(length)) else {
+        return false;
+    };
+    if length > MAX_BARE_TOKEN {
+        return false;
+    }
+    let mut token = vec![0u8; length];
+    if reader.read_exact(&mut token).is_err() {
+        return false;
+    }
+    let record = |mechanism: &str, succeeded: bool| {
+        shared
+            .stats()
+            .count_authentication(broker, mechanism, succeeded)
+    };
+    let seed = shared.next_connection_nonce();
+    let Some(answer) = sasl::bare_token(listener, session, &token, seed, &record) else {
+        return false;
+    };
+    let mut out = BytesMut::with_capacity(4 + answer.len());
+    out.put_i32(answer.len() as i32);
+    out.put_slice(&answer);
+    shared.stats().count_bytes_out(out.len());
+    writer.write_all(&out).is_ok() && writer.flush().is_ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+/// One request of a connection not yet authenticated: handled by the SASL listener, or
+/// returned to be served (ApiVersions). `None` when it was handled; the session is then
+/// `Closed` if the connection must end.
+fn authenticate_step(
+    shared: &Shared,
+    broker: i32,
+    listener: &SaslListener,
+    session: &mut SaslSession,
+    frame: Bytes,
+    requests: u64,
+    writer: &mut BufWriter<TcpStream>,
+    bare_tokens: &mut bool,
+) -> Option<Bytes> {
+    if frame.len() >= 8 {
+        let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        if api_key != ApiKey::ApiVersions as i16 {
+            shared
+                .stats()
+                .count_request(broker, api_key, version, frame.len() + 4);
+        }
+    }
+    let seed = shared.next_connection_nonce() ^ requests;
+    let record = |mechanism: &str, succeeded: bool| {
+        shared
+            .stats()
+            .count_authentication(broker, mechanism, succeeded)
+    };
+    match sasl::step(listener, session, frame, seed, &record) {
+        SaslStep::Serve(frame) => return Some(frame),
+        SaslStep::Respond(out) => {
+            if !write_response(shared, writer, out) {
+                *session = SaslSession::Closed;
+            }
+        }
+        SaslStep::RespondThenBareTokens(out) => {
+            *bare_tokens = true;
+            if !write_response(shared, writer, out) {
+                *session = SaslSession::Closed;
+            }
+        }
+        SaslStep::RespondThenClose(out) => {
+            write_response(shared, writer, out);
+            let _ = writer.flush();
+            *session = SaslSession::Closed;
+        }
+        SaslStep::Close => *session = SaslSession::Closed,
+    }
+    None
 }
 
 /// Reads one request body; `None` on EOF, error or an oversized or negative length.

@@ -6,11 +6,16 @@
 //! connection reads a request, serves it, writes the answer, in order, so answers on a
 //! connection keep request order as Kafka guarantees. Everything stops on
 //! [`ReferenceCluster::shutdown`] (also on drop): no thread outlives the cluster.
+//!
+//! A cluster started with [`ReferenceCluster::start_with_sasl`] has `SASL_PLAINTEXT` listeners
+//! (`sasl.rs`): a connection is served only after it authenticated, and the fault plan applies
+//! to its requests from then on.
 
 mod api_versions;
 pub(crate) mod connection;
 mod faults;
 pub(crate) mod handlers;
+pub(crate) mod sasl;
 mod stats;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +29,7 @@ use kafka_protocol::messages::ApiKey;
 
 pub use api_versions::{ApiVersionTable, IMPLEMENTED as IMPLEMENTED_API_VERSIONS};
 pub use faults::{FaultAction, FaultPlan, ANY_BROKER};
+pub use sasl::SaslListener;
 pub use stats::ServerStats;
 
 use crate::testkit::broker::{BrokerRules, Cluster};
@@ -56,6 +62,9 @@ pub(crate) struct Shared {
     api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
+    /// Set for a `SASL_PLAINTEXT` cluster: every connection authenticates first.
+    sasl: Option<Arc<SaslListener>>,
+    sasl_nonces: AtomicU64,
 }
 
 /// How often the TCP face sweeps for timed-out transactions (Kafka's
@@ -104,6 +113,8 @@ impl Shared {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            sasl: None,
+            sasl_nonces: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +144,15 @@ impl Shared {
         Arc::clone(&self.api_versions.lock().unwrap()[&broker])
     }
 
+    /// A fresh value for a SCRAM server nonce (unique per exchange; tests need no secrecy).
+    pub(crate) fn next_connection_nonce(&self) -> u64 {
+        self.sasl_nonces.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn sasl(&self) -> Option<&SaslListener> {
+        self.sasl.as_deref()
+    }
+
     pub(crate) fn faults(&self) -> &FaultPlan {
         &self.faults
     }
@@ -159,7 +179,33 @@ impl Shared {
 impl ReferenceCluster {
     /// Starts brokers 1..=`num_brokers`, each listening on its own ephemeral port.
     pub fn start(num_brokers: usize, rules: BrokerRules) -> ReferenceCluster {
+        Self::start_listening(num_brokers, rules, None)
+    }
+
+    /// As [`start`](Self::start), with `SASL_PLAINTEXT` listeners: every connection
+    /// authenticates with one of `listener`'s mechanisms and users before anything else, and
+    /// every broker advertises SaslHandshake and SaslAuthenticate.
+    pub fn start_with_sasl(
+        num_brokers: usize,
+        rules: BrokerRules,
+        listener: SaslListener,
+    ) -> ReferenceCluster {
+        Self::start_listening(num_brokers, rules, Some(listener))
+    }
+
+    fn start_listening(
+        num_brokers: usize,
+        rules: BrokerRules,
+        sasl: Option<SaslListener>,
+    ) -> ReferenceCluster {
         assert!(num_brokers > 0);
+        let table = || {
+            let mut table = ApiVersionTable::default();
+            if sasl.is_some() {
+                table.add_sasl();
+            }
+            Arc::new(table)
+        };
         let ids: Vec<i32> = (1..=num_brokers as i32).collect();
         let listeners: Vec<TcpListener> = ids
             .iter()
@@ -170,11 +216,7 @@ impl ReferenceCluster {
             appended: Condvar::new(),
             faults: FaultPlan::default(),
             stats: ServerStats::default(),
-            api_versions: Mutex::new(
-                ids.iter()
-                    .map(|&id| (id, Arc::new(ApiVersionTable::default())))
-                    .collect(),
-            ),
+            api_versions: Mutex::new(ids.iter().map(|&id| (id, table())).collect()),
             brokers: ids
                 .iter()
                 .zip(&listeners)
@@ -185,6 +227,8 @@ impl ReferenceCluster {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            sasl: sasl.map(Arc::new),
+            sasl_nonces: AtomicU64::new(0),
         });
         for (id, listener) in ids.into_iter().zip(listeners) {
             start_acceptor(&shared, id, listener);

@@ -20,6 +20,9 @@ pub struct ServerStats {
     unsupported_closed: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
+    /// (broker, mechanism) → connections authenticated, and refused, by a SASL listener.
+    authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
+    ended_sessions_closed: AtomicU64,
 }
 
 impl ServerStats {
@@ -32,6 +35,45 @@ impl ServerStats {
             .or_default() += 1;
         self.changed.notify_all();
         self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn count_authentication(&self, broker: i32, mechanism: &str, succeeded: bool) {
+        let mut counts = self.authentications.lock().unwrap();
+        let entry = counts.entry((broker, mechanism.to_string())).or_default();
+        if succeeded {
+            entry.0 += 1;
+        } else {
+            entry.1 += 1;
+        }
+    }
+
+    pub(crate) fn count_ended_session(&self) {
+        self.ended_sessions_closed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections a SASL listener closed because a request came after the session ended.
+    pub fn ended_sessions_closed(&self) -> u64 {
+        self.ended_sessions_closed.load(Ordering::Relaxed)
+    }
+
+    /// Connections a SASL listener authenticated with `mechanism`, every broker.
+    pub fn authentications_succeeded(&self, mechanism: &str) -> u64 {
+        self.authentications_where(mechanism, |(ok, _)| ok)
+    }
+
+    /// Authentications a SASL listener refused (wrong credentials) for `mechanism`, every broker.
+    pub fn authentications_failed(&self, mechanism: &str) -> u64 {
+        self.authentications_where(mechanism, |(_, failed)| failed)
+    }
+
+    fn authentications_where(&self, mechanism: &str, pick: impl Fn((u64, u64)) -> u64) -> u64 {
+        self.authentications
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((_, m), _)| m == mechanism)
+            .map(|(_, &counts)| pick(counts))
+            .sum()
     }
 
     pub(crate) fn count_bytes_out(&self, bytes: usize) {

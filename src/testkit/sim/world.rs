@@ -276,6 +276,7 @@ pub fn default_engine_config() -> EngineConfig {
         metadata_max_age: 300 * SECOND,
         compression: crate::protocol::compression::Codec::None,
         owns_identity: true,
+        sasl: None,
     }
 }
 

@@ -72,6 +72,10 @@ pub(crate) fn dispatch(
         ApiKey::EndTxn => end_txn::handle(ctx, body, injected, out),
         ApiKey::TxnOffsetCommit => txn_offset_commit::handle(ctx, body, injected, out),
         ApiKey::OffsetFetch => offset_fetch::handle(ctx, body, injected, out),
+        // Only a SASL listener advertises these; its connections reach here authenticated.
+        ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+            super::sasl::answer_after_authentication(api, ctx.version, out)
+        }
         // Not advertised, so never dispatched.
         _ => Ok(Reply::Close),
     }

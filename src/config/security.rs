@@ -1,0 +1,499 @@
+//! `security.protocol`, `sasl.mechanism` and `sasl.jaas.config`: how the producer
+//! authenticates to brokers.
+//!
+//! kacrab speaks `PLAINTEXT` and `SASL_PLAINTEXT` with the PLAIN, SCRAM-SHA-256 and
+//! SCRAM-SHA-512 mechanisms. Credentials come from `sasl.jaas.config` written as the Java
+//! client reads it (Kafka's `JaasConfig`): one login module, a control flag, `key=value`
+//! options and a closing `;`. A password never appears in an error or in `Debug` output.
+
+use std::fmt;
+
+use super::{keys, parse, ConfigError};
+
+/// What an error shows in place of a `sasl.jaas.config` value: it holds a password.
+pub const HIDDEN_VALUE: &str = "[hidden]";
+
+/// `security.protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SecurityProtocol {
+    /// `PLAINTEXT`: no authentication, no encryption.
+    #[default]
+    Plaintext,
+    /// `SASL_PLAINTEXT`: SASL authentication on every new connection, no encryption.
+    SaslPlaintext,
+}
+
+impl SecurityProtocol {
+    /// The property value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        }
+    }
+}
+
+/// `sasl.mechanism`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// `PLAIN` (RFC 4616): the password travels as it is.
+    Plain,
+    /// `SCRAM-SHA-256` (RFC 5802, RFC 7677).
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name, as sent in SaslHandshake.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+
+    /// The login module Java pairs with the mechanism.
+    pub fn login_module(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => PLAIN_LOGIN_MODULE,
+            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_LOGIN_MODULE,
+        }
+    }
+}
+
+impl fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
+const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+
+/// A password: shown as `[hidden]` by `Debug`, read only through [`Password::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    pub fn new(password: impl Into<String>) -> Self {
+        Password(password.into())
+    }
+
+    /// The password itself, for the authentication exchange.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(HIDDEN_VALUE)
+    }
+}
+
+/// The SASL settings of a `SASL_PLAINTEXT` producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslConfig {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: Password,
+}
+
+/// The security keys as set, parsed; checked against each other in [`ExplicitSecurity::build`].
+#[derive(Debug, Clone, Default)]
+pub(super) struct ExplicitSecurity {
+    protocol: Option<SecurityProtocol>,
+    mechanism: Option<SaslMechanism>,
+    jaas: Option<JaasEntry>,
+}
+
+/// The one login module of a `sasl.jaas.config`.
+#[derive(Debug, Clone)]
+struct JaasEntry {
+    module: String,
+    username: String,
+    password: Password,
+}
+
+impl ExplicitSecurity {
+    /// Parses one of the security keys; `false` if `key` is not one of them.
+    pub(super) fn apply(&mut self, key: &str, raw: &str) -> Result<bool, ConfigError> {
+        match key {
+            keys::SECURITY_PROTOCOL => self.protocol = Some(protocol(key, raw)?),
+            keys::SASL_MECHANISM => self.mechanism = Some(mechanism(key, raw)?),
+            keys::SASL_JAAS_CONFIG => self.jaas = Some(jaas_config(key, raw)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The effective protocol and SASL settings, or the rule the keys break together.
+    pub(super) fn build(self) -> Result<(SecurityProtocol, Option<SaslConfig>), ConfigError> {
+        use keys::{SASL_JAAS_CONFIG, SASL_MECHANISM, SECURITY_PROTOCOL};
+        let protocol = self.protocol.unwrap_or_default();
+        if protocol == SecurityProtocol::Plaintext {
+            // Java ignores SASL keys under PLAINTEXT; credentials that would never be sent are
+            // more likely a forgotten `security.protocol` than an intent.
+            if self.jaas.is_some() {
+                return Err(ConfigError::Conflict {
+                    keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
+                    rule: "`sasl.jaas.config` is set but `security.protocol` is PLAINTEXT, which \
+                           never sends it; set `security.protocol=SASL_PLAINTEXT`"
+                        .to_string(),
+                });
+            }
+            return Ok((protocol, None));
+        }
+        let Some(mechanism) = self.mechanism else {
+            return Err(ConfigError::Conflict {
+                keys: vec![SASL_MECHANISM.into(), SECURITY_PROTOCOL.into()],
+                rule: "`security.protocol=SASL_PLAINTEXT` needs `sasl.mechanism`: its Java \
+                       default, GSSAPI, is not supported; set PLAIN, SCRAM-SHA-256 or \
+                       SCRAM-SHA-512"
+                    .to_string(),
+            });
+        };
+        let Some(jaas) = self.jaas else {
+            return Err(ConfigError::Conflict {
+                keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
+                rule: format!(
+                    "`security.protocol=SASL_PLAINTEXT` needs `sasl.jaas.config` with the \
+                     credentials, e.g. `{} required username=\"alice\" password=\"...\";` (a \
+                     JAAS file named by a system property is not read)",
+                    mechanism.login_module()
+                ),
+            });
+        };
+        if jaas.module != mechanism.login_module() {
+            return Err(ConfigError::Conflict {
+                keys: vec![SASL_JAAS_CONFIG.into(), SASL_MECHANISM.into()],
+                rule: format!(
+                    "`sasl.jaas.config` names the login module {} but `sasl.mechanism={}` needs \
+                     {}",
+                    jaas.module,
+                    mechanism,
+                    mechanism.login_module()
+                ),
+            });
+        }
+        Ok((
+            protocol,
+            Some(SaslConfig {
+                mechanism,
+                username: jaas.username,
+                password: jaas.password,
+            }),
+        ))
+    }
+}
+
+/// `security.protocol`: case-insensitive, as Java's `CaseInsensitiveValidString`.
+fn protocol(key: &str, raw: &str) -> Result<SecurityProtocol, ConfigError> {
+    let v = raw.trim();
+    if v.eq_ignore_ascii_case("PLAINTEXT") {
+        Ok(SecurityProtocol::Plaintext)
+    } else if v.eq_ignore_ascii_case("SASL_PLAINTEXT") {
+        Ok(SecurityProtocol::SaslPlaintext)
+    } else if v.eq_ignore_ascii_case("SSL") || v.eq_ignore_ascii_case("SASL_SSL") {
+        Err(parse::invalid(
+            key,
+            raw,
+            "TLS is not supported yet; use PLAINTEXT or SASL_PLAINTEXT",
+        ))
+    } else {
+        Err(parse::invalid(
+            key,
+            raw,
+            "must be one of PLAINTEXT, SASL_PLAINTEXT (SSL and SASL_SSL are not supported yet)",
+        ))
+    }
+}
+
+/// `sasl.mechanism`: case-sensitive, as Java compares mechanism names.
+fn mechanism(key: &str, raw: &str) -> Result<SaslMechanism, ConfigError> {
+    match raw.trim() {
+        "PLAIN" => Ok(SaslMechanism::Plain),
+        "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
+        "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
+        "GSSAPI" | "OAUTHBEARER" => Err(parse::invalid(
+            key,
+            raw,
+            "is not supported yet; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+        )),
+        _ => Err(parse::invalid(
+            key,
+            raw,
+            "must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+        )),
+    }
+}
+
+/// An error about `sasl.jaas.config`; the value is never quoted, it holds a password.
+fn jaas_invalid(key: &str, rule: impl Into<String>) -> ConfigError {
+    parse::invalid(key, HIDDEN_VALUE, rule)
+}
+
+fn jaas_config(key: &str, raw: &str) -> Result<JaasEntry, ConfigError> {
+    let entries = parse_jaas(raw).map_err(|rule| jaas_invalid(key, rule))?;
+    let [entry] = <[_; 1]>::try_from(entries).map_err(|entries: Vec<RawJaasEntry>| {
+        jaas_invalid(
+            key,
+            format!(
+                "holds {} login modules; write exactly one, e.g. `{PLAIN_LOGIN_MODULE} required \
+                 username=\"alice\" password=\"...\";`",
+                entries.len()
+            ),
+        )
+    })?;
+    let mut username = None;
+    let mut password = None;
+    for (name, value) in entry.options {
+        match name.as_str() {
+            "username" => username = Some(value),
+            "password" => password = Some(Password(value)),
+            // Other options (`serviceName`, `tokenauth`, ...) mean nothing to these modules.
+            _ => {}
+        }
+    }
+    let module = entry.module;
+    let missing = |option: &str| {
+        jaas_invalid(
+            key,
+            format!("the login module {module} has no `{option}` option"),
+        )
+    };
+    Ok(JaasEntry {
+        username: username.ok_or_else(|| missing("username"))?,
+        password: password.ok_or_else(|| missing("password"))?,
+        module: module.clone(),
+    })
+}
+
+struct RawJaasEntry {
+    module: String,
+    options: Vec<(String, String)>,
+}
+
+#[derive(Debug, PartialEq)]
+enum Token {
+    Word(String),
+    Quoted(String),
+    Equals,
+    Semicolon,
+}
+
+/// Tokens as Java's `StreamTokenizer` cuts them for `JaasConfig`: words of letters, digits and
+/// `. - _ $`, double-quoted strings with backslash escapes, `=` and `;`; `//` and `/* */`
+/// comments are skipped. The error never quotes the text (it may be inside a password).
+fn tokenize(text: &str) -> Result<Vec<Token>, String> {
+    let mut tokens = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {}
+            '=' => tokens.push(Token::Equals),
+            ';' => tokens.push(Token::Semicolon),
+            '/' if chars.peek() == Some(&'/') => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut last = ' ';
+                loop {
+                    match chars.next() {
+                        Some('/') if last == '*' => break,
+                        Some(c) => last = c,
+                        None => return Err("has a `/*` comment that is never closed".into()),
+                    }
+                }
+            }
+            '"' => {
+                let mut value = String::new();
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some('n') => value.push('\n'),
+                            Some('t') => value.push('\t'),
+                            Some('r') => value.push('\r'),
+                            Some(other) => value.push(other),
+                            None => return Err("ends inside a quoted value".into()),
+                        },
+                        Some(c) => value.push(c),
+                        None => return Err("has a quoted value without its closing `\"`".into()),
+                    }
+                }
+                tokens.push(Token::Quoted(value));
+            }
+            c if is_word_char(c) => {
+                let mut word = String::from(c);
+                while let Some(&next) = chars.peek() {
+                    if !is_word_char(next) {
+                        break;
+                    }
+                    word.push(next);
+                    chars.next();
+                }
+                tokens.push(Token::Word(word));
+            }
+            other => {
+                return Err(format!(
+                    "has an unexpected `{}` outside a quoted value",
+                    if other.is_ascii_graphic() { other } else { '?' }
+                ))
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '.' | '-' | '_' | '$')
+}
+
+/// `LoginModuleClass flag key="value" ...;`, one or more times.
+fn parse_jaas(text: &str) -> Result<Vec<RawJaasEntry>, String> {
+    let mut tokens = tokenize(text)?.into_iter().peekable();
+    let mut entries = Vec::new();
+    if tokens.peek().is_none() {
+        return Err("is empty; write the login module, `required`, the options and `;`".into());
+    }
+    while let Some(token) = tokens.next() {
+        let Token::Word(module) = token else {
+            return Err("must start with a login module class name".into());
+        };
+        match tokens.next() {
+            Some(Token::Word(flag))
+                if ["required", "requisite", "sufficient", "optional"]
+                    .iter()
+                    .any(|f| flag.eq_ignore_ascii_case(f)) => {}
+            _ => {
+                return Err(format!(
+                    "needs a control flag (required, requisite, sufficient or optional) after \
+                     the login module {module}"
+                ))
+            }
+        }
+        let mut options = Vec::new();
+        loop {
+            match tokens.next() {
+                Some(Token::Semicolon) => break,
+                Some(Token::Word(name)) => {
+                    if tokens.next() != Some(Token::Equals) {
+                        return Err(format!("needs `=` after the option `{name}`"));
+                    }
+                    match tokens.next() {
+                        Some(Token::Quoted(value) | Token::Word(value)) => {
+                            options.push((name, value))
+                        }
+                        _ => return Err(format!("has no value for the option `{name}`")),
+                    }
+                }
+                None => {
+                    return Err(format!(
+                        "must end the login module {module} with `;` (Java requires it)"
+                    ))
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "has an option of the login module {module} that is not `name=\"value\"`"
+                    ))
+                }
+            }
+        }
+        entries.push(RawJaasEntry { module, options });
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<JaasEntry, ConfigError> {
+        jaas_config(keys::SASL_JAAS_CONFIG, text)
+    }
+
+    #[test]
+    fn the_java_form_parses_with_escapes_and_comments() {
+        let entry = parse(
+            "org.apache.kafka.common.security.scram.ScramLoginModule required\n \
+             username=\"al\\\"ice\" /* who */ password=\"p;a\\\\ss=\" // trailing\n;",
+        )
+        .unwrap();
+        assert_eq!(entry.module, SCRAM_LOGIN_MODULE);
+        assert_eq!(entry.username, "al\"ice");
+        assert_eq!(entry.password.expose(), "p;a\\ss=");
+        let bare = parse(&format!(
+            "{PLAIN_LOGIN_MODULE} REQUIRED username=bob password=x1;"
+        ))
+        .unwrap();
+        assert_eq!(bare.username, "bob");
+        assert_eq!(bare.password.expose(), "x1");
+    }
+
+    #[test]
+    fn malformed_strings_are_refused_without_showing_the_password() {
+        let cases = [
+            (
+                format!("{PLAIN_LOGIN_MODULE} required username=\"a\" password=\"s3cret\""),
+                "must end",
+            ),
+            (
+                format!("{PLAIN_LOGIN_MODULE} username=\"a\" password=\"s3cret\";"),
+                "control flag",
+            ),
+            (
+                format!("{PLAIN_LOGIN_MODULE} required username=\"a\" password=\"s3cret;"),
+                "closing",
+            ),
+            (
+                format!("{PLAIN_LOGIN_MODULE} required username=\"a\";"),
+                "no `password`",
+            ),
+            (
+                format!("{PLAIN_LOGIN_MODULE} required password=\"s3cret\";"),
+                "no `username`",
+            ),
+            (
+                format!(
+                    "{PLAIN_LOGIN_MODULE} required username=\"a\" password=\"s3cret\"; \
+                     {PLAIN_LOGIN_MODULE} required username=\"b\" password=\"s3cret\";"
+                ),
+                "2 login modules",
+            ),
+            (
+                format!("{PLAIN_LOGIN_MODULE} required username \"a\" password=\"s3cret\";"),
+                "needs `=`",
+            ),
+            (String::new(), "is empty"),
+        ];
+        for (text, expected) in cases {
+            let err = parse(&text).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(shown.contains(expected), "{text}: {shown}");
+            assert!(!shown.contains("s3cret"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_password_is_hidden_in_debug_output() {
+        let entry = parse(&format!(
+            "{PLAIN_LOGIN_MODULE} required username=\"a\" password=\"s3cret\";"
+        ))
+        .unwrap();
+        let shown = format!("{entry:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains(HIDDEN_VALUE),
+            "{shown}"
+        );
+    }
+}
