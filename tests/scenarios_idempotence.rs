@@ -856,8 +856,6 @@ fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_
 // §9 items 13-15
 // ---------------------------------------------------------------------------------------------
 
-/// Timeouts stretched so one batch's retry and another's answer can be placed around the
-/// delivery timeout: delivery 30 s, request 60 s.
 // With no retries, A (0-9), answered REQUEST_TIMED_OUT after the broker appended it, fails at
 // once as of unknown outcome. The producer cannot know whether 0-9 are in the log, so the
 // partition's next sequence is unresolved (§4.9); with nothing after A acked it stays so, and
@@ -893,6 +891,57 @@ fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequenc
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
 }
 
+// With retries = 1, A (0-9) is refused before any append (NOT_ENOUGH_REPLICAS) on both its
+// attempts and fails for good when its retries run out. Java's `Sender` fails it with
+// `adjustSequenceNumbers = false`, and `TM.handleFailedBatch` then neither bumps the epoch nor
+// marks the partition unresolved (only an OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID
+// failure bumps regardless). B (10-19), sent next, goes out under the same epoch, and the
+// broker, with no state for the producer on p0, appends it.
+#[test]
+fn a_batch_refused_until_its_retries_run_out_fails_definitely_and_moves_no_epoch() {
+    let mut sim = started(setup_with(&[1], |c| c.retries = 1));
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)),
+            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+        )
+        .times(2),
+    );
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &a {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::NOT_ENOUGH_REPLICAS,
+                    ..
+                }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        None
+    );
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 0, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 10, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+}
+
+/// Timeouts stretched so one batch's retry and another's answer can be placed around the
+/// delivery timeout: delivery 30 s, request 60 s.
 fn stretched(backoff: u64) -> impl FnOnce(&mut EngineConfig) {
     move |c| {
         c.delivery_timeout = 30 * SECOND;
