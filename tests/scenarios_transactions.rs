@@ -305,14 +305,8 @@ fn a_batch_of_unknown_outcome_failing_during_an_abort_makes_the_abort_bump_the_e
 
 #[test]
 fn a_definite_failure_with_a_later_batch_on_the_wire_makes_the_abort_bump_the_epoch() {
-    let mut setup = SimSetup::scripted(2);
-    setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.engine.linger = 0;
-    let mut sim = Sim::new(setup);
-    sim.start();
-    assert_eq!(init(&mut sim), Ok(()));
+    let mut sim = in_transaction(|_| {});
     let before = sim.identity();
-    sim.begin_transaction().unwrap();
     // The partition's first batch (sequence 0) is refused, late; the second (sequence 1) goes
     // out before that answer and is written: the producer has no state on the partition yet,
     // so the broker takes any sequence. The client gives sequence 0 back and moves the second
@@ -358,13 +352,7 @@ fn a_definite_failure_with_a_later_batch_on_the_wire_makes_the_abort_bump_the_ep
 
 #[test]
 fn a_batch_of_unknown_outcome_keeps_its_sequence_when_an_earlier_batch_fails_definitely() {
-    let mut setup = SimSetup::scripted(2);
-    setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.engine.linger = 0;
-    let mut sim = Sim::new(setup);
-    sim.start();
-    assert_eq!(init(&mut sim), Ok(()));
-    sim.begin_transaction().unwrap();
+    let mut sim = in_transaction(|_| {});
     let first = RequestMatch::produce().partition(&tp(0)).base_sequence(0);
     // The first batch (sequence 0) is refused late without an append (NOT_ENOUGH_REPLICAS:
     // the ISR was too small before the append), then refused for good on its retry.
@@ -440,14 +428,8 @@ fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
 #[test]
 fn a_batch_that_times_out_without_an_append_during_an_abort_leaves_a_sequence_gap_and_the_abort_bumps_the_epoch(
 ) {
-    let mut setup = SimSetup::scripted(2);
-    setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.engine.linger = 0;
-    let mut sim = Sim::new(setup);
-    sim.start();
-    assert_eq!(init(&mut sim), Ok(()));
+    let mut sim = in_transaction(|_| {});
     let before = sim.identity();
-    sim.begin_transaction().unwrap();
     sim.add_fault(
         FaultRule::new(
             RequestMatch::produce().partition(&tp(0)).base_sequence(0),
