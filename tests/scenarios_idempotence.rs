@@ -1632,6 +1632,55 @@ fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_res
     assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
 }
 
+// A pre-2.5 broker with no state for the producer on p0 refuses a non-zero first sequence
+// UNKNOWN_PRODUCER_ID and takes 0. A (MAX-9 to MAX, the partition's sequences started there)
+// is refused so, but its answer comes late, after its delivery timeout ended it as of unknown
+// outcome; B (0-9, past the wrap), sent behind it, is appended and acked right after that
+// answer. An answer to an expired batch is bookkeeping only: Java's `S.canRetry` refuses a
+// batch already done before `TM.canRetry` runs, so it asks for no bump. Every sequence the
+// partition allotted is then acked (B's 9 is right before the next, 10), the mark A's expiry
+// left clears, and C follows under the same epoch at 10.
+#[test]
+fn unknown_producer_id_answering_an_expired_batch_asks_for_no_bump() {
+    let mut setup = setup_with(&[1], stretched(SECOND));
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let t0 = sim.now();
+    sim.start_sequence_at(&tp(0), i32::MAX - 9);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce()
+            .partition(&tp(0))
+            .base_sequence(i32::MAX - 9),
+        Fault::Delay(30 * SECOND + 500 * MS),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + SECOND);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    assert_eq!(bumps(&sim), 0);
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, i32::MAX - 9, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
 // W (0-9) is acked; then a pre-2.5 broker's retention moves p0's log start to 10, right past W,
 // which drops the producer's state with it, and leadership moves to broker 2 unseen by the
 // producer. B (10-19) goes to broker 1, whose NOT_LEADER_OR_FOLLOWER under acks=all may
