@@ -1149,6 +1149,77 @@ fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_a
     assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
 }
 
+// As above, but A1 and A2 expire in the same instant with A1's retry on the wire and A2 waiting
+// behind it: the queued one is failed first, so the marks come in descending order. The
+// partition stays unresolved at the higher, 30, where C starts (Java's `markSequenceUnresolved`
+// keeps the maximum), and C's retry, out of order again, bumps at once and is renumbered.
+#[test]
+fn two_batches_expiring_at_once_the_later_queued_and_the_earlier_on_the_wire_leave_the_partition_unresolved_after_the_later(
+) {
+    let mut sim = started(setup_with(&[1], stretched(2 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    let at = |base| {
+        RequestMatch::produce()
+            .partition(&tp(0))
+            .base_sequence(base)
+    };
+    // A1 (10-19) and A2 (20-29) are refused without an append, their answers taking 26 s; C
+    // (30-39), sent at 25 s behind them, is out of order. A1's retry goes out at 28 s and is
+    // answered at 33 s, after both expired at 30 s.
+    sim.add_fault(
+        FaultRule::new(at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(26 * SECOND),
+    );
+    sim.add_fault(
+        FaultRule::new(at(20), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(26 * SECOND),
+    );
+    sim.add_fault(
+        FaultRule::new(at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(5 * SECOND),
+    );
+    let a1 = batch(&mut sim, &tp(0));
+    let a2 = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(30)
+    );
+    assert_eq!(bumps(&sim), 0);
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    // A1 expired with an attempt in flight, A2 while it waited.
+    for &id in &a1 {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &a2 {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::TimedOut { .. }))),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The design's failover cases
 // ---------------------------------------------------------------------------------------------
