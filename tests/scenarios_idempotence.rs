@@ -786,6 +786,42 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
     assert_eq!(bumps(&sim), 0);
 }
 
+// A (0-9) is refused MESSAGE_TOO_LARGE, but the answer comes after A's delivery timeout ended
+// it on the wire. A batch already done is not split (Java's `S.completeBatch` splits only a
+// batch that is not done): A's records were completed at its expiry, and the answer only ends
+// its bookkeeping, so a flush waiting for A completes.
+#[test]
+fn a_batch_answered_message_too_large_after_it_expired_is_not_split_and_a_flush_waiting_for_it_completes(
+) {
+    let mut sim = started(setup_with(&[1], stretched(SECOND)));
+    let t0 = sim.now();
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)),
+            Fault::Inject(code::MESSAGE_TOO_LARGE),
+        )
+        .delayed(31 * SECOND),
+    );
+    let a = batch(&mut sim, &tp(0));
+    let flush = sim.begin_flush(0);
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert!(!sim.flush_done(flush), "A's answer is still due");
+    sim.run_until(t0 + 32 * SECOND);
+    assert!(sim.flush_done(flush));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, 0, Some(code::MESSAGE_TOO_LARGE))]
+    );
+}
+
 #[test]
 fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
     // A topic's max.message.bytes below a quarter of batch.size: the ten-record batch splits
