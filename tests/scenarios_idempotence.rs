@@ -2155,6 +2155,36 @@ fn a_close_that_runs_out_of_time_reports_a_queued_batch_of_unknown_outcome_as_ou
     assert!(sim.engine(0).is_idle());
 }
 
+// X (0-9) is on the wire, its answer held, when the close's time runs out: X ends as of unknown
+// outcome, and the partition keeps nothing of it, neither counted on the wire nor in flight.
+#[test]
+fn a_close_that_runs_out_of_time_with_a_batch_on_the_wire_leaves_nothing_of_it_in_flight() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Hold,
+    ));
+    let x = batch(&mut sim, &tp(0));
+    sim.run_for(50 * MS);
+    assert_eq!(sim.engine(0).partition(&tp(0)).unwrap().on_wire, 1);
+    sim.close_now(0);
+    for &id in &x {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    assert_eq!(slot.on_wire, 0);
+    assert!(!slot.entry.has_inflight_batches());
+    assert!(sim.partition_quiet(&tp(0)));
+    assert!(sim.engine(0).is_idle());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Configuration edges
 // ---------------------------------------------------------------------------------------------
