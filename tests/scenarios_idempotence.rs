@@ -201,6 +201,23 @@ fn batches_appended_before_the_producer_id_is_known_are_stamped_at_drain_from_se
     assert_eq!(acked_offsets(&sim, &ids), offsets(0..30));
 }
 
+// On a CreateTime topic the broker answers a log append time of -1, and each acknowledged
+// record reports the timestamp it was sent with.
+#[test]
+fn an_acknowledged_record_on_a_create_time_topic_reports_the_timestamp_it_was_sent_with() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.run_for(1_234 * MS);
+    let sent_at = EPOCH_MS + (sim.now() / MS) as i64;
+    let ids = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &ids {
+        match sim.result(id) {
+            Some(Ok(meta)) => assert_eq!(meta.timestamp, sent_at, "record {id}"),
+            other => panic!("record {id}: {other:?}"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 2
 // ---------------------------------------------------------------------------------------------
