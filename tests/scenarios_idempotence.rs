@@ -216,6 +216,23 @@ fn batches_appended_before_the_producer_id_is_known_are_stamped_at_drain_from_se
     assert_eq!(acked_offsets(&sim, &ids), offsets(0..30));
 }
 
+// On a CreateTime topic the broker answers a log append time of -1, and each acknowledged
+// record reports the timestamp it was sent with.
+#[test]
+fn an_acknowledged_record_on_a_create_time_topic_reports_the_timestamp_it_was_sent_with() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.run_for(1_234 * MS);
+    let sent_at = EPOCH_MS + (sim.now() / MS) as i64;
+    let ids = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &ids {
+        match sim.result(id) {
+            Some(Ok(meta)) => assert_eq!(meta.timestamp, sent_at, "record {id}"),
+            other => panic!("record {id}: {other:?}"),
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 2
 // ---------------------------------------------------------------------------------------------
@@ -840,6 +857,42 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
     assert_eq!(bumps(&sim), 0);
 }
 
+// A (0-9) is refused MESSAGE_TOO_LARGE, but the answer comes after A's delivery timeout ended
+// it on the wire. A batch already done is not split (Java's `S.completeBatch` splits only a
+// batch that is not done): A's records were completed at its expiry, and the answer only ends
+// its bookkeeping, so a flush waiting for A completes.
+#[test]
+fn a_batch_answered_message_too_large_after_it_expired_is_not_split_and_a_flush_waiting_for_it_completes(
+) {
+    let mut sim = started(setup_with(&[1], stretched(SECOND)));
+    let t0 = sim.now();
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)),
+            Fault::Inject(code::MESSAGE_TOO_LARGE),
+        )
+        .delayed(31 * SECOND),
+    );
+    let a = batch(&mut sim, &tp(0));
+    let flush = sim.begin_flush(0);
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert!(!sim.flush_done(flush), "A's answer is still due");
+    sim.run_until(t0 + 32 * SECOND);
+    assert!(sim.flush_done(flush));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![(1, 0, 0, Some(code::MESSAGE_TOO_LARGE))]
+    );
+}
+
 #[test]
 fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
     // A topic's max.message.bytes below a quarter of batch.size: the ten-record batch splits
@@ -964,8 +1017,6 @@ fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_
 // §9 items 13-15
 // ---------------------------------------------------------------------------------------------
 
-/// Timeouts stretched so one batch's retry and another's answer can be placed around the
-/// delivery timeout: delivery 30 s, request 60 s.
 // With no retries, A (0-9), answered REQUEST_TIMED_OUT after the broker appended it, fails at
 // once as of unknown outcome. The producer cannot know whether 0-9 are in the log, so the
 // partition's next sequence is unresolved (§4.9); with nothing after A acked it stays so, and
@@ -1001,6 +1052,57 @@ fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequenc
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
 }
 
+// With retries = 1, A (0-9) is refused before any append (NOT_ENOUGH_REPLICAS) on both its
+// attempts and fails for good when its retries run out. Java's `Sender` fails it with
+// `adjustSequenceNumbers = false`, and `TM.handleFailedBatch` then neither bumps the epoch nor
+// marks the partition unresolved (only an OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID
+// failure bumps regardless). B (10-19), sent next, goes out under the same epoch, and the
+// broker, with no state for the producer on p0, appends it.
+#[test]
+fn a_batch_refused_until_its_retries_run_out_fails_definitely_and_moves_no_epoch() {
+    let mut sim = started(setup_with(&[1], |c| c.retries = 1));
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)),
+            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+        )
+        .times(2),
+    );
+    let a = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    for &id in &a {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::Rejected {
+                    code: code::NOT_ENOUGH_REPLICAS,
+                    ..
+                }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        None
+    );
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 0, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 10, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+}
+
+/// Timeouts stretched so one batch's retry and another's answer can be placed around the
+/// delivery timeout: delivery 30 s, request 60 s.
 fn stretched(backoff: u64) -> impl FnOnce(&mut EngineConfig) {
     move |c| {
         c.delivery_timeout = 30 * SECOND;
@@ -1203,6 +1305,77 @@ fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_a
             sim.result(id),
             Some(Err(ProduceError::TimedOut { .. }))
         ));
+    }
+    assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
+// As above, but A1 and A2 expire in the same instant with A1's retry on the wire and A2 waiting
+// behind it: the queued one is failed first, so the marks come in descending order. The
+// partition stays unresolved at the higher, 30, where C starts (Java's `markSequenceUnresolved`
+// keeps the maximum), and C's retry, out of order again, bumps at once and is renumbered.
+#[test]
+fn two_batches_expiring_at_once_the_later_queued_and_the_earlier_on_the_wire_leave_the_partition_unresolved_after_the_later(
+) {
+    let mut sim = started(setup_with(&[1], stretched(2 * SECOND)));
+    let z = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    let t0 = sim.now();
+    let at = |base| {
+        RequestMatch::produce()
+            .partition(&tp(0))
+            .base_sequence(base)
+    };
+    // A1 (10-19) and A2 (20-29) are refused without an append, their answers taking 26 s; C
+    // (30-39), sent at 25 s behind them, is out of order. A1's retry goes out at 28 s and is
+    // answered at 33 s, after both expired at 30 s.
+    sim.add_fault(
+        FaultRule::new(at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(26 * SECOND),
+    );
+    sim.add_fault(
+        FaultRule::new(at(20), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(26 * SECOND),
+    );
+    sim.add_fault(
+        FaultRule::new(at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(5 * SECOND),
+    );
+    let a1 = batch(&mut sim, &tp(0));
+    let a2 = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(30)
+    );
+    assert_eq!(bumps(&sim), 0);
+    settle(&mut sim, 30 * SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 20, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 0, 10, Some(code::NOT_ENOUGH_REPLICAS)),
+            (1, 0, 30, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+            (1, 1, 0, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 1);
+    // A1 expired with an attempt in flight, A2 while it waited.
+    for &id in &a1 {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    for &id in &a2 {
+        assert!(
+            matches!(sim.result(id), Some(Err(ProduceError::TimedOut { .. }))),
+            "{:?}",
+            sim.result(id)
+        );
     }
     assert_eq!(acked_offsets(&sim, &z), offsets(0..10));
     assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
@@ -1684,6 +1857,55 @@ fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_res
     assert_eq!(acked_offsets(&sim, &[a, b].concat()), offsets(0..20));
 }
 
+// A pre-2.5 broker with no state for the producer on p0 refuses a non-zero first sequence
+// UNKNOWN_PRODUCER_ID and takes 0. A (MAX-9 to MAX, the partition's sequences started there)
+// is refused so, but its answer comes late, after its delivery timeout ended it as of unknown
+// outcome; B (0-9, past the wrap), sent behind it, is appended and acked right after that
+// answer. An answer to an expired batch is bookkeeping only: Java's `S.canRetry` refuses a
+// batch already done before `TM.canRetry` runs, so it asks for no bump. Every sequence the
+// partition allotted is then acked (B's 9 is right before the next, 10), the mark A's expiry
+// left clears, and C follows under the same epoch at 10.
+#[test]
+fn unknown_producer_id_answering_an_expired_batch_asks_for_no_bump() {
+    let mut setup = setup_with(&[1], stretched(SECOND));
+    setup.rules.kafka_version = kacrab::testkit::broker::KafkaBehaviour::Legacy;
+    let mut sim = started(setup);
+    let t0 = sim.now();
+    sim.start_sequence_at(&tp(0), i32::MAX - 9);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce()
+            .partition(&tp(0))
+            .base_sequence(i32::MAX - 9),
+        Fault::Delay(30 * SECOND + 500 * MS),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + SECOND);
+    let b = batch(&mut sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    for &id in &a {
+        assert!(
+            matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &b), offsets(0..10));
+    assert_eq!(bumps(&sim), 0);
+    let c = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    assert_eq!(
+        attempts(&sim, &tp(0)),
+        vec![
+            (1, 0, i32::MAX - 9, Some(code::UNKNOWN_PRODUCER_ID)),
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::NONE)),
+        ]
+    );
+    assert_eq!(bumps(&sim), 0);
+    assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
+}
+
 // W (0-9) is acked; then a pre-2.5 broker's retention moves p0's log start to 10, right past W,
 // which drops the producer's state with it, and leadership moves to broker 2 unseen by the
 // producer. B (10-19) goes to broker 1, whose NOT_LEADER_OR_FOLLOWER under acks=all may
@@ -2048,6 +2270,36 @@ fn a_close_that_runs_out_of_time_reports_a_queued_batch_of_unknown_outcome_as_ou
             sim.result(id)
         );
     }
+    assert!(sim.engine(0).is_idle());
+}
+
+// X (0-9) is on the wire, its answer held, when the close's time runs out: X ends as of unknown
+// outcome, and the partition keeps nothing of it, neither counted on the wire nor in flight.
+#[test]
+fn a_close_that_runs_out_of_time_with_a_batch_on_the_wire_leaves_nothing_of_it_in_flight() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)),
+        Fault::Hold,
+    ));
+    let x = batch(&mut sim, &tp(0));
+    sim.run_for(50 * MS);
+    assert_eq!(sim.engine(0).partition(&tp(0)).unwrap().on_wire, 1);
+    sim.close_now(0);
+    for &id in &x {
+        assert!(
+            matches!(
+                sim.result(id),
+                Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "{:?}",
+            sim.result(id)
+        );
+    }
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    assert_eq!(slot.on_wire, 0);
+    assert!(!slot.entry.has_inflight_batches());
+    assert!(sim.partition_quiet(&tp(0)));
     assert!(sim.engine(0).is_idle());
 }
 
