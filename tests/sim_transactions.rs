@@ -24,11 +24,15 @@
 
 mod sim_seeds;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 use kacrab::testkit::sim::txn_random::{run_txn_seed, TxnPlan, TxnRunReport, DEFAULT_TRANSACTIONS};
 
-use sim_seeds::{announce_if_moving, env_u64, failure_report, run_range, seed_ranges};
+use sim_seeds::{
+    announce_if_moving, env_u64, failure_report, panic_message, run_range, seed_ranges,
+    seed_replay_command,
+};
 
 const TEST: &str = "sim_transactions";
 /// Fixed seeds and moving-window seeds of a default run: together about the 1,000 seeds the
@@ -169,6 +173,25 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         }
     }
     assert!(reports.is_empty(), "{}", reports.concat());
+}
+
+/// Seeds that once failed, each with what it found; run in every test run.
+#[test]
+fn seeds_that_found_engine_bugs_pass() {
+    for (seed, bug) in [(
+        70059656,
+        "lost record: a batch overtaken on a fresh partition (a broker without the producer's \
+         state had appended a later batch first) failed and gave its sequence back, so a later \
+         batch took the overtaking batch's sequence and was acknowledged at its offset",
+    )] {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| run_txn_seed(seed))) {
+            panic!(
+                "seed {seed} ({bug}): {}\n  replay: {}",
+                panic_message(payload.as_ref()),
+                seed_replay_command(TEST, seed)
+            );
+        }
+    }
 }
 
 /// Replays `KACRAB_SIM_SEED` (seed 0 when unset), printing its plan and report.
