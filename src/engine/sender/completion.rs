@@ -119,7 +119,8 @@ impl<D: Delivery> Engine<D> {
                 if retry {
                     self.retry_or_fail(now, slot_index, batch, error, false, message)
                 } else {
-                    self.fail_batch(slot_index, batch, error, message, true)
+                    let adjust_sequences = !self.is_overtaken(slot_index, &batch);
+                    self.fail_batch(slot_index, batch, error, message, adjust_sequences)
                 }
             }
             ProduceErrorClass::Retriable | ProduceErrorClass::RetriableRefreshMetadata => {

@@ -328,16 +328,9 @@ impl<D: Delivery> Engine<D> {
                 true
             }
             _ => {
-                let last_acked = slot.entry.last_acked_sequence;
-                if !batch.outcome_unknown
-                    && last_acked >= 0
-                    && !sequence_is_after(stamp.base_sequence, last_acked)
-                {
-                    // Overtaken: a batch sent after this one was appended first (a broker with
-                    // no state for the producer takes any first sequence) and acknowledged
-                    // past this one's sequences, and no attempt of this one landed. It can
-                    // never be in sequence again under this epoch, and renumbered it would
-                    // land after records sent later: it fails now, as
+                if self.is_overtaken(slot_index, batch) {
+                    // It can never be in sequence again under this epoch, and renumbered it
+                    // would land after records sent later: it fails now, as
                     // `apply_sequence_rewrites` fails an overtaken batch, rather than being
                     // answered out of order until its delivery timeout.
                     return false;
@@ -357,6 +350,22 @@ impl<D: Delivery> Engine<D> {
                 true
             }
         }
+    }
+
+    /// Overtaken: a batch sent after this one was appended first (a broker with no state for
+    /// the producer takes any first sequence, Kafka's `ProducerAppendInfo.checkSequence`) and
+    /// acknowledged past this one's sequences, and no attempt of this one landed. Its
+    /// sequences are spent: they must not be given back to the batches behind it (§4.10),
+    /// whose numbers the broker has already seen.
+    pub(super) fn is_overtaken(&self, slot_index: usize, batch: &ProducerBatch<D>) -> bool {
+        let Some(stamp) = batch.stamp else {
+            return false;
+        };
+        let entry = &self.partitions[slot_index].entry;
+        !batch.outcome_unknown
+            && stamp.producer == entry.producer_id_and_epoch
+            && entry.last_acked_sequence >= 0
+            && !sequence_is_after(stamp.base_sequence, entry.last_acked_sequence)
     }
 
     /// `TM.handleFailedBatch` (§4.2), the sequence side of a failed batch: it leaves the
