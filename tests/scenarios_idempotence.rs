@@ -1255,6 +1255,24 @@ fn out_of_order_sequence_right_after_an_unresolved_gap_bumps_at_once_and_retries
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
 }
 
+/// The two-expiries scenarios' common run, from `t0`: A1 (10-19) and A2 (20-29) sent at once,
+/// C (30-39) at 25 s; just after both expire at 30 s the partition is unresolved at 30, where C
+/// starts, with no bump yet; then it settles.
+fn a1_a2_expire_behind_c(sim: &mut Sim, t0: u64) -> (Vec<RecordId>, Vec<RecordId>, Vec<RecordId>) {
+    let a1 = batch(sim, &tp(0));
+    let a2 = batch(sim, &tp(0));
+    sim.run_until(t0 + 25 * SECOND);
+    let c = batch(sim, &tp(0));
+    sim.run_until(t0 + 30 * SECOND + 10 * MS);
+    assert_eq!(
+        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
+        Some(30)
+    );
+    assert_eq!(bumps(sim), 0);
+    settle(sim, 30 * SECOND);
+    (a1, a2, c)
+}
+
 #[test]
 fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_and_out_of_order_right_after_it_bumps(
 ) {
@@ -1277,17 +1295,7 @@ fn two_batches_expiring_in_turn_leave_the_partition_unresolved_after_the_later_a
             .delayed(26 * SECOND),
         );
     }
-    let a1 = batch(&mut sim, &tp(0));
-    let a2 = batch(&mut sim, &tp(0));
-    sim.run_until(t0 + 25 * SECOND);
-    let c = batch(&mut sim, &tp(0));
-    sim.run_until(t0 + 30 * SECOND + 10 * MS);
-    assert_eq!(
-        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
-        Some(30)
-    );
-    assert_eq!(bumps(&sim), 0);
-    settle(&mut sim, 30 * SECOND);
+    let (a1, a2, c) = a1_a2_expire_behind_c(&mut sim, t0);
     assert_eq!(
         attempts(&sim, &tp(0)),
         vec![
@@ -1338,17 +1346,7 @@ fn two_batches_expiring_at_once_the_later_queued_and_the_earlier_on_the_wire_lea
     sim.add_fault(
         FaultRule::new(at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(5 * SECOND),
     );
-    let a1 = batch(&mut sim, &tp(0));
-    let a2 = batch(&mut sim, &tp(0));
-    sim.run_until(t0 + 25 * SECOND);
-    let c = batch(&mut sim, &tp(0));
-    sim.run_until(t0 + 30 * SECOND + 10 * MS);
-    assert_eq!(
-        sim.engine(0).partition(&tp(0)).unwrap().unresolved_sequence,
-        Some(30)
-    );
-    assert_eq!(bumps(&sim), 0);
-    settle(&mut sim, 30 * SECOND);
+    let (a1, a2, c) = a1_a2_expire_behind_c(&mut sim, t0);
     assert_eq!(
         attempts(&sim, &tp(0)),
         vec![
