@@ -723,3 +723,50 @@ fn a_batch_whose_retries_ran_out_gives_no_sequence_back_and_the_later_batch_keep
     );
     assert_eq!(abort(&mut sim), Some(Ok(())));
 }
+
+#[test]
+fn a_commit_waiting_for_an_unreachable_coordinator_finds_the_moved_coordinator_after_the_request_timeout(
+) {
+    let mut sim = in_transaction(|_| {});
+    let coordinator = sim.cluster().transaction_coordinator("tx-sim");
+    let partition = (0..2)
+        .map(tp)
+        .find(|p| sim.leader(p) != coordinator)
+        .expect("a partition led by another broker");
+    acked_in_transaction(&mut sim, &partition);
+    let elsewhere = [1, 2, 3]
+        .into_iter()
+        .find(|&b| b != coordinator)
+        .expect("another broker");
+    // The coordinator's machine stops answering: a connection attempt to it hangs until the
+    // engine's 10 s connection setup timeout, so only the 5 s request timeout of the wait
+    // (`Sender.awaitNodeReady`) sends the producer to look for the coordinator again.
+    sim.broker_unreachable(coordinator);
+    sim.move_transaction_coordinator(elsewhere);
+    // The reset reaches the producer before the commit: no EndTxn is lost on the way.
+    sim.run_for(10 * MS);
+    let finds = sim.requests_served(ApiKey::FindCoordinator);
+    let started = sim.now();
+    let handle = sim.commit_transaction().unwrap();
+    // The engine's own timer must cover the wait: in a shard nothing else may wake it.
+    sim.run_for(SECOND);
+    let deadline = started + 5 * SECOND + 10 * MS;
+    let wakeup = sim.engine(0).next_wakeup(sim.now());
+    assert!(
+        wakeup.is_some_and(|at| at <= deadline),
+        "waiting for the coordinator's connection, the next wakeup is {wakeup:?}, past the \
+         request timeout at {deadline}"
+    );
+    assert_eq!(
+        sim.wait_txn(handle, started + 8 * SECOND),
+        Some(Ok(())),
+        "the commit waited past the request timeout for a coordinator that does not answer"
+    );
+    assert!(
+        sim.now() >= started + 5 * SECOND,
+        "looked up again before the request timeout: after {} us",
+        sim.now() - started
+    );
+    assert_eq!(sim.requests_served(ApiKey::FindCoordinator), finds + 1);
+    assert_eq!(sim.requests_served(ApiKey::EndTxn), 1);
+}

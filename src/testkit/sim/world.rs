@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::rc::Rc;
 use std::sync::atomic::AtomicBool;
@@ -502,6 +502,8 @@ pub struct Sim {
     closed_flag: AtomicBool,
     events_handled: u64,
     broker_down_until: HashMap<i32, Micros>,
+    /// Down brokers whose address no longer answers: connection attempts hang.
+    unreachable: HashSet<i32>,
     flush_tokens: Vec<(usize, u64)>,
     log_bytes_seen: usize,
     txn: TxnWorld,
@@ -582,6 +584,7 @@ impl Sim {
             closed_flag: AtomicBool::new(false),
             events_handled: 0,
             broker_down_until: HashMap::new(),
+            unreachable: HashSet::new(),
             flush_tokens: Vec::new(),
             log_bytes_seen: 0,
             txn: TxnWorld::default(),
@@ -795,7 +798,17 @@ impl Sim {
         }
     }
 
+    /// Takes a broker down as a machine that lost power or network does: its connections are
+    /// reset, and its address no longer answers, so a connection attempt hangs (no refusal)
+    /// until the client's `socket.connection.setup.timeout.ms` ends it. Until
+    /// [`broker_up`](Self::broker_up).
+    pub fn broker_unreachable(&mut self, broker: i32) {
+        self.broker_down(broker);
+        self.unreachable.insert(broker);
+    }
+
     pub fn broker_up(&mut self, broker: i32) {
+        self.unreachable.remove(&broker);
         self.broker_down_until.remove(&broker);
         self.shared.cluster().set_broker_up(broker, true);
         self.quiet_on_broker_up(broker);
@@ -1254,7 +1267,9 @@ impl Sim {
         let latency = self.latency();
         let up = self.shared.cluster().is_broker_up(broker);
         let fail = self.chaos.as_ref().map_or(0.0, |c| c.connect_fail).max(0.0);
-        if up && !self.rng.chance(fail) {
+        if self.unreachable.contains(&broker) {
+            // No answer to the attempt; the engine's connection setup timeout ends it.
+        } else if up && !self.rng.chance(fail) {
             self.schedule(self.now + 2 * latency, Event::Connected(id));
         } else if up && self.rng.chance(0.5) {
             // The attempt hangs; the engine's connection setup timeout ends it.
