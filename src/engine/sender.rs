@@ -346,7 +346,7 @@ impl<D: Delivery> Engine<D> {
         {
             consider(self.init_producer_id_retry_at.max(now));
         }
-        if let Some(t) = self.txn_next_wakeup() {
+        for t in self.txn_next_wakeups().into_iter().flatten() {
             consider(t.max(now));
         }
         next

@@ -316,7 +316,11 @@ impl<D: Delivery> Engine<D> {
                 }
             };
             if !self.connections.get(&target).is_some_and(|c| c.is_ready()) {
-                self.wait_for_coordinator(now, target, request);
+                if self.wait_for_coordinator(now, target, request) {
+                    // FindCoordinator was queued: send it now, not at some later event (its
+                    // retry time is already past, so no timer would fire for it).
+                    continue;
+                }
                 return;
             }
             self.txn_wait = None;
@@ -327,7 +331,13 @@ impl<D: Delivery> Engine<D> {
 
     /// The coordinator's connection is not ready: connect, and after `request.timeout.ms` of
     /// waiting find the coordinator again (`S.awaitNodeReady` → `maybeFindCoordinatorAndRetry`).
-    fn wait_for_coordinator(&mut self, now: Micros, target: NodeId, request: QueuedRequest) {
+    /// `true` when the wait ended and the coordinator is to be looked up again.
+    fn wait_for_coordinator(
+        &mut self,
+        now: Micros,
+        target: NodeId,
+        request: QueuedRequest,
+    ) -> bool {
         let since = match self.txn_wait {
             Some((node, since)) if node == target => since,
             _ => {
@@ -348,6 +358,7 @@ impl<D: Delivery> Engine<D> {
         if !timed_out {
             self.maybe_connect(now, target);
         }
+        timed_out
     }
 
     fn send_txn_request(&mut self, now: Micros, node: NodeId, request: QueuedRequest) {
@@ -610,15 +621,19 @@ impl<D: Delivery> Engine<D> {
         Ok(())
     }
 
-    /// When the transactional loop next has something to do by time alone.
-    pub(super) fn txn_next_wakeup(&self) -> Option<Micros> {
-        let tm = self.tm.as_ref()?;
-        let mut next = tm.next_retry_at();
-        if let Some((_, since)) = self.txn_wait {
-            let t = since + self.config.request_timeout;
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
-        next
+    /// When the transactional loop next has something to do by time alone: the queued
+    /// request's retry time and the deadline of a wait for its coordinator's connection. They
+    /// are reported apart because the driver keeps only future times: a request requeued
+    /// while its coordinator's connection is not ready is due at once, and folding the two
+    /// into their minimum would hide the wait's deadline behind that past time.
+    pub(super) fn txn_next_wakeups(&self) -> [Option<Micros>; 2] {
+        let Some(tm) = self.tm.as_ref() else {
+            return [None, None];
+        };
+        let wait_deadline = self
+            .txn_wait
+            .map(|(_, since)| since + self.config.request_timeout);
+        [tm.next_retry_at(), wait_deadline]
     }
 
     /// Owner-side checks for the simulator and tests.
