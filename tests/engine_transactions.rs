@@ -16,7 +16,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
-use kacrab::engine::{Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState};
+use kacrab::engine::{
+    Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState, TxnAction,
+};
 use kacrab::protocol::error_code::code;
 use kacrab::{ProduceError, RecordMetadata, TransactionError};
 use rig::{config, Record, Rig, MS};
@@ -289,6 +291,11 @@ fn invalid_producer_epoch_on_produce_is_abortable_and_abort_bumps_the_epoch() {
             ApiKey::InitProducerId
         ]
     );
+    assert_eq!(
+        rig.init_producer_id_requests(),
+        vec![(-1, -1), (7, 0)],
+        "the bump names the identity it bumps from (KIP-360), so a fenced producer learns it"
+    );
     assert_eq!(rig.engine.identity().epoch, 1);
     assert_eq!(rig.state(), TransactionState::Ready);
     // The next transaction runs under the new epoch from sequence 0.
@@ -355,17 +362,20 @@ fn send_offsets_adds_the_group_then_commits_offsets_to_the_group_coordinator() {
     assert_eq!(request.generation_id, 3);
     assert_eq!(request.topics[0].partitions[0].committed_offset, 42);
     // The group coordinator was looked up with key type 0.
-    let finds: Vec<i8> = rig
+    let finds: Vec<(i8, String)> = rig
         .log
         .iter()
         .filter(|s| s.api == ApiKey::FindCoordinator)
         .map(|s| {
-            kafka_protocol::messages::FindCoordinatorRequest::decode(&mut s.body.clone(), s.version)
-                .unwrap()
-                .key_type
+            let r = kafka_protocol::messages::FindCoordinatorRequest::decode(
+                &mut s.body.clone(),
+                s.version,
+            )
+            .unwrap();
+            (r.key_type, r.key.to_string())
         })
         .collect();
-    assert_eq!(finds, vec![1, 0]);
+    assert_eq!(finds, vec![(1, "tx-1".to_string()), (0, "g".to_string())]);
     let handle = rig.engine.commit_transaction().unwrap();
     assert_eq!(rig.wait(handle), Ok(()));
     assert_eq!(
@@ -395,6 +405,80 @@ fn add_partitions_topic_authorization_failure_is_abortable_and_fails_the_batches
     assert_eq!(rig.count(ApiKey::Produce), 0);
     // Nothing was added: the abort needs no EndTxn.
     assert_eq!(rig.count(ApiKey::EndTxn), 0);
+    // The batches failed by the abortable error are not produce failures of their own: the
+    // abort keeps the epoch, as Java's does (`abortableError`, no bump).
+    assert_eq!(rig.count(ApiKey::InitProducerId), 1);
+    assert_eq!(rig.engine.identity().epoch, 0);
+    // The refused partition is not carried into the next transaction.
+    rig.engine.begin_transaction().unwrap();
+    let b = rig.send(1);
+    let handle = rig.engine.commit_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+    assert!(rig.result(b).unwrap().is_ok());
+    assert_eq!(rig.add_partitions_requests(), vec![vec![0], vec![1]]);
+}
+
+#[test]
+fn an_init_producer_id_answer_without_an_error_but_with_an_invalid_identity_is_fatal() {
+    for identity in [(7, -1), (-1, 0)] {
+        let mut rig = Rig::new(Duration::ZERO);
+        rig.init_answer = Some(identity);
+        let handle = rig.engine.init_transactions().expect("init");
+        let result = rig.wait(handle);
+        assert!(
+            matches!(result, Err(TransactionError::Fatal(_))),
+            "{identity:?}: {result:?}"
+        );
+        assert_eq!(rig.state(), TransactionState::FatalError, "{identity:?}");
+        assert!(!rig.engine.identity().is_valid(), "{identity:?}");
+    }
+}
+
+#[test]
+fn a_fatal_produce_error_makes_the_transaction_fatal_and_every_later_call_says_so() {
+    let mut rig = Rig::ready(Duration::ZERO);
+    rig.engine.begin_transaction().unwrap();
+    rig.inject.insert(
+        ApiKey::Produce,
+        VecDeque::from([code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED]),
+    );
+    let a = rig.send(0);
+    rig.run_until(1_000 * MS, |r| r.result(a).is_some());
+    assert!(matches!(rig.result(a), Some(Err(_))), "{:?}", rig.result(a));
+    assert_eq!(rig.state(), TransactionState::FatalError);
+    assert!(matches!(
+        rig.engine.commit_transaction(),
+        Err(TransactionError::Fatal(_))
+    ));
+    assert!(matches!(
+        rig.engine.abort_transaction(),
+        Err(TransactionError::Fatal(_))
+    ));
+    assert!(matches!(
+        rig.engine.txn_check_send(),
+        Err(TransactionError::Fatal(_))
+    ));
+}
+
+#[test]
+fn a_repeated_request_for_a_partition_already_in_the_transaction_is_answered_at_once() {
+    let mut rig = Rig::ready(Duration::ZERO);
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send(0);
+    rig.run_until(1_000 * MS, |r| r.result(a).is_some());
+    assert!(rig.result(a).unwrap().is_ok());
+    let _ = rig.engine.take_txn_actions();
+    rig.engine.txn_add_partitions(&[Rig::tp(0)]);
+    let actions = rig.engine.take_txn_actions();
+    assert!(
+        actions.iter().any(|a| matches!(
+            a,
+            TxnAction::PartitionsAdded { partitions } if partitions == &vec![Rig::tp(0)]
+        )),
+        "{actions:?}"
+    );
+    rig.step();
+    assert_eq!(rig.add_partitions_requests(), vec![vec![0]]);
 }
 
 #[test]

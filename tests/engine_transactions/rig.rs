@@ -79,6 +79,8 @@ pub struct Rig {
     pub held: Vec<(usize, i32, u64, Seen)>,
     /// The scripted coordinator's epoch for the transactional id.
     pub epoch: i16,
+    /// The next successful InitProducerId answers this (producer id, epoch) instead.
+    pub init_answer: Option<(i64, i16)>,
     pub next_offset: Vec<i64>,
     /// Produce requests answered, per partition, with the transactional bit seen.
     pub produce_batches: Vec<(i32, bool)>,
@@ -114,6 +116,7 @@ impl Rig {
             held_apis: Vec::new(),
             held: Vec::new(),
             epoch: -1,
+            init_answer: None,
             next_offset: vec![0; 3],
             produce_batches: Vec::new(),
             completed: Vec::new(),
@@ -199,6 +202,33 @@ impl Rig {
 
     pub fn result(&self, id: u32) -> Option<Result<RecordMetadata, ProduceError>> {
         self.results.borrow().get(&id).cloned()
+    }
+
+    /// The (producer id, epoch) each InitProducerId request named, in order.
+    pub fn init_producer_id_requests(&self) -> Vec<(i64, i16)> {
+        self.log
+            .iter()
+            .filter(|s| s.api == ApiKey::InitProducerId)
+            .map(|s| {
+                let r = InitProducerIdRequest::decode(&mut s.body.clone(), s.version).unwrap();
+                (r.producer_id.0, r.producer_epoch)
+            })
+            .collect()
+    }
+
+    /// The partitions each AddPartitionsToTxn request named, in order.
+    pub fn add_partitions_requests(&self) -> Vec<Vec<i32>> {
+        self.log
+            .iter()
+            .filter(|s| s.api == ApiKey::AddPartitionsToTxn)
+            .map(|s| {
+                let r = AddPartitionsToTxnRequest::decode(&mut s.body.clone(), s.version).unwrap();
+                r.v3_and_below_topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter().copied())
+                    .collect()
+            })
+            .collect()
     }
 
     pub fn count(&self, api: ApiKey) -> usize {
@@ -433,10 +463,16 @@ impl Rig {
                             "a bump names the current identity"
                         );
                     }
-                    self.epoch += 1;
-                    r = r
-                        .with_producer_id(ProducerId(7))
-                        .with_producer_epoch(self.epoch);
+                    if let Some((producer_id, epoch)) = self.init_answer.take() {
+                        r = r
+                            .with_producer_id(ProducerId(producer_id))
+                            .with_producer_epoch(epoch);
+                    } else {
+                        self.epoch += 1;
+                        r = r
+                            .with_producer_id(ProducerId(7))
+                            .with_producer_epoch(self.epoch);
+                    }
                 } else {
                     r = r.with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
                 }
