@@ -653,11 +653,13 @@ impl<D: Delivery> Engine<D> {
     }
 }
 
-/// The FindCoordinator key for a request's coordinator.
+/// The FindCoordinator key for a request's coordinator. Only TxnOffsetCommit goes to the
+/// group coordinator (`TxnRequest::coordinator`); AddOffsetsToTxn, though it names the group,
+/// goes to the transaction coordinator and looks that one up again
+/// (`AddOffsetsToTxnHandler`).
 fn coordinator_key(tm: &TransactionManager, request: &TxnRequest, kind: CoordinatorType) -> String {
     match (kind, request) {
         (CoordinatorType::Group, TxnRequest::TxnOffsetCommit { group }) => group.group_id.clone(),
-        (CoordinatorType::Group, TxnRequest::AddOffsets { group, .. }) => group.group_id.clone(),
         _ => tm.transactional_id.clone(),
     }
 }
