@@ -6,6 +6,8 @@
 //! can panic the shard or make it allocate more than `kacrab.max.response.bytes` (and a frame
 //! body is allocated as its bytes arrive, not when its length prefix claims them).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::unix::io::{AsRawFd, RawFd};
@@ -62,6 +64,7 @@ pub(crate) struct ConnectionSetup {
     pub counters: Arc<RuntimeCounters>,
     pub connect_timeout: Duration,
     pub max_frame: usize,
+    pub rotation: Rc<AddressRotation>,
 }
 
 /// Frames queued together are gathered into one write up to this many bytes.
@@ -75,21 +78,43 @@ const COPY_BELOW: usize = 4 * 1024;
 /// A frame body is first given this much room, then room doubles as bytes arrive.
 const FIRST_BODY_CHUNK: usize = 64 * 1024;
 
-/// Resolves `address` off the executor thread (getaddrinfo blocks).
-async fn resolve(address: &str) -> io::Result<SocketAddr> {
+/// Resolves `address` to every address it names, off the executor thread (getaddrinfo
+/// blocks), in the resolver's order.
+async fn resolve(address: &str) -> io::Result<Vec<SocketAddr>> {
     if let Ok(addr) = address.parse::<SocketAddr>() {
-        return Ok(addr);
+        return Ok(vec![addr]);
     }
     let owned = address.to_string();
-    glommio::executor()
-        .spawn_blocking(move || owned.to_socket_addrs().map(|mut a| a.next()))
-        .await?
-        .ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotFound,
-                format!("{address} resolved to no address"),
-            )
-        })
+    let addrs = glommio::executor()
+        .spawn_blocking(move || owned.to_socket_addrs().map(Iterator::collect::<Vec<_>>))
+        .await?;
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{address} resolved to no address"),
+        ));
+    }
+    Ok(addrs)
+}
+
+/// Which of a name's addresses a shard tries first, per name (`client.dns.lookup=
+/// use_all_dns_ips`, Java's default). An attempt tries every address from there; one that
+/// fails every address moves the start on by one, so an address that swallows the whole setup
+/// timeout (a host that does not answer) is not the first one tried again; one that connects
+/// keeps its address first.
+#[derive(Default)]
+pub(crate) struct AddressRotation {
+    first: RefCell<HashMap<String, usize>>,
+}
+
+impl AddressRotation {
+    fn first(&self, address: &str) -> usize {
+        self.first.borrow().get(address).copied().unwrap_or(0)
+    }
+
+    fn set_first(&self, address: &str, index: usize) {
+        self.first.borrow_mut().insert(address.to_string(), index);
+    }
 }
 
 /// Starts connecting. The result arrives as `Connected` or `Closed` on the setup's events.
@@ -104,7 +129,7 @@ pub(crate) fn spawn_connect(
     setup.counters.connect_started();
     glommio::spawn_local(async move {
         let _guard = guard;
-        let event = match connect(&address, setup.connect_timeout).await {
+        let event = match connect(&address, setup.connect_timeout, &setup.rotation).await {
             Ok(stream) => {
                 setup.counters.connection_established();
                 let stream = CountedStream {
@@ -151,29 +176,71 @@ pub(crate) fn spawn_connect(
     })
 }
 
-async fn connect(address: &str, timeout: Duration) -> Result<TcpStream, ConnectionError> {
-    let addr = resolve(address)
+async fn connect(
+    address: &str,
+    timeout: Duration,
+    rotation: &AddressRotation,
+) -> Result<TcpStream, ConnectionError> {
+    let addrs = resolve(address)
         .await
         .map_err(|err| ConnectionError::Resolve {
             address: address.to_string(),
             message: err.to_string(),
         })?;
-    let connect_failed = |err: io::Error| ConnectionError::Connect {
-        address: address.to_string(),
-        kind: err.kind(),
-        message: err.to_string(),
-    };
-    // glommio refuses a zero timeout; the engine's own setup deadline still applies then.
-    let stream = if timeout.is_zero() {
-        TcpStream::connect(addr).await
-    } else {
-        TcpStream::connect_timeout(addr, timeout).await
+    connect_resolved(address, &addrs, timeout, rotation).await
+}
+
+/// Connects to one of `address`'s resolved `addrs`, starting where `rotation` says, and moves
+/// the rotation on as its doc says.
+async fn connect_resolved(
+    address: &str,
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    rotation: &AddressRotation,
+) -> Result<TcpStream, ConnectionError> {
+    let first = rotation.first(address) % addrs.len();
+    match connect_any(addrs, first, timeout).await {
+        Ok((stream, index)) => {
+            rotation.set_first(address, index);
+            Ok(stream)
+        }
+        Err(err) => {
+            rotation.set_first(address, (first + 1) % addrs.len());
+            Err(ConnectionError::Connect {
+                address: address.to_string(),
+                kind: err.kind(),
+                message: err.to_string(),
+            })
+        }
     }
-    .map_err(|e| connect_failed(e.into()))?;
-    stream
-        .set_nodelay(true)
-        .map_err(|e| connect_failed(e.into()))?;
-    Ok(stream)
+}
+
+/// Tries `addrs` in turn from `first`, all within `timeout`, and returns the first stream that
+/// connects with its index; else the last error.
+async fn connect_any(
+    addrs: &[SocketAddr],
+    first: usize,
+    timeout: Duration,
+) -> io::Result<(TcpStream, usize)> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last = io::Error::new(io::ErrorKind::TimedOut, "connection setup timed out");
+    for index in (0..addrs.len()).map(|i| (first + i) % addrs.len()) {
+        // glommio refuses a zero timeout; the engine's own setup deadline still applies then.
+        let attempt = if timeout.is_zero() {
+            TcpStream::connect(addrs[index]).await
+        } else {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            TcpStream::connect_timeout(addrs[index], left).await
+        };
+        match attempt.and_then(|stream| stream.set_nodelay(true).map(|()| stream)) {
+            Ok(stream) => return Ok((stream, index)),
+            Err(err) => last = err.into(),
+        }
+    }
+    Err(last)
 }
 
 /// A broker socket counted in [`RuntimeCounters`] until it is closed (dropped).
@@ -371,6 +438,45 @@ fn gather(frame: &Frame, run: &mut BytesMut, pieces: &mut Vec<Bytes>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An address nothing listens on: a port just released by a listener.
+    fn refused_address() -> SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    #[test]
+    fn every_address_of_a_name_is_tried_until_one_connects_and_that_one_is_tried_first_next_time() {
+        let live = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addrs = [refused_address(), live.local_addr().unwrap()];
+        let rotation = AddressRotation::default();
+        let executor = glommio::LocalExecutorBuilder::default().make().unwrap();
+        executor.run(async {
+            let timeout = Duration::from_secs(5);
+            connect_resolved("broker:9092", &addrs, timeout, &rotation)
+                .await
+                .expect("the second address connects");
+            assert_eq!(
+                rotation.first("broker:9092"),
+                1,
+                "the live address is kept first"
+            );
+            connect_resolved("broker:9092", &addrs, timeout, &rotation)
+                .await
+                .expect("the live address again");
+            assert_eq!(rotation.first("broker:9092"), 1);
+            // An attempt that fails every address starts the next one at the next address.
+            let dead = [refused_address(), refused_address(), refused_address()];
+            for expected in [1, 2, 0] {
+                let err = connect_resolved("dead:9092", &dead, timeout, &rotation)
+                    .await
+                    .expect_err("nothing listens");
+                assert!(matches!(err, ConnectionError::Connect { .. }), "{err:?}");
+                assert_eq!(rotation.first("dead:9092"), expected);
+            }
+            assert_eq!(rotation.first("broker:9092"), 1, "kept per name");
+        });
+    }
 
     fn read(bytes: &[u8], max_frame: usize) -> Result<Bytes, ConnectionError> {
         let mut reader = futures_lite::io::Cursor::new(bytes.to_vec());

@@ -301,6 +301,7 @@ pub(crate) async fn run_shard(
         counters: ctx.counters.clone(),
         connect_timeout: ctx.connection_setup_timeout,
         max_frame: ctx.max_frame,
+        rotation: Rc::default(),
     };
     let mut connections = Connections::default();
     let mut flushes: Vec<(u64, Arc<Latch>)> = Vec::new();
