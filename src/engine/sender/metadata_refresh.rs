@@ -63,10 +63,11 @@ impl<D: Delivery> Engine<D> {
                     .with_name(Some(TopicName(StrBytes::from_string(t.to_string()))))
             })
             .collect();
-        let mut request = MetadataRequest::default().with_topics(Some(topics));
-        if version >= 4 {
-            request = request.with_allow_auto_topic_creation(false);
-        }
+        // As Java's producer (`ProducerMetadata`): the broker's `auto.create.topics.enable`
+        // decides whether a topic it does not have is created; the producer does not veto it.
+        let request = MetadataRequest::default()
+            .with_topics(Some(topics))
+            .with_allow_auto_topic_creation(true);
         self.metadata_in_flight = true;
         self.metadata_refresh_needed = false;
         self.send_request(
