@@ -2,6 +2,12 @@
 //! writer task that writes request frames in order. Dropping a [`ConnectionTasks`] cancels
 //! both tasks and closes the socket.
 //!
+//! Under `SSL` and `SASL_SSL` the connect task also runs the TLS handshake (rustls through
+//! `futures-rustls`) and both tasks go through the TLS stream; the plaintext tasks are the
+//! same functions instantiated for the bare socket, so plaintext writes keep their vectored
+//! `sendmsg` and nothing of TLS is on their path. A handshake the broker refuses or whose
+//! certificate is refused is [`ConnectionError::Tls`], which the engine treats as fatal.
+//!
 //! Every failure ends the connection with a typed [`ConnectionError`]; nothing a peer sends
 //! can panic the shard or make it allocate more than `kacrab.max.response.bytes` (and a frame
 //! body is allocated as its bytes arrive, not when its length prefix claims them).
@@ -17,10 +23,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_rustls::client::TlsStream;
+use futures_rustls::TlsConnector;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::Task;
+use rustls::pki_types::ServerName;
 
 use crate::engine::NodeId;
 use crate::protocol::wire::{self, Frame};
@@ -62,6 +71,8 @@ pub(crate) struct ConnectionSetup {
     pub counters: Arc<RuntimeCounters>,
     pub connect_timeout: Duration,
     pub max_frame: usize,
+    /// `SSL` and `SASL_SSL`: every connection runs TLS with this configuration.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Frames queued together are gathered into one write up to this many bytes.
@@ -111,32 +122,22 @@ pub(crate) fn spawn_connect(
                     stream,
                     _open: setup.counters.socket_guard(),
                 };
-                let fd = stream.stream.as_raw_fd();
-                let (reader, writer) = futures_lite::io::split(stream);
-                let (frames_tx, frames_rx) = local_channel::new_unbounded();
-                let reader_task = glommio::spawn_local(read_frames(
-                    node,
-                    generation,
-                    reader,
-                    setup.clone(),
-                    setup.counters.task_guard(),
-                ));
-                let writer_task = glommio::spawn_local(write_frames(
-                    node,
-                    generation,
-                    fd,
-                    writer,
-                    frames_rx,
-                    setup.events.clone(),
-                    setup.counters.task_guard(),
-                ));
-                ConnectionEvent::Connected {
-                    node,
-                    generation,
-                    tasks: ConnectionTasks {
-                        writer: frames_tx,
-                        _reader: reader_task,
-                        _writer: writer_task,
+                match &setup.tls {
+                    None => {
+                        let fd = stream.stream.as_raw_fd();
+                        let (reader, writer) = futures_lite::io::split(stream);
+                        start_tasks(node, generation, reader, PlainOut { fd, writer }, &setup)
+                    }
+                    Some(tls) => match handshake(tls, &address, stream).await {
+                        Ok(stream) => {
+                            let (reader, writer) = futures_lite::io::split(stream);
+                            start_tasks(node, generation, reader, TlsOut { writer }, &setup)
+                        }
+                        Err(error) => ConnectionEvent::Closed {
+                            node,
+                            generation,
+                            error,
+                        },
                     },
                 }
             }
@@ -149,6 +150,154 @@ pub(crate) fn spawn_connect(
         // The driver holds the receiver for the shard's life; if it is gone, so is the shard.
         let _ = setup.events.try_send(event);
     })
+}
+
+/// Spawns the reader and writer tasks of an established (and, under TLS, handshaken)
+/// connection.
+fn start_tasks<R, W>(
+    node: NodeId,
+    generation: u64,
+    reader: R,
+    writer: W,
+    setup: &ConnectionSetup,
+) -> ConnectionEvent
+where
+    R: AsyncRead + Unpin + 'static,
+    W: FrameOut + 'static,
+{
+    let (frames_tx, frames_rx) = local_channel::new_unbounded();
+    let reader_task = glommio::spawn_local(read_frames(
+        node,
+        generation,
+        reader,
+        setup.clone(),
+        setup.counters.task_guard(),
+    ));
+    let writer_task = glommio::spawn_local(write_frames(
+        node,
+        generation,
+        writer,
+        frames_rx,
+        setup.events.clone(),
+        setup.counters.task_guard(),
+    ));
+    ConnectionEvent::Connected {
+        node,
+        generation,
+        tasks: ConnectionTasks {
+            writer: frames_tx,
+            _reader: reader_task,
+            _writer: writer_task,
+        },
+    }
+}
+
+/// The host part of `host:port` (`[v6]:port` included) as the name the broker's certificate
+/// must carry: a DNS name, or an IP address matched against the certificate's IP entries.
+fn server_name(address: &str) -> Option<ServerName<'static>> {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    ServerName::try_from(host.to_string()).ok()
+}
+
+/// Runs the TLS handshake over a connected socket. Within the engine's connection setup
+/// deadline: `Connected` is only reported once this is done.
+async fn handshake(
+    config: &Arc<rustls::ClientConfig>,
+    address: &str,
+    stream: CountedStream,
+) -> Result<TlsStream<CountedStream>, ConnectionError> {
+    let Some(name) = server_name(address) else {
+        return Err(ConnectionError::Tls {
+            reason: format!("the host of {address} is not a name TLS can check"),
+        });
+    };
+    let has_client_certificate = config.client_auth_cert_resolver.has_certs();
+    TlsConnector::from(config.clone())
+        .connect(name, stream)
+        .await
+        .map_err(|err| match tls_refusal(&err, has_client_certificate) {
+            Some(reason) => ConnectionError::Tls { reason },
+            // The socket failed or the peer broke the protocol: a connection failure like any
+            // other, retried after the reconnect backoff.
+            None => ConnectionError::Connect {
+                address: address.to_string(),
+                kind: err.kind(),
+                message: format!("TLS handshake: {err}"),
+            },
+        })
+}
+
+/// Why a TLS error means the broker and the producer cannot agree, which no retry changes:
+/// a certificate refused on either side, or no common version or suite. Other errors (a reset
+/// socket, a malformed record) are not refusals and get `None`.
+fn tls_refusal(err: &io::Error, has_client_certificate: bool) -> Option<String> {
+    use rustls::AlertDescription as Alert;
+    let tls = err.get_ref()?.downcast_ref::<rustls::Error>()?;
+    match tls {
+        rustls::Error::InvalidCertificate(certificate) => {
+            use rustls::CertificateError as E;
+            let why = match certificate {
+                E::UnknownIssuer => {
+                    " (no authority in the truststore issued it: check `ssl.truststore.*`)"
+                }
+                E::NotValidForName | E::NotValidForNameContext { .. } => {
+                    " (it does not name the host the producer connected to; \
+                     `ssl.endpoint.identification.algorithm=` turns this check off)"
+                }
+                E::Expired | E::ExpiredContext { .. } => " (it has expired)",
+                _ => "",
+            };
+            Some(format!("the broker's certificate was refused: {tls}{why}"))
+        }
+        rustls::Error::NoCertificatesPresented => {
+            Some("the broker presented no certificate".to_string())
+        }
+        rustls::Error::PeerIncompatible(_) => Some(format!(
+            "the broker and the producer share no TLS version or cipher suite: {tls}"
+        )),
+        rustls::Error::AlertReceived(alert)
+            if matches!(
+                alert,
+                Alert::BadCertificate
+                    | Alert::UnsupportedCertificate
+                    | Alert::CertificateRevoked
+                    | Alert::CertificateExpired
+                    | Alert::CertificateUnknown
+                    | Alert::UnknownCA
+                    | Alert::AccessDenied
+                    | Alert::HandshakeFailure
+                    | Alert::ProtocolVersion
+                    | Alert::InsufficientSecurity
+                    | Alert::CertificateRequired
+            ) =>
+        {
+            let hint = match (alert, has_client_certificate) {
+                // TLS 1.3 names the absence; TLS 1.2 brokers answer it with handshake_failure.
+                (Alert::CertificateRequired, _) | (Alert::HandshakeFailure, false) => {
+                    "; the broker requires a client certificate: set `ssl.keystore.location` or \
+                     `ssl.keystore.certificate.chain` and `ssl.keystore.key`"
+                }
+                (
+                    Alert::BadCertificate
+                    | Alert::UnknownCA
+                    | Alert::CertificateUnknown
+                    | Alert::CertificateExpired
+                    | Alert::CertificateRevoked
+                    | Alert::UnsupportedCertificate,
+                    true,
+                ) => "; the broker refused the producer's client certificate (`ssl.keystore.*`)",
+                _ => "",
+            };
+            Some(format!(
+                "the broker refused the TLS session ({alert:?}){hint}"
+            ))
+        }
+        _ => None,
+    }
 }
 
 async fn connect(address: &str, timeout: Duration) -> Result<TcpStream, ConnectionError> {
@@ -224,7 +373,14 @@ async fn read_full(reader: &mut (impl AsyncRead + Unpin), buf: &mut [u8]) -> io:
     Ok(filled)
 }
 
-fn read_error(err: io::Error) -> ConnectionError {
+/// `client_certificate`: the producer has one to show (a TLS connection's), for the hint of a
+/// refusal.
+fn read_error(err: io::Error, client_certificate: bool) -> ConnectionError {
+    // TLS 1.3 finishes the client's side of the handshake before the broker has checked the
+    // client's certificate: a refusal of it arrives as an alert on the first read.
+    if let Some(reason) = tls_refusal(&err, client_certificate) {
+        return ConnectionError::Tls { reason };
+    }
     ConnectionError::Read {
         kind: err.kind(),
         message: err.to_string(),
@@ -235,7 +391,9 @@ fn read_error(err: io::Error) -> ConnectionError {
 async fn read_frame(
     reader: &mut (impl AsyncRead + Unpin),
     max_frame: usize,
+    client_certificate: bool,
 ) -> Result<Bytes, ConnectionError> {
+    let read_error = |err| read_error(err, client_certificate);
     let mut prefix = [0u8; 4];
     match read_full(reader, &mut prefix).await.map_err(read_error)? {
         0 => return Err(ConnectionError::ClosedByPeer),
@@ -275,12 +433,16 @@ async fn read_frame(
 async fn read_frames(
     node: NodeId,
     generation: u64,
-    mut reader: futures_lite::io::ReadHalf<CountedStream>,
+    mut reader: impl AsyncRead + Unpin,
     setup: ConnectionSetup,
     _guard: LiveGuard,
 ) {
+    let client_certificate = setup
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_auth_cert_resolver.has_certs());
     loop {
-        let event = match read_frame(&mut reader, setup.max_frame).await {
+        let event = match read_frame(&mut reader, setup.max_frame, client_certificate).await {
             Ok(body) => ConnectionEvent::Frame {
                 node,
                 generation,
@@ -299,18 +461,56 @@ async fn read_frames(
     }
 }
 
+/// Where a connection's writer puts the pieces of one write.
+trait FrameOut {
+    /// Writes every piece, in order, or fails.
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()>;
+}
+
+/// A plaintext socket: the pieces go out as the slices of vectored `sendmsg` calls on its
+/// descriptor. `writer` holds the stream, and so keeps `fd` open, for as long as this lives.
+struct PlainOut {
+    fd: RawFd,
+    writer: futures_lite::io::WriteHalf<CountedStream>,
+}
+
+impl FrameOut for PlainOut {
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()> {
+        let fd = self.fd;
+        sendmsg::write_pieces(
+            |slices| sendmsg::send_vectored(fd, slices),
+            &mut self.writer,
+            pieces,
+        )
+        .await
+    }
+}
+
+/// A TLS stream: each piece is encrypted into rustls's buffer (one copy, which encryption
+/// needs anyway) and the records are written to the socket; the flush sends what is left.
+struct TlsOut {
+    writer: futures_lite::io::WriteHalf<TlsStream<CountedStream>>,
+}
+
+impl FrameOut for TlsOut {
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()> {
+        for piece in pieces {
+            self.writer.write_all(piece).await?;
+        }
+        self.writer.flush().await
+    }
+}
+
 /// Writes the frames queued for one connection, in order.
 ///
 /// Whatever is queued when the writer wakes goes out together, up to [`COALESCE_LIMIT`] bytes:
 /// small segments (request headers, small frames) are copied into one run, larger ones (record
-/// batches) are sent from where they are, all as the slices of one vectored `sendmsg` (see
-/// `sendmsg.rs`). `fd` is the descriptor of the stream `writer` writes to; `writer` holds the
-/// stream, and so keeps the descriptor open, for as long as this task runs.
+/// batches) are written from where they are; on a plaintext socket, all as the slices of one
+/// vectored `sendmsg` (see `sendmsg.rs`).
 async fn write_frames(
     node: NodeId,
     generation: u64,
-    fd: RawFd,
-    mut writer: futures_lite::io::WriteHalf<CountedStream>,
+    mut out: impl FrameOut,
     frames: LocalReceiver<Frame>,
     events: Rc<LocalSender<ConnectionEvent>>,
     _guard: LiveGuard,
@@ -331,12 +531,7 @@ async fn write_frames(
         if !run.is_empty() {
             pieces.push(run.split().freeze());
         }
-        let result = sendmsg::write_pieces(
-            |slices| sendmsg::send_vectored(fd, slices),
-            &mut writer,
-            &pieces,
-        )
-        .await;
+        let result = out.write_all_pieces(&pieces).await;
         // Dropping the pieces hands the run's buffer back to `run` for the next write.
         pieces.clear();
         if let Err(err) = result {
@@ -374,7 +569,7 @@ mod tests {
 
     fn read(bytes: &[u8], max_frame: usize) -> Result<Bytes, ConnectionError> {
         let mut reader = futures_lite::io::Cursor::new(bytes.to_vec());
-        future::block_on(read_frame(&mut reader, max_frame))
+        future::block_on(read_frame(&mut reader, max_frame, false))
     }
 
     fn frame(body: &[u8]) -> Vec<u8> {
