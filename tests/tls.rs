@@ -470,6 +470,11 @@ fn a_store_without_certificates_or_key_is_refused_naming_the_key() {
         invalid(ssl(&[("ssl.truststore.certificates", "not a certificate")]).unwrap_err());
     assert_eq!(key, "ssl.truststore.certificates");
     assert!(rule.contains("holds no certificate"), "{rule}");
+    // A Java store given as it is (its default type is JKS) is binary.
+    let jks = TempFile::new("store.jks", "\u{fe}\u{ed}\u{fe}\u{ed} binary");
+    let (key, _, rule) = invalid(ssl(&[("ssl.truststore.location", jks.path())]).unwrap_err());
+    assert_eq!(key, "ssl.truststore.location");
+    assert!(rule.contains("keytool -exportcert -rfc"), "{rule}");
 
     let ca = TestCa::new("kacrab test CA");
     let client = ca.issue_client("kacrab-producer");

@@ -419,10 +419,16 @@ fn certificates(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|err| parse::invalid(key, shown, format!("is not valid PEM: {err}")))?;
     if certs.is_empty() {
+        // A Java store left at its default type (JKS) is binary: say how to convert it.
+        let hint = if pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            String::new()
+        } else {
+            format!("; it is not PEM at all, if it is a JKS or PKCS12 store {CONVERT_HINT}")
+        };
         return Err(parse::invalid(
             key,
             shown,
-            "holds no certificate (a `-----BEGIN CERTIFICATE-----` block)",
+            format!("holds no certificate (a `-----BEGIN CERTIFICATE-----` block){hint}"),
         ));
     }
     Ok(certs)

@@ -608,6 +608,60 @@ mod tests {
     }
 
     #[test]
+    fn the_tls_server_name_is_the_host_of_the_address() {
+        let name = |address| server_name(address).map(|n| n.to_str().into_owned());
+        assert_eq!(
+            name("broker1.example.com:9093").as_deref(),
+            Some("broker1.example.com")
+        );
+        assert!(matches!(
+            server_name("127.0.0.1:9093"),
+            Some(ServerName::IpAddress(_))
+        ));
+        assert!(matches!(
+            server_name("[::1]:9093"),
+            Some(ServerName::IpAddress(_))
+        ));
+        assert_eq!(name("bad host:9093"), None);
+    }
+
+    #[test]
+    fn only_refusals_no_retry_changes_are_tls_errors() {
+        use rustls::{AlertDescription, CertificateError};
+        let wrap = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidData, e);
+        let unknown = wrap(rustls::Error::InvalidCertificate(
+            CertificateError::UnknownIssuer,
+        ));
+        let reason = tls_refusal(&unknown, false).expect("a refusal");
+        assert!(reason.contains("ssl.truststore"), "{reason}");
+        let required = wrap(rustls::Error::AlertReceived(
+            AlertDescription::CertificateRequired,
+        ));
+        let reason = tls_refusal(&required, false).expect("a refusal");
+        assert!(reason.contains("requires a client certificate"), "{reason}");
+        let bad = wrap(rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate,
+        ));
+        let reason = tls_refusal(&bad, true).expect("a refusal");
+        assert!(
+            reason.contains("refused the producer's client certificate"),
+            "{reason}"
+        );
+        // A broken peer or socket is retried like any failed connection.
+        for retried in [
+            wrap(rustls::Error::AlertReceived(
+                AlertDescription::InternalError,
+            )),
+            wrap(rustls::Error::InvalidMessage(
+                rustls::InvalidMessage::InvalidContentType,
+            )),
+            io::Error::new(io::ErrorKind::ConnectionReset, "reset"),
+        ] {
+            assert_eq!(tls_refusal(&retried, false), None, "{retried}");
+        }
+    }
+
+    #[test]
     fn frames_are_cut_by_their_length_prefix() {
         assert_eq!(read(&frame(b"abcdefgh"), 100).unwrap(), &b"abcdefgh"[..]);
         let big = vec![7u8; 3 * FIRST_BODY_CHUNK + 5];
