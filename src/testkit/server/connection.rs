@@ -33,10 +33,12 @@ pub(super) fn serve(
     match (listener, shared.tls()) {
         (Listener::Primary, Some(tls)) => match tls.accept(stream) {
             Ok(socket) => {
-                shared.stats().count_tls_handshake(broker, true);
+                shared
+                    .stats()
+                    .count_tls_handshake(broker, Some(socket.version()));
                 serve_on(shared, broker, listener, socket.clone(), socket, closed);
             }
-            Err(_) => shared.stats().count_tls_handshake(broker, false),
+            Err(_) => shared.stats().count_tls_handshake(broker, None),
         },
         _ => {
             if let Ok(write_half) = control.try_clone() {

@@ -38,7 +38,7 @@ pub use api_versions::{ApiVersionTable, IMPLEMENTED as IMPLEMENTED_API_VERSIONS}
 pub use faults::{FaultAction, FaultPlan, ANY_BROKER};
 pub use sasl::SaslListener;
 pub use stats::ServerStats;
-pub use tls::{Issued, TestCa, TlsListener, Validity};
+pub use tls::{Issued, TestCa, TlsListener, TlsVersion, Validity};
 
 use crate::testkit::broker::{BrokerRules, Cluster};
 

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
+use super::tls::TlsVersion;
+
 #[derive(Debug, Default)]
 pub struct ServerStats {
     /// (broker, api key, version) → requests read.
@@ -25,6 +27,8 @@ pub struct ServerStats {
     ended_sessions_closed: AtomicU64,
     /// broker → TLS handshakes completed, and failed, on its TLS listener.
     tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
+    /// TLS sessions by the version their handshake settled on, every broker.
+    tls_versions: Mutex<BTreeMap<Option<TlsVersion>, u64>>,
 }
 
 impl ServerStats {
@@ -49,17 +53,35 @@ impl ServerStats {
         }
     }
 
-    pub(crate) fn count_tls_handshake(&self, broker: i32, succeeded: bool) {
+    /// A handshake on `broker`'s TLS listener ended: completed at `version`, or failed (`None`).
+    pub(crate) fn count_tls_handshake(&self, broker: i32, version: Option<Option<TlsVersion>>) {
         {
             let mut counts = self.tls_handshakes.lock().unwrap();
             let entry = counts.entry(broker).or_default();
-            if succeeded {
-                entry.0 += 1;
-            } else {
-                entry.1 += 1;
+            match version {
+                Some(version) => {
+                    entry.0 += 1;
+                    *self
+                        .tls_versions
+                        .lock()
+                        .unwrap()
+                        .entry(version)
+                        .or_default() += 1;
+                }
+                None => entry.1 += 1,
             }
         }
         self.signal_connections();
+    }
+
+    /// TLS sessions whose handshake settled on `version`, every broker.
+    pub fn tls_sessions_at(&self, version: TlsVersion) -> u64 {
+        self.tls_versions
+            .lock()
+            .unwrap()
+            .get(&Some(version))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// TLS handshakes begun on every broker's TLS listener, completed or failed.

@@ -116,11 +116,34 @@ pub struct TlsListener {
     config: Arc<ServerConfig>,
 }
 
+/// A TLS version a listener may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    fn rustls(self) -> &'static rustls::SupportedProtocolVersion {
+        match self {
+            TlsVersion::Tls12 => &rustls::version::TLS12,
+            TlsVersion::Tls13 => &rustls::version::TLS13,
+        }
+    }
+}
+
 impl TlsListener {
-    /// A listener presenting `identity`; clients are not asked for a certificate.
+    /// A listener presenting `identity`, speaking TLS 1.2 and 1.3; clients are not asked for
+    /// a certificate.
     pub fn new(identity: &Issued) -> TlsListener {
+        TlsListener::with_versions(identity, &[TlsVersion::Tls13, TlsVersion::Tls12])
+    }
+
+    /// A listener presenting `identity` that speaks only `versions`.
+    pub fn with_versions(identity: &Issued, versions: &[TlsVersion]) -> TlsListener {
+        let versions: Vec<_> = versions.iter().map(|v| v.rustls()).collect();
         let builder = ServerConfig::builder_with_provider(provider())
-            .with_safe_default_protocol_versions()
+            .with_protocol_versions(&versions)
             .expect("ring supports TLS 1.2 and 1.3")
             .with_no_client_auth();
         TlsListener::finish(builder, identity)
@@ -170,6 +193,17 @@ impl TlsListener {
             stream.conn.complete_io(&mut stream.sock)?;
         }
         Ok(TlsSocket(Rc::new(RefCell::new(stream))))
+    }
+}
+
+impl TlsSocket {
+    /// The version the handshake settled on.
+    pub(super) fn version(&self) -> Option<TlsVersion> {
+        match self.0.borrow().conn.protocol_version()? {
+            rustls::ProtocolVersion::TLSv1_2 => Some(TlsVersion::Tls12),
+            rustls::ProtocolVersion::TLSv1_3 => Some(TlsVersion::Tls13),
+            _ => None,
+        }
     }
 }
 
