@@ -18,7 +18,7 @@ use bytes::Bytes;
 use kacrab::config::{ConfigError, ProducerConfig, SecurityProtocol, TrustSource};
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::{
-    Issued, ReferenceCluster, SaslListener, TestCa, TlsListener, Validity,
+    Issued, ReferenceCluster, SaslListener, TestCa, TlsListener, TlsVersion, Validity,
 };
 use kacrab::{ProduceError, Producer, ProducerRecord};
 
@@ -50,8 +50,14 @@ fn producer(cluster: &ReferenceCluster, settings: &[(&str, &str)]) -> Producer {
 }
 
 fn record(topic: &str, id: u64) -> ProducerRecord {
-    ProducerRecord::new(topic, Bytes::copy_from_slice(&id.to_be_bytes()))
-        .with_partition((id % PARTITIONS as u64) as i32)
+    padded_record(topic, id, 0)
+}
+
+/// The id, then `filler` bytes.
+fn padded_record(topic: &str, id: u64, filler: usize) -> ProducerRecord {
+    let mut payload = id.to_be_bytes().to_vec();
+    payload.resize(8 + filler, b'k');
+    ProducerRecord::new(topic, Bytes::from(payload)).with_partition((id % PARTITIONS as u64) as i32)
 }
 
 /// A file in the temporary directory, removed when dropped.
@@ -75,10 +81,10 @@ impl Drop for TempFile {
     }
 }
 
-/// Sends ids `0..count`, every one must be acknowledged.
-fn produce_all(producer: &Producer, topic: &str, count: u64) {
+/// Sends ids `0..count`, each with `filler` bytes after it; every one must be acknowledged.
+fn produce_all(producer: &Producer, topic: &str, count: u64, filler: usize) {
     let deliveries: Vec<_> = (0..count)
-        .map(|id| producer.send(record(topic, id)))
+        .map(|id| producer.send(padded_record(topic, id, filler)))
         .collect();
     for (id, delivery) in deliveries.into_iter().enumerate() {
         let outcome = delivery
@@ -121,16 +127,20 @@ fn kacrab_produces_over_ssl_and_the_records_read_back_exactly_once_and_in_order(
     let server = ca.issue_server(BROKER_NAMES, Validity::Current);
     let cluster = tls_cluster(TlsListener::new(&server), None, topic);
     let ca_pem = ca.certificate_pem();
+    // Batches of up to 64 KiB, written from their own buffers (not copied into the small
+    // segments' run), several per write: more than rustls buffers at once.
     let producer = producer(
         &cluster,
         &[
             ("security.protocol", "SSL"),
             ("ssl.truststore.type", "PEM"),
             ("ssl.truststore.certificates", &ca_pem),
+            ("batch.size", "65536"),
+            ("linger.ms", "20"),
         ],
     );
-    let count = 300;
-    produce_all(&producer, topic, count);
+    let count = 3000;
+    produce_all(&producer, topic, count, 1000);
     producer.close(Duration::from_secs(5));
     let stats = cluster.stats();
     let handshakes: u64 = (1..=3).map(|b| stats.tls_handshakes_succeeded(b)).sum();
@@ -139,7 +149,52 @@ fn kacrab_produces_over_ssl_and_the_records_read_back_exactly_once_and_in_order(
         (1..=3).map(|b| stats.tls_handshakes_failed(b)).sum::<u64>(),
         0
     );
+    // Both sides prefer TLS 1.3.
+    assert_eq!(stats.tls_sessions_at(TlsVersion::Tls13), handshakes);
     read_back_exactly_once(&cluster, topic, count, &[]);
+}
+
+#[test]
+fn ssl_enabled_protocols_limits_the_producer_to_tls_1_2() {
+    let topic = "tls-1-2";
+    let ca = TestCa::new("kacrab test CA");
+    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
+    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
+    let ca_pem = ca.certificate_pem();
+    let producer = producer(
+        &cluster,
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.certificates", &ca_pem),
+            ("ssl.enabled.protocols", "TLSv1.2"),
+        ],
+    );
+    let count = 300;
+    produce_all(&producer, topic, count, 0);
+    producer.close(Duration::from_secs(5));
+    let stats = cluster.stats();
+    assert!(stats.tls_sessions_at(TlsVersion::Tls12) >= 1);
+    assert_eq!(stats.tls_sessions_at(TlsVersion::Tls13), 0);
+    read_back_exactly_once(&cluster, topic, count, &[]);
+}
+
+#[test]
+fn a_broker_sharing_no_tls_version_with_the_producer_fails_with_the_typed_error() {
+    let topic = "tls-no-common-version";
+    let ca = TestCa::new("kacrab test CA");
+    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
+    let listener = TlsListener::with_versions(&server, &[TlsVersion::Tls13]);
+    let cluster = tls_cluster(listener, None, topic);
+    let ca_pem = ca.certificate_pem();
+    let producer = producer(
+        &cluster,
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.certificates", &ca_pem),
+            ("ssl.enabled.protocols", "TLSv1.2"),
+        ],
+    );
+    assert_fatal_tls_refusal(&cluster, producer, topic, "ProtocolVersion");
 }
 
 #[test]
@@ -161,7 +216,7 @@ fn kacrab_produces_over_sasl_ssl_with_scram_sha_512_and_the_records_read_back_ex
         ],
     );
     let count = 300;
-    produce_all(&producer, topic, count);
+    produce_all(&producer, topic, count, 0);
     producer.close(Duration::from_secs(5));
     let stats = cluster.stats();
     assert!(stats.authentications_succeeded("SCRAM-SHA-512") >= 1);
@@ -298,7 +353,7 @@ fn a_hostname_mismatch_fails_with_the_typed_error_and_passes_without_endpoint_id
     unchecked.push(("ssl.endpoint.identification.algorithm", ""));
     let producer = producer(&cluster, &unchecked);
     let count = 60;
-    produce_all(&producer, topic, count);
+    produce_all(&producer, topic, count, 0);
     producer.close(Duration::from_secs(5));
     read_back_exactly_once(&cluster, topic, count, &[]);
 }
@@ -347,7 +402,7 @@ fn a_broker_requiring_a_client_certificate_accepts_one_from_the_keystore() {
             ("ssl.keystore.location", keystore.path()),
         ],
     );
-    produce_all(&producer, topic, 60);
+    produce_all(&producer, topic, 60, 0);
     producer.close(Duration::from_secs(5));
     // ... or the chain and the key as PEM text.
     let producer = producer_with_text_keystore(&cluster, &ca_pem, &client);
