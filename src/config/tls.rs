@@ -300,10 +300,10 @@ impl ExplicitTls {
         };
         let client = match identity {
             None => builder.with_no_client_auth(),
-            Some((key, chain, key_of_key)) => {
+            Some(Identity { key, chain, source }) => {
                 builder.with_client_auth_cert(chain, key).map_err(|err| {
                     parse::invalid(
-                        key_of_key,
+                        source,
                         super::security::HIDDEN_VALUE,
                         format!("the key does not go with the certificate chain: {err}"),
                     )
@@ -318,18 +318,8 @@ impl ExplicitTls {
         })
     }
 
-    /// The client key and chain, and the key naming where the key came from.
-    #[allow(clippy::type_complexity)]
-    fn identity(
-        &self,
-    ) -> Result<
-        Option<(
-            PrivateKeyDer<'static>,
-            Vec<CertificateDer<'static>>,
-            &'static str,
-        )>,
-        ConfigError,
-    > {
+    /// The client certificate and key, if a keystore is set.
+    fn identity(&self) -> Result<Option<Identity>, ConfigError> {
         use keys::*;
         let text_form = self.keystore_certificate_chain.is_some() || self.keystore_key.is_some();
         match (text_form, &self.keystore_location) {
@@ -366,17 +356,33 @@ impl ExplicitTls {
                 };
                 let chain = certificates(SSL_KEYSTORE_CERTIFICATE_CHAIN, "", chain.as_bytes())?;
                 let key = private_key(SSL_KEYSTORE_KEY, key.0.as_bytes())?;
-                Ok(Some((key, chain, SSL_KEYSTORE_KEY)))
+                Ok(Some(Identity {
+                    key,
+                    chain,
+                    source: SSL_KEYSTORE_KEY,
+                }))
             }
             (false, Some(path)) => {
                 let bytes = read_file(SSL_KEYSTORE_LOCATION, path)?;
                 let chain = certificates(SSL_KEYSTORE_LOCATION, path, &bytes)?;
                 let key = private_key(SSL_KEYSTORE_LOCATION, &bytes)?;
-                Ok(Some((key, chain, SSL_KEYSTORE_LOCATION)))
+                Ok(Some(Identity {
+                    key,
+                    chain,
+                    source: SSL_KEYSTORE_LOCATION,
+                }))
             }
             (false, None) => Ok(None),
         }
     }
+}
+
+/// A client certificate chain and its private key.
+struct Identity {
+    key: PrivateKeyDer<'static>,
+    chain: Vec<CertificateDer<'static>>,
+    /// The key they were set with, for errors.
+    source: &'static str,
 }
 
 const ENCRYPTED_KEY_RULE: &str = "encrypted private keys are not supported; write the key \
