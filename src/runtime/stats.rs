@@ -13,9 +13,10 @@ use crate::engine::sender::EngineStats;
 use crate::engine::{NodeId, ProducerIdAndEpoch};
 use crate::protocol::wire::WireError;
 
-/// Why the runtime closed or lost a broker connection. Every one of these closes that
-/// connection only; the engine treats it as a disconnect (requests on it have unknown
-/// outcomes) and reconnects after its backoff.
+/// Why the runtime closed or lost a broker connection. Every one of these but
+/// [`ConnectionError::Tls`] closes that connection only; the engine treats it as a disconnect
+/// (requests on it have unknown outcomes) and reconnects after its backoff. A refused TLS
+/// handshake stops the producer (`ProduceError::Tls`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {
