@@ -238,6 +238,46 @@ fn kacrab_produces_over_sasl_ssl_with_scram_sha_512_and_the_records_read_back_ex
     );
 }
 
+// A connection lost for another reason than a refusal is not fatal: the producer reconnects,
+// with a new handshake, as over plaintext.
+#[test]
+fn a_tls_connection_lost_with_its_broker_is_reopened_when_the_broker_returns() {
+    let topic = "tls-broker-restart";
+    let ca = TestCa::new("kacrab test CA");
+    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
+    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
+    let ca_pem = ca.certificate_pem();
+    let producer = producer(
+        &cluster,
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.certificates", &ca_pem),
+        ],
+    );
+    produce_all(&producer, topic, 90, 0);
+    let stats = cluster.stats();
+    let before = stats.tls_handshakes_succeeded(1);
+    assert!(before >= 1);
+    cluster.broker_down(1);
+    let deliveries: Vec<_> = (90..180)
+        .map(|id| producer.send(record(topic, id)))
+        .collect();
+    cluster.broker_up(1);
+    for (id, delivery) in (90..).zip(deliveries) {
+        let outcome = delivery
+            .wait_timeout(Duration::from_secs(30))
+            .expect("the record resolves");
+        outcome.unwrap_or_else(|e| panic!("record {id} failed: {e}"));
+    }
+    producer.close(Duration::from_secs(5));
+    assert!(stats.tls_handshakes_succeeded(1) > before);
+    assert_eq!(
+        (1..=3).map(|b| stats.tls_handshakes_failed(b)).sum::<u64>(),
+        0
+    );
+    read_back_exactly_once(&cluster, topic, 180, &[]);
+}
+
 /// Sends `count` records and returns each one's error; panics if one succeeds.
 fn send_expecting_failures(producer: &Producer, topic: &str, count: u64) -> Vec<ProduceError> {
     let deliveries: Vec<_> = (0..count)
