@@ -565,6 +565,12 @@ fn a_store_without_certificates_or_key_is_refused_naming_the_key() {
         invalid(ssl(&[("ssl.truststore.certificates", "not a certificate")]).unwrap_err());
     assert_eq!(key, "ssl.truststore.certificates");
     assert!(rule.contains("holds no certificate"), "{rule}");
+    let e = ssl(&[("ssl.truststore.certificates", "not a certificate")]).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("invalid value `[PEM text]` for `ssl.truststore.certificates`"),
+        "{e}"
+    );
     // A Java store given as it is (its default type is JKS) is binary.
     let jks = TempFile::new("store.jks", "\u{fe}\u{ed}\u{fe}\u{ed} binary");
     let (key, _, rule) = invalid(ssl(&[("ssl.truststore.location", jks.path())]).unwrap_err());

@@ -92,6 +92,9 @@ enum Version {
     Tls13,
 }
 
+/// What an error shows for a store given as PEM text (it may be long; the key is enough).
+const PEM_TEXT: &str = "[PEM text]";
+
 /// How to turn a Java keystore into the PEM kacrab reads.
 const CONVERT_HINT: &str = "convert it to PEM: for JKS, `keytool -exportcert -rfc -alias ALIAS \
                             -keystore store.jks -file ca.pem` exports a certificate; for PKCS12, \
@@ -240,8 +243,8 @@ impl ExplicitTls {
                 })
             }
             (Some(text), None) => {
-                let certs = certificates(SSL_TRUSTSTORE_CERTIFICATES, "", text.as_bytes())?;
-                add_roots(&mut roots, SSL_TRUSTSTORE_CERTIFICATES, "", certs)?
+                let certs = certificates(SSL_TRUSTSTORE_CERTIFICATES, PEM_TEXT, text.as_bytes())?;
+                add_roots(&mut roots, SSL_TRUSTSTORE_CERTIFICATES, PEM_TEXT, certs)?
             }
             (None, Some(path)) => {
                 let bytes = read_file(SSL_TRUSTSTORE_LOCATION, path)?;
@@ -276,9 +279,10 @@ impl ExplicitTls {
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&versions)
             .map_err(|err| {
+                // Unreachable with ring, which has both versions; kept typed all the same.
                 parse::invalid(
                     SSL_ENABLED_PROTOCOLS,
-                    "",
+                    &format!("{:?}", self.enabled_protocols),
                     format!("no usable version: {err}"),
                 )
             })?;
@@ -354,7 +358,8 @@ impl ExplicitTls {
                         ),
                     });
                 };
-                let chain = certificates(SSL_KEYSTORE_CERTIFICATE_CHAIN, "", chain.as_bytes())?;
+                let chain =
+                    certificates(SSL_KEYSTORE_CERTIFICATE_CHAIN, PEM_TEXT, chain.as_bytes())?;
                 let key = private_key(SSL_KEYSTORE_KEY, key.0.as_bytes())?;
                 Ok(Some(Identity {
                     key,
