@@ -70,7 +70,8 @@ pub(crate) struct Shared {
     api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
-    /// Set for a `SASL_PLAINTEXT` cluster: every connection authenticates first.
+    /// Set for a SASL cluster (`SASL_PLAINTEXT`, or `SASL_SSL` with `tls`): every connection
+    /// authenticates first.
     sasl: Option<Arc<SaslListener>>,
     sasl_nonces: AtomicU64,
     /// Set for a TLS cluster: connections to the primary listeners run TLS.
