@@ -238,6 +238,63 @@ fn kacrab_produces_over_sasl_ssl_with_scram_sha_512_and_the_records_read_back_ex
     );
 }
 
+// The transaction coordinator is found and reached over TLS too (FindCoordinator answers with
+// the TLS listener's address); the commit's markers make the records visible to a
+// read_committed reader on the plaintext listeners, the aborted ones stay hidden.
+#[test]
+fn a_transactional_producer_commits_over_ssl_and_read_committed_sees_only_the_committed_records() {
+    let topic = "tls-transactions";
+    let ca = TestCa::new("kacrab test CA");
+    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
+    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
+    let ca_pem = ca.certificate_pem();
+    let producer = producer(
+        &cluster,
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.certificates", &ca_pem),
+            ("transactional.id", "tls-txn"),
+        ],
+    );
+    let call = Duration::from_secs(30);
+    producer.init_transactions(call).expect("init_transactions");
+    let mut committed = Vec::new();
+    for (txn, ids) in [0..60u64, 60..120, 120..180].into_iter().enumerate() {
+        producer.begin_transaction().expect("begin_transaction");
+        let deliveries: Vec<_> = ids
+            .clone()
+            .map(|id| producer.send(record(topic, id)))
+            .collect();
+        if txn == 1 {
+            producer.abort_transaction(call).expect("abort_transaction");
+        } else {
+            producer
+                .commit_transaction(call)
+                .expect("commit_transaction");
+            committed.extend(ids.clone());
+        }
+        for (id, delivery) in ids.zip(deliveries) {
+            let outcome = delivery.wait_timeout(call).expect("the record resolves");
+            if txn != 1 {
+                outcome.unwrap_or_else(|e| panic!("record {id} of a committed transaction: {e}"));
+            }
+        }
+    }
+    producer.close(Duration::from_secs(5));
+    let records = read_back_with(
+        &cluster.plaintext_bootstrap_servers(),
+        topic,
+        PARTITIONS,
+        Isolation::ReadCommitted,
+        Duration::from_secs(30),
+        &[],
+    );
+    let ids = payload_ids(&records);
+    // The aborted ids may not appear at all: only the committed ones bound what is read.
+    let verdict = check_exactly_once(&ids, &committed, &committed);
+    assert!(verdict.starts_with("120 records read"), "{verdict}");
+}
+
 // A connection lost for another reason than a refusal is not fatal: the producer reconnects,
 // with a new handshake, as over plaintext.
 #[test]
