@@ -79,6 +79,17 @@ pub enum ProduceError {
         mechanism: String,
         reason: String,
     },
+    /// The TLS handshake with a broker was refused (`security.protocol=SSL` or `SASL_SSL`):
+    /// its certificate did not verify (unknown authority, expired, not valid for the host),
+    /// it refused the producer's client certificate or its absence, or the two share no TLS
+    /// version. The producer is stopped, as by [`ProduceError::Authentication`], and opens no
+    /// further connection. The record was not appended by this producer after the error.
+    #[error("TLS with {broker} failed: {reason}; the producer is stopped")]
+    Tls {
+        /// The broker, by id and address (or the bootstrap address).
+        broker: String,
+        reason: String,
+    },
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,

@@ -59,12 +59,27 @@ fn plaintext_is_the_default_and_carries_no_sasl() {
 }
 
 #[test]
-fn tls_protocols_are_refused_as_not_supported_yet_naming_the_key() {
-    for value in ["SSL", "SASL_SSL"] {
-        let e = build(&[("security.protocol", value)]).unwrap_err();
-        assert_eq!(e.keys(), ["security.protocol"]);
-        assert!(e.to_string().contains("not supported yet"), "{e}");
-    }
+fn sasl_ssl_needs_the_mechanism_and_credentials_sasl_plaintext_needs() {
+    let e = build(&[("security.protocol", "SASL_SSL")]).unwrap_err();
+    assert_eq!(conflict_keys(&e), ["sasl.mechanism", "security.protocol"]);
+    assert!(e.to_string().contains("security.protocol=SASL_SSL"), "{e}");
+    let config = build(&[
+        ("security.protocol", "sasl_ssl"),
+        ("sasl.mechanism", "SCRAM-SHA-512"),
+        ("sasl.jaas.config", &jaas(SCRAM_MODULE, "alice", "s3cret")),
+    ])
+    .unwrap();
+    assert_eq!(config.security_protocol, SecurityProtocol::SaslSsl);
+    assert_eq!(config.sasl.unwrap().mechanism, SaslMechanism::ScramSha512);
+    assert!(config.tls.is_some());
+    // Credentials under SSL alone would never be sent.
+    let e = build(&[
+        ("security.protocol", "SSL"),
+        ("sasl.jaas.config", &jaas(PLAIN_MODULE, "alice", "s3cret")),
+    ])
+    .unwrap_err();
+    assert_eq!(conflict_keys(&e), ["sasl.jaas.config", "security.protocol"]);
+    assert!(e.to_string().contains("security.protocol=SASL_SSL"), "{e}");
 }
 
 #[test]

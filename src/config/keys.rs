@@ -53,12 +53,41 @@ pub const COMPRESSION_GZIP_LEVEL: &str = "compression.gzip.level";
 pub const COMPRESSION_LZ4_LEVEL: &str = "compression.lz4.level";
 /// `compression.zstd.level`
 pub const COMPRESSION_ZSTD_LEVEL: &str = "compression.zstd.level";
-/// `security.protocol`: `PLAINTEXT` or `SASL_PLAINTEXT`.
+/// `security.protocol`: `PLAINTEXT`, `SASL_PLAINTEXT`, `SSL` or `SASL_SSL`.
 pub const SECURITY_PROTOCOL: &str = "security.protocol";
 /// `sasl.mechanism`: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
 pub const SASL_MECHANISM: &str = "sasl.mechanism";
 /// `sasl.jaas.config`: the login module and its credentials, as Java writes it.
 pub const SASL_JAAS_CONFIG: &str = "sasl.jaas.config";
+/// `ssl.truststore.type`: `PEM` only.
+pub const SSL_TRUSTSTORE_TYPE: &str = "ssl.truststore.type";
+/// `ssl.truststore.certificates`: the trusted certificates as PEM text.
+pub const SSL_TRUSTSTORE_CERTIFICATES: &str = "ssl.truststore.certificates";
+/// `ssl.truststore.location`: a PEM file of trusted certificates.
+pub const SSL_TRUSTSTORE_LOCATION: &str = "ssl.truststore.location";
+/// `ssl.truststore.password`: accepted only when empty (PEM stores have none).
+pub const SSL_TRUSTSTORE_PASSWORD: &str = "ssl.truststore.password";
+/// `ssl.keystore.type`: `PEM` only.
+pub const SSL_KEYSTORE_TYPE: &str = "ssl.keystore.type";
+/// `ssl.keystore.certificate.chain`: the client certificate chain as PEM text.
+pub const SSL_KEYSTORE_CERTIFICATE_CHAIN: &str = "ssl.keystore.certificate.chain";
+/// `ssl.keystore.key`: the client's private key as PEM text (unencrypted).
+pub const SSL_KEYSTORE_KEY: &str = "ssl.keystore.key";
+/// `ssl.keystore.location`: one PEM file with the client's key and certificate chain.
+pub const SSL_KEYSTORE_LOCATION: &str = "ssl.keystore.location";
+/// `ssl.keystore.password`: accepted only when empty (PEM stores have none).
+pub const SSL_KEYSTORE_PASSWORD: &str = "ssl.keystore.password";
+/// `ssl.key.password`: accepted only when empty (encrypted keys are not read).
+pub const SSL_KEY_PASSWORD: &str = "ssl.key.password";
+/// `ssl.endpoint.identification.algorithm`: `https` (default) checks the broker's name; empty
+/// does not.
+pub const SSL_ENDPOINT_IDENTIFICATION_ALGORITHM: &str = "ssl.endpoint.identification.algorithm";
+/// `ssl.protocol`: `TLSv1.3`, `TLSv1.2` or `TLS`; rustls negotiates the version.
+pub const SSL_PROTOCOL: &str = "ssl.protocol";
+/// `ssl.enabled.protocols`: the TLS versions offered, of `TLSv1.2` and `TLSv1.3`.
+pub const SSL_ENABLED_PROTOCOLS: &str = "ssl.enabled.protocols";
+/// `ssl.cipher.suites`: accepted only when empty (rustls's default suites).
+pub const SSL_CIPHER_SUITES: &str = "ssl.cipher.suites";
 /// `partitioner.class`: accepted only when empty (the built-in partitioner).
 pub const PARTITIONER_CLASS: &str = "partitioner.class";
 /// `interceptor.classes`: accepted only when empty.
@@ -108,6 +137,20 @@ pub(super) const RECOGNIZED: &[&str] = &[
     SECURITY_PROTOCOL,
     SASL_MECHANISM,
     SASL_JAAS_CONFIG,
+    SSL_TRUSTSTORE_TYPE,
+    SSL_TRUSTSTORE_CERTIFICATES,
+    SSL_TRUSTSTORE_LOCATION,
+    SSL_TRUSTSTORE_PASSWORD,
+    SSL_KEYSTORE_TYPE,
+    SSL_KEYSTORE_CERTIFICATE_CHAIN,
+    SSL_KEYSTORE_KEY,
+    SSL_KEYSTORE_LOCATION,
+    SSL_KEYSTORE_PASSWORD,
+    SSL_KEY_PASSWORD,
+    SSL_ENDPOINT_IDENTIFICATION_ALGORITHM,
+    SSL_PROTOCOL,
+    SSL_ENABLED_PROTOCOLS,
+    SSL_CIPHER_SUITES,
     PARTITIONER_CLASS,
     INTERCEPTOR_CLASSES,
     TRANSACTION_TWO_PHASE_COMMIT_ENABLE,
@@ -168,6 +211,10 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
         Check::OneOf(&["INFO", "DEBUG", "TRACE"]),
     ),
     ("metric.reporters", Check::Any),
+    ("ssl.provider", Check::Any),
+    ("ssl.keymanager.algorithm", Check::Any),
+    ("ssl.trustmanager.algorithm", Check::Any),
+    ("ssl.secure.random.implementation", Check::Any),
 ];
 
 /// Java producer keys that have no effect in kacrab. They are accepted, so a properties file
@@ -183,6 +230,9 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 /// - `client.dns.lookup`: every resolved address is tried (Java's default, `use_all_dns_ips`).
 /// - `enable.metrics.push`, `metrics.sample.window.ms`, `metrics.num.samples`,
 ///   `metrics.recording.level`, `metric.reporters`: no Java metrics subsystem.
+/// - `ssl.provider`, `ssl.keymanager.algorithm`, `ssl.trustmanager.algorithm`,
+///   `ssl.secure.random.implementation`: names of Java security providers and algorithms; TLS
+///   runs on rustls with the `ring` provider and the operating system's random source.
 pub fn ignored_keys() -> impl Iterator<Item = &'static str> {
     IGNORED.iter().map(|(key, _)| *key)
 }
@@ -198,8 +248,9 @@ pub(super) fn ignored_check(key: &str) -> Option<Check> {
 /// does not apply.
 pub(super) fn unknown_key_hint(key: &str) -> String {
     if key.starts_with("ssl.") {
-        return "; kacrab connects with PLAINTEXT or SASL_PLAINTEXT only, so TLS settings do not \
-                apply"
+        return "; of the TLS settings kacrab reads PEM stores (`ssl.truststore.*`, \
+                `ssl.keystore.*`), `ssl.endpoint.identification.algorithm`, `ssl.protocol`, \
+                `ssl.enabled.protocols` and `ssl.cipher.suites`"
             .to_string();
     }
     if key.starts_with("sasl.") {

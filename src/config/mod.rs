@@ -11,10 +11,11 @@
 //! - An unknown key is an error. Java logs a warning and ignores it, which leaves a mistyped
 //!   key's default silently in place.
 //! - `client.id` defaults to `kacrab`; Java uses `producer-N`, or `producer-<transactional.id>`.
-//! - `security.protocol` must be `PLAINTEXT` or `SASL_PLAINTEXT`, the latter with
-//!   `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 and the credentials in
-//!   `sasl.jaas.config` (see [`security`]); `partitioner.class` and `interceptor.classes` must
-//!   be empty and
+//! - `security.protocol` may be `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`, the SASL
+//!   ones with `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 and the credentials in
+//!   `sasl.jaas.config` (see [`security`]); TLS stores are PEM only (see [`tls`]), and
+//!   `ssl.*` keys that set a store are refused without TLS; `partitioner.class` and
+//!   `interceptor.classes` must be empty and
 //!   `transaction.two.phase.commit.enable` must be `false`.
 //! - `transaction.timeout.ms` and `socket.connection.setup.timeout.ms`, which Java leaves
 //!   unchecked, must not be negative: they become a [`Duration`].
@@ -28,9 +29,11 @@ use std::time::Duration;
 pub mod keys;
 mod parse;
 pub mod security;
+pub mod tls;
 
 use parse::Unit;
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
+pub use tls::{TlsConfig, TrustSource};
 
 use crate::protocol::compression::{self, Codec};
 
@@ -193,8 +196,11 @@ pub struct ProducerConfig {
     pub max_response_size: usize,
     /// `security.protocol`, default `PLAINTEXT`.
     pub security_protocol: SecurityProtocol,
-    /// `sasl.mechanism` and the credentials of `sasl.jaas.config`, under `SASL_PLAINTEXT`.
+    /// `sasl.mechanism` and the credentials of `sasl.jaas.config`, under `SASL_PLAINTEXT` and
+    /// `SASL_SSL`.
     pub sasl: Option<SaslConfig>,
+    /// The `ssl.*` settings, under `SSL` and `SASL_SSL`.
+    pub tls: Option<TlsConfig>,
 }
 
 /// Java's `ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION_FOR_IDEMPOTENCE`: the broker
@@ -722,7 +728,7 @@ impl ProducerConfigBuilder {
             (shards, _) => shards,
         };
 
-        let (security_protocol, sasl) = e.security.build()?;
+        let security = e.security.build()?;
 
         let reconnect_backoff_ms = e.reconnect_backoff_ms.unwrap_or(50);
         // CommonClientConfigs.postProcessReconnectBackoffConfigs: setting only the initial
@@ -775,8 +781,9 @@ impl ProducerConfigBuilder {
                 .filter(|&us| us > 0)
                 .map(|us| Duration::from_micros(us.unsigned_abs())),
             max_response_size: e.max_response_size.unwrap_or(100 * 1024 * 1024),
-            security_protocol,
-            sasl,
+            security_protocol: security.protocol,
+            sasl: security.sasl,
+            tls: security.tls,
         })
     }
 }

@@ -1,13 +1,15 @@
 //! `security.protocol`, `sasl.mechanism` and `sasl.jaas.config`: how the producer
-//! authenticates to brokers.
+//! authenticates to brokers, and whether connections are encrypted (the `ssl.*` keys are read
+//! in `tls`).
 //!
-//! kacrab speaks `PLAINTEXT` and `SASL_PLAINTEXT` with the PLAIN, SCRAM-SHA-256 and
-//! SCRAM-SHA-512 mechanisms. Credentials come from `sasl.jaas.config` written as the Java
+//! kacrab speaks `PLAINTEXT`, `SSL`, and `SASL_PLAINTEXT` and `SASL_SSL` with the PLAIN,
+//! SCRAM-SHA-256 and SCRAM-SHA-512 mechanisms. Credentials come from `sasl.jaas.config` written as the Java
 //! client reads it (Kafka's `JaasConfig`): one login module, a control flag, `key=value`
 //! options and a closing `;`. A password never appears in an error or in `Debug` output.
 
 use std::fmt;
 
+use super::tls::{ExplicitTls, TlsConfig};
 use super::{keys, parse, ConfigError};
 
 /// What an error shows in place of a `sasl.jaas.config` value: it holds a password.
@@ -22,6 +24,10 @@ pub enum SecurityProtocol {
     Plaintext,
     /// `SASL_PLAINTEXT`: SASL authentication on every new connection, no encryption.
     SaslPlaintext,
+    /// `SSL`: TLS; the broker may authenticate the producer by its certificate.
+    Ssl,
+    /// `SASL_SSL`: TLS, then SASL authentication inside it.
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -30,7 +36,22 @@ impl SecurityProtocol {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
+    }
+
+    /// Connections run TLS.
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Connections authenticate with SASL.
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
     }
 }
 
@@ -95,7 +116,7 @@ impl fmt::Debug for Password {
     }
 }
 
-/// The SASL settings of a `SASL_PLAINTEXT` producer.
+/// The SASL settings of a `SASL_PLAINTEXT` or `SASL_SSL` producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslConfig {
     pub mechanism: SaslMechanism,
@@ -109,6 +130,14 @@ pub(super) struct ExplicitSecurity {
     protocol: Option<SecurityProtocol>,
     mechanism: Option<SaslMechanism>,
     jaas: Option<JaasEntry>,
+    tls: ExplicitTls,
+}
+
+/// The effective security settings.
+pub(super) struct Security {
+    pub protocol: SecurityProtocol,
+    pub sasl: Option<SaslConfig>,
+    pub tls: Option<TlsConfig>,
 }
 
 /// The one login module of a `sasl.jaas.config`.
@@ -126,44 +155,77 @@ impl ExplicitSecurity {
             keys::SECURITY_PROTOCOL => self.protocol = Some(protocol(key, raw)?),
             keys::SASL_MECHANISM => self.mechanism = Some(mechanism(key, raw)?),
             keys::SASL_JAAS_CONFIG => self.jaas = Some(jaas_config(key, raw)?),
-            _ => return Ok(false),
+            _ => return self.tls.apply(key, raw),
         }
         Ok(true)
     }
 
-    /// The effective protocol and SASL settings, or the rule the keys break together.
-    pub(super) fn build(self) -> Result<(SecurityProtocol, Option<SaslConfig>), ConfigError> {
+    /// The effective protocol, SASL and TLS settings, or the rule the keys break together.
+    pub(super) fn build(self) -> Result<Security, ConfigError> {
         use keys::{SASL_JAAS_CONFIG, SASL_MECHANISM, SECURITY_PROTOCOL};
         let protocol = self.protocol.unwrap_or_default();
-        if protocol == SecurityProtocol::Plaintext {
-            // Java ignores SASL keys under PLAINTEXT; credentials that would never be sent are
-            // more likely a forgotten `security.protocol` than an intent.
-            if self.jaas.is_some() {
+        let tls = if protocol.uses_tls() {
+            Some(self.tls.build()?)
+        } else {
+            // Java ignores `ssl.*` keys without TLS; a truststore or a client certificate that
+            // would never be used is more likely a forgotten `security.protocol` than an intent.
+            let stores = self.tls.stores_set();
+            if let Some(first) = stores.first() {
+                let mut keys: Vec<String> = stores.iter().map(|k| k.to_string()).collect();
+                keys.push(SECURITY_PROTOCOL.into());
                 return Err(ConfigError::Conflict {
-                    keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
-                    rule: "`sasl.jaas.config` is set but `security.protocol` is PLAINTEXT, which \
-                           never sends it; set `security.protocol=SASL_PLAINTEXT`"
-                        .to_string(),
+                    keys,
+                    rule: format!(
+                        "`{first}` is set but `security.protocol` is {}, which does not use TLS; \
+                         set `security.protocol=SSL` or `SASL_SSL`",
+                        protocol.as_str()
+                    ),
                 });
             }
-            return Ok((protocol, None));
+            None
+        };
+        if !protocol.uses_sasl() {
+            // Java ignores SASL keys without SASL; credentials that would never be sent are
+            // more likely a forgotten `security.protocol` than an intent.
+            if self.jaas.is_some() {
+                let fix = if protocol.uses_tls() {
+                    "SASL_SSL"
+                } else {
+                    "SASL_PLAINTEXT"
+                };
+                return Err(ConfigError::Conflict {
+                    keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
+                    rule: format!(
+                        "`sasl.jaas.config` is set but `security.protocol` is {}, which never \
+                         sends it; set `security.protocol={fix}`",
+                        protocol.as_str()
+                    ),
+                });
+            }
+            return Ok(Security {
+                protocol,
+                sasl: None,
+                tls,
+            });
         }
         let Some(mechanism) = self.mechanism else {
             return Err(ConfigError::Conflict {
                 keys: vec![SASL_MECHANISM.into(), SECURITY_PROTOCOL.into()],
-                rule: "`security.protocol=SASL_PLAINTEXT` needs `sasl.mechanism`: its Java \
-                       default, GSSAPI, is not supported; set PLAIN, SCRAM-SHA-256 or \
-                       SCRAM-SHA-512"
-                    .to_string(),
+                rule: format!(
+                    "`security.protocol={}` needs `sasl.mechanism`: its Java default, GSSAPI, is \
+                     not supported; set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                    protocol.as_str()
+                ),
             });
         };
         let Some(jaas) = self.jaas else {
             return Err(ConfigError::Conflict {
                 keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
                 rule: format!(
-                    "`security.protocol=SASL_PLAINTEXT` needs `sasl.jaas.config` with the \
-                     credentials, e.g. `{} required username=\"alice\" password=\"...\";` (a \
-                     JAAS file named by a system property is not read)",
+                    "`security.protocol={}` needs `sasl.jaas.config` with the credentials, e.g. \
+                     `{} required username=\"alice\" password=\"...\";` (a JAAS file named by \
+                     a system property is not read)",
+                    protocol.as_str(),
                     mechanism.login_module()
                 ),
             });
@@ -180,14 +242,15 @@ impl ExplicitSecurity {
                 ),
             });
         }
-        Ok((
+        Ok(Security {
             protocol,
-            Some(SaslConfig {
+            sasl: Some(SaslConfig {
                 mechanism,
                 username: jaas.username,
                 password: jaas.password,
             }),
-        ))
+            tls,
+        })
     }
 }
 
@@ -198,17 +261,15 @@ fn protocol(key: &str, raw: &str) -> Result<SecurityProtocol, ConfigError> {
         Ok(SecurityProtocol::Plaintext)
     } else if v.eq_ignore_ascii_case("SASL_PLAINTEXT") {
         Ok(SecurityProtocol::SaslPlaintext)
-    } else if v.eq_ignore_ascii_case("SSL") || v.eq_ignore_ascii_case("SASL_SSL") {
-        Err(parse::invalid(
-            key,
-            raw,
-            "TLS is not supported yet; use PLAINTEXT or SASL_PLAINTEXT",
-        ))
+    } else if v.eq_ignore_ascii_case("SSL") {
+        Ok(SecurityProtocol::Ssl)
+    } else if v.eq_ignore_ascii_case("SASL_SSL") {
+        Ok(SecurityProtocol::SaslSsl)
     } else {
         Err(parse::invalid(
             key,
             raw,
-            "must be one of PLAINTEXT, SASL_PLAINTEXT (SSL and SASL_SSL are not supported yet)",
+            "must be one of PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL",
         ))
     }
 }

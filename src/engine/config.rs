@@ -35,7 +35,8 @@ pub struct EngineConfig {
     /// This engine sends InitProducerId when no identity is in force. In a sharded producer
     /// exactly one engine owns the identity; the others adopt what it obtains.
     pub owns_identity: bool,
-    /// Authenticate every new connection with SASL (`security.protocol=SASL_PLAINTEXT`).
+    /// Authenticate every new connection with SASL (`security.protocol=SASL_PLAINTEXT` or
+    /// `SASL_SSL`, inside TLS then).
     pub sasl: Option<SaslConfig>,
 }
 

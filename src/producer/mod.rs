@@ -180,6 +180,7 @@ impl Producer {
             txn_status: txn_status.clone(),
             max_frame: config.max_response_size,
             connection_setup_timeout: config.socket_connection_setup_timeout,
+            tls: config.tls.as_ref().map(|tls| tls.client_config()),
             counters: counters.clone(),
             metrics: metrics.clone(),
         });

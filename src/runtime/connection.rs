@@ -2,6 +2,12 @@
 //! writer task that writes request frames in order. Dropping a [`ConnectionTasks`] cancels
 //! both tasks and closes the socket.
 //!
+//! Under `SSL` and `SASL_SSL` the connect task also runs the TLS handshake (rustls through
+//! `futures-rustls`) and both tasks go through the TLS stream; the plaintext tasks are the
+//! same functions instantiated for the bare socket, so plaintext writes keep their vectored
+//! `sendmsg` and nothing of TLS is on their path. A handshake the broker refuses or whose
+//! certificate is refused is [`ConnectionError::Tls`], which the engine treats as fatal.
+//!
 //! Every failure ends the connection with a typed [`ConnectionError`]; nothing a peer sends
 //! can panic the shard or make it allocate more than `kacrab.max.response.bytes` (and a frame
 //! body is allocated as its bytes arrive, not when its length prefix claims them).
@@ -19,7 +25,8 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_lite::future;
-use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use futures_lite::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use futures_rustls::client::TlsStream;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use glommio::Task;
@@ -29,6 +36,7 @@ use crate::protocol::wire::{self, Frame};
 
 use super::sendmsg;
 use super::stats::{ConnectionError, FramePart, LiveGuard, RuntimeCounters};
+use super::tls::{handshake, tls_refusal};
 
 /// What a connection reports to its shard's driver.
 pub(crate) enum ConnectionEvent {
@@ -65,6 +73,8 @@ pub(crate) struct ConnectionSetup {
     pub connect_timeout: Duration,
     pub max_frame: usize,
     pub rotation: Rc<AddressRotation>,
+    /// `SSL` and `SASL_SSL`: every connection runs TLS with this configuration.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// Frames queued together are gathered into one write up to this many bytes.
@@ -136,32 +146,22 @@ pub(crate) fn spawn_connect(
                     stream,
                     _open: setup.counters.socket_guard(),
                 };
-                let fd = stream.stream.as_raw_fd();
-                let (reader, writer) = futures_lite::io::split(stream);
-                let (frames_tx, frames_rx) = local_channel::new_unbounded();
-                let reader_task = glommio::spawn_local(read_frames(
-                    node,
-                    generation,
-                    reader,
-                    setup.clone(),
-                    setup.counters.task_guard(),
-                ));
-                let writer_task = glommio::spawn_local(write_frames(
-                    node,
-                    generation,
-                    fd,
-                    writer,
-                    frames_rx,
-                    setup.events.clone(),
-                    setup.counters.task_guard(),
-                ));
-                ConnectionEvent::Connected {
-                    node,
-                    generation,
-                    tasks: ConnectionTasks {
-                        writer: frames_tx,
-                        _reader: reader_task,
-                        _writer: writer_task,
+                match &setup.tls {
+                    None => {
+                        let fd = stream.stream.as_raw_fd();
+                        let (reader, writer) = futures_lite::io::split(stream);
+                        start_tasks(node, generation, reader, PlainOut { fd, writer }, &setup)
+                    }
+                    Some(tls) => match handshake(tls, &address, stream).await {
+                        Ok(stream) => {
+                            let (reader, writer) = futures_lite::io::split(stream);
+                            start_tasks(node, generation, reader, TlsOut { writer }, &setup)
+                        }
+                        Err(error) => ConnectionEvent::Closed {
+                            node,
+                            generation,
+                            error,
+                        },
                     },
                 }
             }
@@ -174,6 +174,46 @@ pub(crate) fn spawn_connect(
         // The driver holds the receiver for the shard's life; if it is gone, so is the shard.
         let _ = setup.events.try_send(event);
     })
+}
+
+/// Spawns the reader and writer tasks of an established (and, under TLS, handshaken)
+/// connection.
+fn start_tasks<R, W>(
+    node: NodeId,
+    generation: u64,
+    reader: R,
+    writer: W,
+    setup: &ConnectionSetup,
+) -> ConnectionEvent
+where
+    R: AsyncRead + Unpin + 'static,
+    W: FrameOut + 'static,
+{
+    let (frames_tx, frames_rx) = local_channel::new_unbounded();
+    let reader_task = glommio::spawn_local(read_frames(
+        node,
+        generation,
+        reader,
+        setup.clone(),
+        setup.counters.task_guard(),
+    ));
+    let writer_task = glommio::spawn_local(write_frames(
+        node,
+        generation,
+        writer,
+        frames_rx,
+        setup.events.clone(),
+        setup.counters.task_guard(),
+    ));
+    ConnectionEvent::Connected {
+        node,
+        generation,
+        tasks: ConnectionTasks {
+            writer: frames_tx,
+            _reader: reader_task,
+            _writer: writer_task,
+        },
+    }
 }
 
 async fn connect(
@@ -244,7 +284,7 @@ async fn connect_any(
 }
 
 /// A broker socket counted in [`RuntimeCounters`] until it is closed (dropped).
-struct CountedStream {
+pub(super) struct CountedStream {
     stream: TcpStream,
     _open: LiveGuard,
 }
@@ -291,7 +331,14 @@ async fn read_full(reader: &mut (impl AsyncRead + Unpin), buf: &mut [u8]) -> io:
     Ok(filled)
 }
 
-fn read_error(err: io::Error) -> ConnectionError {
+/// `client_certificate`: the producer has one to show (a TLS connection's), for the hint of a
+/// refusal.
+fn read_error(err: io::Error, client_certificate: bool) -> ConnectionError {
+    // TLS 1.3 finishes the client's side of the handshake before the broker has checked the
+    // client's certificate: a refusal of it arrives as an alert on the first read.
+    if let Some(reason) = tls_refusal(&err, client_certificate) {
+        return ConnectionError::Tls { reason };
+    }
     ConnectionError::Read {
         kind: err.kind(),
         message: err.to_string(),
@@ -302,7 +349,9 @@ fn read_error(err: io::Error) -> ConnectionError {
 async fn read_frame(
     reader: &mut (impl AsyncRead + Unpin),
     max_frame: usize,
+    client_certificate: bool,
 ) -> Result<Bytes, ConnectionError> {
+    let read_error = |err| read_error(err, client_certificate);
     let mut prefix = [0u8; 4];
     match read_full(reader, &mut prefix).await.map_err(read_error)? {
         0 => return Err(ConnectionError::ClosedByPeer),
@@ -342,12 +391,16 @@ async fn read_frame(
 async fn read_frames(
     node: NodeId,
     generation: u64,
-    mut reader: futures_lite::io::ReadHalf<CountedStream>,
+    mut reader: impl AsyncRead + Unpin,
     setup: ConnectionSetup,
     _guard: LiveGuard,
 ) {
+    let client_certificate = setup
+        .tls
+        .as_ref()
+        .is_some_and(|tls| tls.client_auth_cert_resolver.has_certs());
     loop {
-        let event = match read_frame(&mut reader, setup.max_frame).await {
+        let event = match read_frame(&mut reader, setup.max_frame, client_certificate).await {
             Ok(body) => ConnectionEvent::Frame {
                 node,
                 generation,
@@ -366,18 +419,56 @@ async fn read_frames(
     }
 }
 
+/// Where a connection's writer puts the pieces of one write.
+trait FrameOut {
+    /// Writes every piece, in order, or fails.
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()>;
+}
+
+/// A plaintext socket: the pieces go out as the slices of vectored `sendmsg` calls on its
+/// descriptor. `writer` holds the stream, and so keeps `fd` open, for as long as this lives.
+struct PlainOut {
+    fd: RawFd,
+    writer: futures_lite::io::WriteHalf<CountedStream>,
+}
+
+impl FrameOut for PlainOut {
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()> {
+        let fd = self.fd;
+        sendmsg::write_pieces(
+            |slices| sendmsg::send_vectored(fd, slices),
+            &mut self.writer,
+            pieces,
+        )
+        .await
+    }
+}
+
+/// A TLS stream: each piece is encrypted into rustls's buffer (one copy, which encryption
+/// needs anyway) and the records are written to the socket; the flush sends what is left.
+struct TlsOut {
+    writer: futures_lite::io::WriteHalf<TlsStream<CountedStream>>,
+}
+
+impl FrameOut for TlsOut {
+    async fn write_all_pieces(&mut self, pieces: &[Bytes]) -> io::Result<()> {
+        for piece in pieces {
+            self.writer.write_all(piece).await?;
+        }
+        self.writer.flush().await
+    }
+}
+
 /// Writes the frames queued for one connection, in order.
 ///
 /// Whatever is queued when the writer wakes goes out together, up to [`COALESCE_LIMIT`] bytes:
 /// small segments (request headers, small frames) are copied into one run, larger ones (record
-/// batches) are sent from where they are, all as the slices of one vectored `sendmsg` (see
-/// `sendmsg.rs`). `fd` is the descriptor of the stream `writer` writes to; `writer` holds the
-/// stream, and so keeps the descriptor open, for as long as this task runs.
+/// batches) are written from where they are; on a plaintext socket, all as the slices of one
+/// vectored `sendmsg` (see `sendmsg.rs`).
 async fn write_frames(
     node: NodeId,
     generation: u64,
-    fd: RawFd,
-    mut writer: futures_lite::io::WriteHalf<CountedStream>,
+    mut out: impl FrameOut,
     frames: LocalReceiver<Frame>,
     events: Rc<LocalSender<ConnectionEvent>>,
     _guard: LiveGuard,
@@ -398,12 +489,7 @@ async fn write_frames(
         if !run.is_empty() {
             pieces.push(run.split().freeze());
         }
-        let result = sendmsg::write_pieces(
-            |slices| sendmsg::send_vectored(fd, slices),
-            &mut writer,
-            &pieces,
-        )
-        .await;
+        let result = out.write_all_pieces(&pieces).await;
         // Dropping the pieces hands the run's buffer back to `run` for the next write.
         pieces.clear();
         if let Err(err) = result {
@@ -480,7 +566,7 @@ mod tests {
 
     fn read(bytes: &[u8], max_frame: usize) -> Result<Bytes, ConnectionError> {
         let mut reader = futures_lite::io::Cursor::new(bytes.to_vec());
-        future::block_on(read_frame(&mut reader, max_frame))
+        future::block_on(read_frame(&mut reader, max_frame, false))
     }
 
     fn frame(body: &[u8]) -> Vec<u8> {

@@ -15,6 +15,7 @@ mod sendmsg;
 pub(crate) mod shard;
 mod stats;
 pub mod ticket_ring;
+mod tls;
 pub(crate) mod txn_driver;
 mod uring;
 

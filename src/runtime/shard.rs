@@ -120,6 +120,8 @@ pub(crate) struct ShardContext {
     pub txn_status: Arc<TxnStatus>,
     pub max_frame: usize,
     pub connection_setup_timeout: Duration,
+    /// `SSL` and `SASL_SSL`: the TLS configuration of every connection.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     pub counters: Arc<RuntimeCounters>,
     /// Where this shard publishes its metrics.
     pub metrics: Arc<MetricsBoard>,
@@ -302,6 +304,7 @@ pub(crate) async fn run_shard(
         connect_timeout: ctx.connection_setup_timeout,
         max_frame: ctx.max_frame,
         rotation: Rc::default(),
+        tls: ctx.tls.clone(),
     };
     let mut connections = Connections::default();
     let mut flushes: Vec<(u64, Arc<Latch>)> = Vec::new();
@@ -643,6 +646,11 @@ fn handle_event(
             generation,
             error,
         } => {
+            // A refused TLS handshake is fatal, as a refused SASL authentication is.
+            let tls_refusal = match &error {
+                ConnectionError::Tls { reason } => Some(reason.clone()),
+                _ => None,
+            };
             if connections.current(node, generation).is_some() {
                 tracing::info!(
                     target: "kacrab::connection",
@@ -660,7 +668,10 @@ fn handle_event(
                 });
                 connections.remove(node, generation);
             }
-            engine.on_disconnected(now, node, generation);
+            match tls_refusal {
+                Some(reason) => engine.on_tls_refused(now, node, generation, reason),
+                None => engine.on_disconnected(now, node, generation),
+            }
         }
     }
 }

@@ -13,9 +13,10 @@ use crate::engine::sender::EngineStats;
 use crate::engine::{NodeId, ProducerIdAndEpoch};
 use crate::protocol::wire::WireError;
 
-/// Why the runtime closed or lost a broker connection. Every one of these closes that
-/// connection only; the engine treats it as a disconnect (requests on it have unknown
-/// outcomes) and reconnects after its backoff.
+/// Why the runtime closed or lost a broker connection. Every one of these but
+/// [`ConnectionError::Tls`] closes that connection only; the engine treats it as a disconnect
+/// (requests on it have unknown outcomes) and reconnects after its backoff. A refused TLS
+/// handshake stops the producer (`ProduceError::Tls`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectionError {
@@ -59,6 +60,12 @@ pub enum ConnectionError {
         kind: io::ErrorKind,
         message: String,
     },
+    /// The TLS handshake was refused: the broker's certificate did not verify (unknown
+    /// authority, expired, another host's name), the broker refused the producer's
+    /// certificate or its absence, or the two share no TLS version. Unlike the others, the
+    /// engine treats this one as fatal: no retry changes it.
+    #[error("TLS failed: {reason}")]
+    Tls { reason: String },
 }
 
 /// Which part of a frame a truncation cut.
@@ -139,6 +146,8 @@ pub struct RuntimeStats {
     /// Frames refused by their length prefix.
     pub refused_frames: u64,
     pub io_errors: u64,
+    /// TLS handshakes refused ([`ConnectionError::Tls`]).
+    pub tls_failures: u64,
     /// The most recent failures, oldest first (at most [`RECENT_FAILURES`]).
     pub recent_failures: Vec<ConnectionFailure>,
     /// By shard index.
@@ -219,6 +228,7 @@ pub(crate) struct RuntimeCounters {
     truncated_frames: AtomicU64,
     refused_frames: AtomicU64,
     io_errors: AtomicU64,
+    tls_failures: AtomicU64,
     recent_failures: Mutex<VecDeque<ConnectionFailure>>,
     shards: Vec<Mutex<ShardReport>>,
     /// Raised on every change a snapshot could show, for [`wait_until`](Self::wait_until).
@@ -243,6 +253,7 @@ impl RuntimeCounters {
             truncated_frames: AtomicU64::new(0),
             refused_frames: AtomicU64::new(0),
             io_errors: AtomicU64::new(0),
+            tls_failures: AtomicU64::new(0),
             recent_failures: Mutex::new(VecDeque::with_capacity(RECENT_FAILURES)),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
             generation: AtomicU64::new(0),
@@ -311,6 +322,7 @@ impl RuntimeCounters {
             truncated_frames: load(&self.truncated_frames),
             refused_frames: load(&self.refused_frames),
             io_errors: load(&self.io_errors),
+            tls_failures: load(&self.tls_failures),
             recent_failures: self
                 .recent_failures
                 .lock()
@@ -334,7 +346,9 @@ impl RuntimeCounters {
             + load(&self.abandoned)
             + load(&self.truncated_frames)
             + load(&self.refused_frames)
-            + load(&self.io_errors);
+            + load(&self.io_errors)
+            // Refused after the TCP connection was established.
+            + load(&self.tls_failures);
         (
             load(&self.sockets_open),
             load(&self.connections_established),
@@ -362,6 +376,7 @@ impl RuntimeCounters {
             ConnectionError::Truncated { .. } => &self.truncated_frames,
             ConnectionError::Frame(_) => &self.refused_frames,
             ConnectionError::Read { .. } | ConnectionError::Write { .. } => &self.io_errors,
+            ConnectionError::Tls { .. } => &self.tls_failures,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         let mut recent = self.recent_failures.lock().expect("stats lock");

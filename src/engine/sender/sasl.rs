@@ -31,9 +31,50 @@ impl<D: Delivery> Engine<D> {
         self.config.sasl.is_some()
     }
 
-    /// The engine is stopped by an authentication failure: it opens no more connections.
+    /// The engine is stopped by an authentication failure (SASL, or a refused TLS handshake):
+    /// it opens no more connections.
     pub(super) fn authentication_failed(&self) -> bool {
-        matches!(self.fatal, Some(ProduceError::Authentication { .. }))
+        matches!(
+            self.fatal,
+            Some(ProduceError::Authentication { .. } | ProduceError::Tls { .. })
+        )
+    }
+
+    /// `node`'s TLS handshake was refused (the runtime's `ConnectionError::Tls`): fatal, as a
+    /// refused SASL authentication is, so each broker sees one attempt and every waiting
+    /// record fails with [`ProduceError::Tls`].
+    pub fn on_tls_refused(&mut self, now: Micros, node: NodeId, generation: u64, reason: String) {
+        let current = self
+            .connections
+            .get(&node)
+            .is_some_and(|conn| conn.generation == generation);
+        self.on_disconnected(now, node, generation);
+        if !current || self.fatal.is_some() {
+            return;
+        }
+        let err = ProduceError::Tls {
+            broker: self.broker_name(node),
+            reason,
+        };
+        tracing::error!(target: "kacrab::connection", node, error = %err, "TLS refused");
+        self.txn_report_failure(&err, true);
+        self.fatal = Some(err);
+    }
+
+    /// The broker as errors name it: by id and address, or as a bootstrap entry.
+    fn broker_name(&self, node: NodeId) -> String {
+        let address = self
+            .metadata
+            .nodes
+            .get(&node)
+            .cloned()
+            .unwrap_or_else(|| "unknown address".to_string());
+        if node < 0 {
+            // Bootstrap entries have no broker id yet.
+            format!("bootstrap server {address}")
+        } else {
+            format!("broker {node} ({address})")
+        }
     }
 
     /// Starts authenticating `node`'s connection, whose ApiVersions answer has just arrived.
@@ -236,20 +277,8 @@ impl<D: Delivery> Engine<D> {
         if self.fatal.is_some() {
             return;
         }
-        let address = self
-            .metadata
-            .nodes
-            .get(&node)
-            .cloned()
-            .unwrap_or_else(|| "unknown address".to_string());
-        let broker = if node < 0 {
-            // Bootstrap entries have no broker id yet.
-            format!("bootstrap server {address}")
-        } else {
-            format!("broker {node} ({address})")
-        };
         let err = ProduceError::Authentication {
-            broker,
+            broker: self.broker_name(node),
             mechanism: mechanism.to_string(),
             reason,
         };

@@ -262,7 +262,7 @@ impl<D: Delivery> Engine<D> {
                 | ProduceError::TransactionAbortable(_)
         ) || (matches!(
             error,
-            ProduceError::Fatal(_) | ProduceError::Authentication { .. }
+            ProduceError::Fatal(_) | ProduceError::Authentication { .. } | ProduceError::Tls { .. }
         ) && !fatal)
         {
             return;

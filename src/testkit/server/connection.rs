@@ -15,26 +15,61 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::handlers::{self, Reply, RequestContext};
 use super::sasl::{self, SaslListener, SaslSession, SaslStep};
-use super::{api_versions, FaultAction, Shared, MAX_FRAME_BYTES};
+use super::{api_versions, FaultAction, Listener, Shared, MAX_FRAME_BYTES};
 
 const BUFFER_BYTES: usize = 256 * 1024;
 
-pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &AtomicBool) {
+pub(super) fn serve(
+    shared: &Shared,
+    broker: i32,
+    listener: Listener,
+    stream: TcpStream,
+    closed: &AtomicBool,
+) {
     let _ = stream.set_nodelay(true);
-    let Ok(write_half) = stream.try_clone() else {
+    let Ok(control) = stream.try_clone() else {
         return;
     };
-    let mut reader = BufReader::with_capacity(BUFFER_BYTES, stream);
-    let mut writer = BufWriter::with_capacity(BUFFER_BYTES, write_half);
+    match (listener, shared.tls()) {
+        (Listener::Primary, Some(tls)) => match tls.accept(stream) {
+            Ok(socket) => {
+                shared
+                    .stats()
+                    .count_tls_handshake(broker, Some(socket.version()));
+                serve_on(shared, broker, listener, socket.clone(), socket, closed);
+            }
+            Err(_) => shared.stats().count_tls_handshake(broker, None),
+        },
+        _ => {
+            if let Ok(write_half) = control.try_clone() {
+                serve_on(shared, broker, listener, stream, write_half, closed);
+            }
+        }
+    }
+    let _ = control.shutdown(Shutdown::Both);
+}
+
+/// Serves a connection's requests over `input` and `output` (the two halves of a socket, or
+/// one TLS stream twice) until it ends.
+fn serve_on(
+    shared: &Shared,
+    broker: i32,
+    listener: Listener,
+    input: impl Read,
+    output: impl Write,
+    closed: &AtomicBool,
+) {
+    let mut reader = BufReader::with_capacity(BUFFER_BYTES, input);
+    let mut writer = BufWriter::with_capacity(BUFFER_BYTES, output);
     // A SASL listener's connection is served only once authenticated.
     let mut session = shared.sasl().map(|_| SaslSession::Handshake);
     // After SaslHandshake v0 the client's frames are bare tokens until it is authenticated.
     let mut bare_tokens = false;
     let mut requests: u64 = 0;
     while !closed.load(Ordering::Relaxed) {
-        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+        if let (Some(sasl), Some(session)) = (shared.sasl(), session.as_mut()) {
             if bare_tokens && !session.is_authenticated() {
-                if !bare_token_step(shared, broker, listener, session, &mut reader, &mut writer) {
+                if !bare_token_step(shared, broker, sasl, session, &mut reader, &mut writer) {
                     break;
                 }
                 continue;
@@ -51,12 +86,12 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
             shared.stats().count_ended_session();
             break;
         }
-        if let (Some(listener), Some(session)) = (shared.sasl(), session.as_mut()) {
+        if let (Some(sasl), Some(session)) = (shared.sasl(), session.as_mut()) {
             if !session.is_authenticated() {
                 match authenticate_step(
                     shared,
                     broker,
-                    listener,
+                    sasl,
                     session,
                     frame,
                     requests,
@@ -74,7 +109,7 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
                 }
             }
         }
-        match serve_frame(shared, broker, closed, frame, &mut writer) {
+        match serve_frame(shared, broker, listener, closed, frame, &mut writer) {
             Step::Continue => {}
             Step::Close => break,
         }
@@ -83,7 +118,6 @@ pub(super) fn serve(shared: &Shared, broker: i32, stream: TcpStream, closed: &At
         }
     }
     let _ = writer.flush();
-    let _ = writer.get_ref().shutdown(Shutdown::Both);
 }
 
 enum Step {
@@ -101,8 +135,8 @@ fn bare_token_step(
     broker: i32,
     listener: &SaslListener,
     session: &mut SaslSession,
-    reader: &mut BufReader<TcpStream>,
-    writer: &mut BufWriter<TcpStream>,
+    reader: &mut BufReader<impl Read>,
+    writer: &mut BufWriter<impl Write>,
 ) -> bool {
     let mut length = [0u8; 4];
     if reader.read_exact(&mut length).is_err() {
@@ -145,7 +179,7 @@ fn authenticate_step(
     session: &mut SaslSession,
     frame: Bytes,
     requests: u64,
-    writer: &mut BufWriter<TcpStream>,
+    writer: &mut BufWriter<impl Write>,
     bare_tokens: &mut bool,
 ) -> Option<Bytes> {
     if frame.len() >= 8 {
@@ -187,7 +221,7 @@ fn authenticate_step(
 }
 
 /// Reads one request body; `None` on EOF, error or an oversized or negative length.
-fn read_frame(reader: &mut BufReader<TcpStream>) -> Option<Bytes> {
+fn read_frame(reader: &mut BufReader<impl Read>) -> Option<Bytes> {
     let mut length = [0u8; 4];
     reader.read_exact(&mut length).ok()?;
     let length = usize::try_from(i32::from_be_bytes(length)).ok()?;
@@ -216,9 +250,10 @@ pub(super) fn wall_clock_ms() -> i64 {
 fn serve_frame(
     shared: &Shared,
     broker: i32,
+    listener: Listener,
     closed: &AtomicBool,
     frame: Bytes,
-    writer: &mut BufWriter<TcpStream>,
+    writer: &mut BufWriter<impl Write>,
 ) -> Step {
     let request = match parse_request(shared, broker, frame) {
         Ok(request) => request,
@@ -256,6 +291,7 @@ fn serve_frame(
             let (reply, _) = answer_request(
                 shared,
                 broker,
+                listener,
                 closed,
                 request.clone(),
                 None,
@@ -269,7 +305,15 @@ fn serve_frame(
         _ => None,
     };
 
-    let (reply, out) = answer_request(shared, broker, closed, request, injected, wall_clock_ms());
+    let (reply, out) = answer_request(
+        shared,
+        broker,
+        listener,
+        closed,
+        request,
+        injected,
+        wall_clock_ms(),
+    );
     drop(taken);
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,
@@ -371,6 +415,7 @@ pub(crate) fn parse_request(
 pub(crate) fn answer_request(
     shared: &Shared,
     broker: i32,
+    listener: Listener,
     closed: &AtomicBool,
     request: ParsedRequest,
     injected: Option<i16>,
@@ -394,6 +439,7 @@ pub(crate) fn answer_request(
     let ctx = RequestContext {
         shared,
         broker,
+        listener,
         closed,
         version,
         now_ms,
@@ -421,7 +467,7 @@ fn encode_header(correlation_id: i32, header_version: i16, out: &mut BytesMut) -
 }
 
 /// Patches the frame length and queues the frame.
-fn write_response(shared: &Shared, writer: &mut BufWriter<TcpStream>, mut out: BytesMut) -> bool {
+fn write_response(shared: &Shared, writer: &mut BufWriter<impl Write>, mut out: BytesMut) -> bool {
     finish_frame(&mut out);
     shared.stats().count_bytes_out(out.len());
     writer.write_all(&out).is_ok()

@@ -10,6 +10,12 @@
 //! A cluster started with [`ReferenceCluster::start_with_sasl`] has `SASL_PLAINTEXT` listeners
 //! (`sasl.rs`): a connection is served only after it authenticated, and the fault plan applies
 //! to its requests from then on.
+//!
+//! A cluster started with [`ReferenceCluster::start_with_tls`] has TLS listeners (`tls.rs`),
+//! `SSL` or, with a SASL listener too, `SASL_SSL`; each broker then also listens without TLS
+//! on a second port ([`ReferenceCluster::plaintext_bootstrap_servers`]), as a Kafka broker with
+//! two listeners does, so a consumer without TLS reads what was produced over TLS. Each
+//! listener's answers advertise its own listener's addresses.
 
 mod api_versions;
 pub(crate) mod connection;
@@ -17,6 +23,7 @@ mod faults;
 pub(crate) mod handlers;
 pub(crate) mod sasl;
 mod stats;
+pub mod tls;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -31,6 +38,7 @@ pub use api_versions::{ApiVersionTable, IMPLEMENTED as IMPLEMENTED_API_VERSIONS}
 pub use faults::{FaultAction, FaultPlan, ANY_BROKER};
 pub use sasl::SaslListener;
 pub use stats::ServerStats;
+pub use tls::{Issued, TestCa, TlsListener, TlsVersion, Validity};
 
 use crate::testkit::broker::{BrokerRules, Cluster};
 
@@ -62,9 +70,21 @@ pub(crate) struct Shared {
     api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
-    /// Set for a `SASL_PLAINTEXT` cluster: every connection authenticates first.
+    /// Set for a SASL cluster (`SASL_PLAINTEXT`, or `SASL_SSL` with `tls`): every connection
+    /// authenticates first.
     sasl: Option<Arc<SaslListener>>,
     sasl_nonces: AtomicU64,
+    /// Set for a TLS cluster: connections to the primary listeners run TLS.
+    tls: Option<Arc<TlsListener>>,
+}
+
+/// Which of a broker's listeners a connection came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The broker's address ([`ReferenceCluster::bootstrap_servers`]): TLS on a TLS cluster.
+    Primary,
+    /// A TLS cluster's second, plaintext listener.
+    Plaintext,
 }
 
 /// How often the TCP face sweeps for timed-out transactions (Kafka's
@@ -74,12 +94,15 @@ pub const TRANSACTION_TIMEOUT_SWEEP: Duration = Duration::from_millis(100);
 struct BrokerSlot {
     id: i32,
     addr: SocketAddr,
+    /// A TLS cluster's plaintext listener.
+    plaintext_addr: Option<SocketAddr>,
     runtime: Mutex<BrokerRuntime>,
 }
 
 #[derive(Default)]
 struct BrokerRuntime {
-    acceptor: Option<(JoinHandle<()>, Arc<AtomicBool>)>,
+    /// One per listener while the broker is up.
+    acceptors: Vec<(JoinHandle<()>, Arc<AtomicBool>)>,
     connections: HashMap<u64, OpenConnection>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -109,12 +132,14 @@ impl Shared {
                 .map(|&(id, addr)| BrokerSlot {
                     id,
                     addr,
+                    plaintext_addr: None,
                     runtime: Mutex::new(BrokerRuntime::default()),
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
             sasl: None,
             sasl_nonces: AtomicU64::new(0),
+            tls: None,
         }
     }
 
@@ -153,6 +178,10 @@ impl Shared {
         self.sasl.as_deref()
     }
 
+    pub(crate) fn tls(&self) -> Option<&TlsListener> {
+        self.tls.as_deref()
+    }
+
     pub(crate) fn faults(&self) -> &FaultPlan {
         &self.faults
     }
@@ -171,15 +200,37 @@ impl Shared {
         self.brokers.iter().map(|b| (b.id, b.addr)).collect()
     }
 
+    /// `id`'s address on `listener` (the primary one where the broker has no other).
+    pub(crate) fn listener_addr(&self, id: i32, listener: Listener) -> Option<SocketAddr> {
+        self.slot(id).map(|s| s.listener_addr(listener))
+    }
+
+    /// Every broker with its address on `listener`.
+    pub(crate) fn listener_addrs(&self, listener: Listener) -> Vec<(i32, SocketAddr)> {
+        self.brokers
+            .iter()
+            .map(|b| (b.id, b.listener_addr(listener)))
+            .collect()
+    }
+
     fn slot(&self, id: i32) -> Option<&BrokerSlot> {
         self.brokers.iter().find(|b| b.id == id)
+    }
+}
+
+impl BrokerSlot {
+    fn listener_addr(&self, listener: Listener) -> SocketAddr {
+        match listener {
+            Listener::Primary => self.addr,
+            Listener::Plaintext => self.plaintext_addr.unwrap_or(self.addr),
+        }
     }
 }
 
 impl ReferenceCluster {
     /// Starts brokers 1..=`num_brokers`, each listening on its own ephemeral port.
     pub fn start(num_brokers: usize, rules: BrokerRules) -> ReferenceCluster {
-        Self::start_listening(num_brokers, rules, None)
+        Self::start_listening(num_brokers, rules, None, None)
     }
 
     /// As [`start`](Self::start), with `SASL_PLAINTEXT` listeners: every connection
@@ -190,13 +241,27 @@ impl ReferenceCluster {
         rules: BrokerRules,
         listener: SaslListener,
     ) -> ReferenceCluster {
-        Self::start_listening(num_brokers, rules, Some(listener))
+        Self::start_listening(num_brokers, rules, Some(listener), None)
+    }
+
+    /// As [`start`](Self::start), with TLS listeners (`SSL`, or `SASL_SSL` when `sasl` is
+    /// given: TLS first, then SASL inside it). Each broker also listens without TLS on a
+    /// second port ([`plaintext_bootstrap_servers`](Self::plaintext_bootstrap_servers)),
+    /// with the same SASL listener if any.
+    pub fn start_with_tls(
+        num_brokers: usize,
+        rules: BrokerRules,
+        tls: TlsListener,
+        sasl: Option<SaslListener>,
+    ) -> ReferenceCluster {
+        Self::start_listening(num_brokers, rules, sasl, Some(tls))
     }
 
     fn start_listening(
         num_brokers: usize,
         rules: BrokerRules,
         sasl: Option<SaslListener>,
+        tls: Option<TlsListener>,
     ) -> ReferenceCluster {
         assert!(num_brokers > 0);
         let table = || {
@@ -207,10 +272,10 @@ impl ReferenceCluster {
             Arc::new(table)
         };
         let ids: Vec<i32> = (1..=num_brokers as i32).collect();
-        let listeners: Vec<TcpListener> = ids
-            .iter()
-            .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port"))
-            .collect();
+        let bind = || TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let listeners: Vec<TcpListener> = ids.iter().map(|_| bind()).collect();
+        let plaintext: Vec<Option<TcpListener>> =
+            ids.iter().map(|_| tls.as_ref().map(|_| bind())).collect();
         let shared = Arc::new(Shared {
             cluster: Mutex::new(Cluster::new(&ids, rules)),
             appended: Condvar::new(),
@@ -219,19 +284,24 @@ impl ReferenceCluster {
             api_versions: Mutex::new(ids.iter().map(|&id| (id, table())).collect()),
             brokers: ids
                 .iter()
-                .zip(&listeners)
-                .map(|(&id, l)| BrokerSlot {
+                .zip(listeners.iter().zip(&plaintext))
+                .map(|(&id, (l, p))| BrokerSlot {
                     id,
                     addr: l.local_addr().expect("local address"),
+                    plaintext_addr: p.as_ref().map(|p| p.local_addr().expect("local address")),
                     runtime: Mutex::new(BrokerRuntime::default()),
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
             sasl: sasl.map(Arc::new),
             sasl_nonces: AtomicU64::new(0),
+            tls: tls.map(Arc::new),
         });
-        for (id, listener) in ids.into_iter().zip(listeners) {
-            start_acceptor(&shared, id, listener);
+        for ((id, listener), plaintext) in ids.into_iter().zip(listeners).zip(plaintext) {
+            start_acceptor(&shared, id, Listener::Primary, listener);
+            if let Some(plaintext) = plaintext {
+                start_acceptor(&shared, id, Listener::Plaintext, plaintext);
+            }
         }
         let ticker = start_ticker(&shared);
         ReferenceCluster {
@@ -246,6 +316,17 @@ impl ReferenceCluster {
             .brokers
             .iter()
             .map(|b| b.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// A TLS cluster's plaintext listeners, `host:port,...` (the primary ones on any other
+    /// cluster).
+    pub fn plaintext_bootstrap_servers(&self) -> String {
+        self.shared
+            .brokers
+            .iter()
+            .map(|b| b.listener_addr(Listener::Plaintext).to_string())
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -323,12 +404,16 @@ impl ReferenceCluster {
     /// Brings a broker back on the same port.
     pub fn broker_up(&self, broker: i32) {
         let slot = self.shared.slot(broker).expect("unknown broker");
-        if slot.runtime.lock().unwrap().acceptor.is_some() {
+        if !slot.runtime.lock().unwrap().acceptors.is_empty() {
             return;
         }
         let listener = bind_again(slot.addr);
+        let plaintext = slot.plaintext_addr.map(bind_again);
         self.shared.cluster().set_broker_up(broker, true);
-        start_acceptor(&self.shared, broker, listener);
+        start_acceptor(&self.shared, broker, Listener::Primary, listener);
+        if let Some(plaintext) = plaintext {
+            start_acceptor(&self.shared, broker, Listener::Plaintext, plaintext);
+        }
     }
 
     /// Stops every broker and joins every thread. Idempotent.
@@ -400,7 +485,7 @@ fn start_ticker(shared: &Arc<Shared>) -> (JoinHandle<()>, Arc<TickerStop>) {
     (handle, stop)
 }
 
-fn start_acceptor(shared: &Arc<Shared>, broker: i32, listener: TcpListener) {
+fn start_acceptor(shared: &Arc<Shared>, broker: i32, kind: Listener, listener: TcpListener) {
     let slot = shared.slot(broker).expect("known broker");
     let stop = Arc::new(AtomicBool::new(false));
     let handle = {
@@ -408,13 +493,19 @@ fn start_acceptor(shared: &Arc<Shared>, broker: i32, listener: TcpListener) {
         let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name(format!("ref-broker-{broker}-accept"))
-            .spawn(move || accept_loop(&shared, broker, &listener, &stop))
+            .spawn(move || accept_loop(&shared, broker, kind, &listener, &stop))
             .expect("spawn acceptor")
     };
-    slot.runtime.lock().unwrap().acceptor = Some((handle, stop));
+    slot.runtime.lock().unwrap().acceptors.push((handle, stop));
 }
 
-fn accept_loop(shared: &Arc<Shared>, broker: i32, listener: &TcpListener, stop: &AtomicBool) {
+fn accept_loop(
+    shared: &Arc<Shared>,
+    broker: i32,
+    kind: Listener,
+    listener: &TcpListener,
+    stop: &AtomicBool,
+) {
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             return;
@@ -445,7 +536,7 @@ fn accept_loop(shared: &Arc<Shared>, broker: i32, listener: &TcpListener, stop: 
         let spawned = std::thread::Builder::new()
             .name(format!("ref-broker-{broker}-conn-{id}"))
             .spawn(move || {
-                connection::serve(&thread_shared, broker, stream, &closed);
+                connection::serve(&thread_shared, broker, kind, stream, &closed);
                 thread_shared.stats.connection_closed();
                 if let Some(slot) = thread_shared.slot(broker) {
                     slot.runtime.lock().unwrap().connections.remove(&id);
@@ -466,21 +557,22 @@ fn stop_broker(shared: &Shared, broker: i32) {
     let Some(slot) = shared.slot(broker) else {
         return;
     };
-    let (acceptor, threads) = {
+    let (acceptors, threads) = {
         let mut runtime = slot.runtime.lock().unwrap();
-        let acceptor = runtime.acceptor.take();
-        if let Some((_, stop)) = &acceptor {
+        let acceptors = std::mem::take(&mut runtime.acceptors);
+        for (_, stop) in &acceptors {
             stop.store(true, Ordering::SeqCst);
         }
         for connection in runtime.connections.values() {
             connection.closed.store(true, Ordering::SeqCst);
             let _ = connection.stream.shutdown(std::net::Shutdown::Both);
         }
-        (acceptor, std::mem::take(&mut runtime.threads))
+        (acceptors, std::mem::take(&mut runtime.threads))
     };
-    if let Some((handle, _)) = acceptor {
+    let addrs = [Some(slot.addr), slot.plaintext_addr];
+    for ((handle, _), addr) in acceptors.into_iter().zip(addrs.into_iter().flatten()) {
         // Wake the blocking accept; it sees the stop flag and drops the listener.
-        let _ = TcpStream::connect_timeout(&slot.addr, Duration::from_secs(1));
+        let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
         let _ = handle.join();
     }
     // Wake fetches parked in a long poll; taking the lock first means none is between its

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ApiKey;
 
+use super::tls::TlsVersion;
+
 #[derive(Debug, Default)]
 pub struct ServerStats {
     /// (broker, api key, version) → requests read.
@@ -23,6 +25,10 @@ pub struct ServerStats {
     /// (broker, mechanism) → connections authenticated, and refused, by a SASL listener.
     authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
     ended_sessions_closed: AtomicU64,
+    /// broker → TLS handshakes completed, and failed, on its TLS listener.
+    tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
+    /// TLS sessions by the version their handshake settled on, every broker.
+    tls_versions: Mutex<BTreeMap<Option<TlsVersion>, u64>>,
 }
 
 impl ServerStats {
@@ -45,6 +51,72 @@ impl ServerStats {
         } else {
             entry.1 += 1;
         }
+    }
+
+    /// A handshake on `broker`'s TLS listener ended: completed at `version`, or failed (`None`).
+    pub(crate) fn count_tls_handshake(&self, broker: i32, version: Option<Option<TlsVersion>>) {
+        {
+            let mut counts = self.tls_handshakes.lock().unwrap();
+            let entry = counts.entry(broker).or_default();
+            match version {
+                Some(version) => {
+                    entry.0 += 1;
+                    *self
+                        .tls_versions
+                        .lock()
+                        .unwrap()
+                        .entry(version)
+                        .or_default() += 1;
+                }
+                None => entry.1 += 1,
+            }
+        }
+        self.signal_connections();
+    }
+
+    /// TLS sessions whose handshake settled on `version`, every broker.
+    pub fn tls_sessions_at(&self, version: TlsVersion) -> u64 {
+        self.tls_versions
+            .lock()
+            .unwrap()
+            .get(&Some(version))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// TLS handshakes begun on every broker's TLS listener, completed or failed.
+    pub fn tls_handshakes(&self) -> u64 {
+        self.tls_handshakes
+            .lock()
+            .unwrap()
+            .values()
+            .map(|(ok, failed)| ok + failed)
+            .sum()
+    }
+
+    /// Waits, woken by each TLS handshake's end, until `at_least` have ended on every broker
+    /// together; false if `timeout` passed first.
+    pub fn wait_for_tls_handshakes(&self, at_least: u64, timeout: Duration) -> bool {
+        self.wait_until(timeout, |_| self.tls_handshakes() >= at_least)
+    }
+
+    /// TLS handshakes `broker`'s TLS listener completed.
+    pub fn tls_handshakes_succeeded(&self, broker: i32) -> u64 {
+        self.tls_handshakes
+            .lock()
+            .unwrap()
+            .get(&broker)
+            .map_or(0, |c| c.0)
+    }
+
+    /// TLS handshakes that failed on `broker`'s TLS listener (refused by either side, or cut
+    /// short).
+    pub fn tls_handshakes_failed(&self, broker: i32) -> u64 {
+        self.tls_handshakes
+            .lock()
+            .unwrap()
+            .get(&broker)
+            .map_or(0, |c| c.1)
     }
 
     pub(crate) fn count_ended_session(&self) {

@@ -36,7 +36,7 @@ use crate::testkit::batch::BatchHeader;
 use crate::testkit::broker::{BrokerRules, Cluster};
 use crate::testkit::server::connection::{answer_request, finish_frame, parse_request, Early};
 use crate::testkit::server::handlers::Reply;
-use crate::testkit::server::Shared;
+use crate::testkit::server::{Listener, Shared};
 
 use super::checker::{Checker, RecordId, Verdict};
 use super::rng::Rng;
@@ -1518,6 +1518,7 @@ impl Sim {
         let (reply, mut out) = answer_request(
             &self.shared,
             broker,
+            Listener::Primary,
             &self.closed_flag,
             parsed,
             injected,

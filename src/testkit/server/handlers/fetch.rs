@@ -125,13 +125,12 @@ pub(super) fn handle(
         .with_session_id(0)
         .with_responses(responses);
     if ctx.version >= 16 {
-        response =
-            response.with_node_endpoints(node_endpoints(ctx.shared, leaders, |id, host, port| {
-                NodeEndpoint::default()
-                    .with_node_id(id)
-                    .with_host(host)
-                    .with_port(port)
-            }));
+        response = response.with_node_endpoints(node_endpoints(ctx, leaders, |id, host, port| {
+            NodeEndpoint::default()
+                .with_node_id(id)
+                .with_host(host)
+                .with_port(port)
+        }));
     }
     response.encode(out, ctx.version)?;
     Ok(Reply::Respond)

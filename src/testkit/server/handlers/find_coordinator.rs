@@ -28,7 +28,7 @@ fn locate(
     }
     let cluster = ctx.shared.cluster();
     let id = cluster.coordinator_for(key_type, key);
-    match ctx.shared.broker_addr(id) {
+    match ctx.shared.listener_addr(id, ctx.listener) {
         Some(addr) if cluster.is_broker_up(id) => {
             (NONE, id, addr.ip().to_string(), i32::from(addr.port()))
         }

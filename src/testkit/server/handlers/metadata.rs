@@ -22,7 +22,7 @@ pub(super) fn handle(
     let request = MetadataRequest::decode(body, ctx.version)?;
     let brokers: Vec<MetadataResponseBroker> = ctx
         .shared
-        .broker_addrs()
+        .listener_addrs(ctx.listener)
         .into_iter()
         .map(|(id, addr)| {
             MetadataResponseBroker::default()

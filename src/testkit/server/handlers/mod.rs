@@ -20,7 +20,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, BrokerId};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::api_versions;
-use super::Shared;
+use super::{Listener, Shared};
 use crate::testkit::broker::error_codes::{INVALID_PRODUCER_EPOCH, PRODUCER_FENCED};
 
 /// What the connection does after a handler ran.
@@ -40,6 +40,8 @@ pub(crate) type HandlerResult = Result<Reply, Box<dyn std::error::Error + Send +
 pub(crate) struct RequestContext<'a> {
     pub shared: &'a Shared,
     pub broker: i32,
+    /// The listener the request came in on: addresses in the answer are that listener's.
+    pub listener: Listener,
     /// Set when the connection is being torn down (broker down, shutdown): long waits stop.
     pub closed: &'a AtomicBool,
     pub version: i16,
@@ -102,7 +104,7 @@ pub(crate) fn uuid(id: u128) -> uuid::Uuid {
 /// KIP-951 `NodeEndpoints` for the leaders named in a response, so the client can reach a new
 /// leader without a metadata round trip.
 pub(crate) fn node_endpoints<T>(
-    shared: &Shared,
+    ctx: &RequestContext<'_>,
     leaders: impl IntoIterator<Item = i32>,
     make: impl Fn(BrokerId, StrBytes, i32) -> T,
 ) -> Vec<T> {
@@ -111,7 +113,7 @@ pub(crate) fn node_endpoints<T>(
     ids.dedup();
     ids.into_iter()
         .filter_map(|id| {
-            shared.broker_addr(id).map(|addr| {
+            ctx.shared.listener_addr(id, ctx.listener).map(|addr| {
                 make(
                     BrokerId(id),
                     str_bytes(&addr.ip().to_string()),
