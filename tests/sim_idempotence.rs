@@ -50,6 +50,7 @@ struct Totals {
     disconnects: u64,
     leader_moves: u64,
     broker_failures: u64,
+    unreachable_brokers: u64,
     idle_broker_failures: u64,
     state_losses: u64,
     events: u64,
@@ -69,6 +70,7 @@ impl Totals {
         self.disconnects += r.disconnects;
         self.leader_moves += r.leader_moves;
         self.broker_failures += r.broker_failures;
+        self.unreachable_brokers += r.unreachable_brokers;
         self.idle_broker_failures += r.idle_broker_failures;
         self.state_losses += r.state_losses;
         self.events += r.events;
@@ -153,6 +155,7 @@ fn assert_coverage_floors(totals: &Totals) {
         ),
         ("leader moves", totals.leader_moves, 2_000),
         ("broker failures", totals.broker_failures, 280),
+        ("unreachable brokers", totals.unreachable_brokers, 100),
         ("producer-state losses (legacy)", totals.state_losses, 150),
         ("epoch bumps", totals.epoch_bumps, 1_600),
     ];

@@ -57,6 +57,7 @@ struct Totals {
     repeated_calls: u64,
     leader_moves: u64,
     broker_failures: u64,
+    unreachable_brokers: u64,
     timed_out: u64,
     offsets_checked: u64,
     late_markers: u64,
@@ -81,6 +82,7 @@ impl Totals {
         self.repeated_calls += r.repeated_calls;
         self.leader_moves += r.leader_moves;
         self.broker_failures += r.broker_failures;
+        self.unreachable_brokers += r.unreachable_brokers;
         self.timed_out += r.timed_out;
         self.offsets_checked += r.txn.offsets_checked;
         self.late_markers += r.late_markers;
@@ -163,6 +165,7 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
                 ("coordinator moves", totals.coordinator_moves),
                 ("leader moves", totals.leader_moves),
                 ("broker failures", totals.broker_failures),
+                ("unreachable brokers", totals.unreachable_brokers),
                 (
                     "calls repeated after a caller timeout",
                     totals.repeated_calls,

@@ -227,6 +227,8 @@ pub struct RunReport {
     pub disconnects: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
+    /// Of `broker_failures`, those whose address stopped answering (connects hang).
+    pub unreachable_brokers: u64,
     /// Broker failures while the producer was idle (phase 3).
     pub idle_broker_failures: u64,
     pub state_losses: u64,
@@ -238,6 +240,11 @@ pub struct RunReport {
 pub fn run_seed(seed: u64) -> RunReport {
     run_plan(&RandomPlan::from_seed(seed, DEFAULT_RECORDS))
 }
+
+/// Salts the seed of the stream that decides whether a failed broker's address stops
+/// answering (a machine lost, not a process: connection attempts hang instead of being
+/// refused).
+pub(crate) const UNREACHABLE_SALT: u64 = 0x756e_7265_6163_6862;
 
 /// Draws an exponentially distributed gap with mean `mean` (at least 1 us).
 fn exp_gap(rng: &mut Rng, mean: Micros) -> Micros {
@@ -291,6 +298,10 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         .map_or(never, |m| exp_gap(&mut rng, m));
     let mut leader_moves = 0u64;
     let mut broker_failures = 0u64;
+    let mut unreachable_brokers = 0u64;
+    // Its own stream, so that plans and the main stream stay what they were before this
+    // fault class existed: a seed that found a defect replays the same run.
+    let mut unreachable_rng = Rng::new(plan.seed ^ UNREACHABLE_SALT);
     let mut state_losses = 0u64;
     // Partitions whose producer state a Legacy broker lost (phase 4 needs them).
     let mut state_lost: Vec<TopicPartition> = Vec::new();
@@ -365,7 +376,12 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
                 let broker = *rng.pick(&up);
                 let (lo, hi) = plan.broker_down_for;
                 let back_at = t + rng.range(lo, hi);
-                sim.broker_down(broker);
+                if unreachable_rng.chance(0.5) {
+                    sim.broker_unreachable(broker);
+                    unreachable_brokers += 1;
+                } else {
+                    sim.broker_down(broker);
+                }
                 sim.set_broker_down_until(broker, back_at);
                 broker_failures += 1;
                 sim.at(back_at, move |sim| sim.broker_up(broker));
@@ -514,6 +530,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         disconnects: 0,
         leader_moves,
         broker_failures,
+        unreachable_brokers,
         idle_broker_failures,
         state_losses,
         faults: sim.fault_counts().clone(),

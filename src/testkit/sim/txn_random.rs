@@ -157,6 +157,8 @@ pub struct TxnRunReport {
     pub repeated_calls: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
+    /// Of `broker_failures`, those whose address stopped answering (connects hang).
+    pub unreachable_brokers: u64,
     /// Transactions the coordinator aborted for outliving their timeout.
     pub timed_out: u64,
     /// Transactions whose markers were written after their EndTxn was answered.
@@ -209,6 +211,9 @@ struct Runner<'a> {
     next_coordinator_move: Micros,
     leader_moves: u64,
     broker_failures: u64,
+    /// Its own stream (`random::UNREACHABLE_SALT`): plans and the main stream are unchanged.
+    unreachable_rng: Rng,
+    unreachable_brokers: u64,
     late_markers: u64,
     coordinator_moves: u64,
     repeated_calls: u64,
@@ -239,6 +244,8 @@ impl<'a> Runner<'a> {
             next_coordinator_move,
             leader_moves: 0,
             broker_failures: 0,
+            unreachable_rng: Rng::new(plan.seed ^ super::random::UNREACHABLE_SALT),
+            unreachable_brokers: 0,
             late_markers: 0,
             coordinator_moves: 0,
             repeated_calls: 0,
@@ -297,7 +304,12 @@ impl<'a> Runner<'a> {
                     let broker = *self.rng.pick(&brokers);
                     let (lo, hi) = self.plan.broker_down_for;
                     let back_at = t + self.rng.range(lo, hi);
-                    sim.broker_down(broker);
+                    if self.unreachable_rng.chance(0.5) {
+                        sim.broker_unreachable(broker);
+                        self.unreachable_brokers += 1;
+                    } else {
+                        sim.broker_down(broker);
+                    }
                     sim.set_broker_down_until(broker, back_at);
                     sim.at(back_at, move |sim| sim.broker_up(broker));
                     self.broker_failures += 1;
@@ -501,6 +513,7 @@ impl<'a> Runner<'a> {
             repeated_calls: self.repeated_calls,
             leader_moves: self.leader_moves,
             broker_failures: self.broker_failures,
+            unreachable_brokers: self.unreachable_brokers,
             timed_out: sim.txn_world().timed_out,
             late_markers: self.late_markers,
             coordinator_moves: self.coordinator_moves,
