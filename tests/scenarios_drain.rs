@@ -1,0 +1,79 @@
+//! The drain on the deterministic simulator: which batches leave together in one Produce
+//! request, and that a producer without idempotence drains too. Three brokers, partitions led
+//! round-robin, one shard, a 1 ms network and a virtual clock.
+#![cfg(feature = "testkit")]
+
+use kacrab::engine::TopicPartition;
+use kacrab::protocol::record_batch::RecordBatchBuilder;
+use kacrab::testkit::sim::{RecordId, Sim, SimSetup, MS, SECOND};
+
+const PAD: usize = 1_000;
+
+fn tp(partition: i32) -> TopicPartition {
+    TopicPartition::new("t", partition)
+}
+
+/// The encoded size of a batch of one record sent by `Sim::send` with `PAD` bytes of padding.
+fn one_record_batch_size() -> usize {
+    let value = vec![0u8; 8 + PAD];
+    let mut builder = RecordBatchBuilder::new(1024, 0);
+    builder.append(0, None, Some(&value), &[]);
+    builder.size_in_bytes()
+}
+
+fn run_until_acked(sim: &mut Sim, ids: &[RecordId]) {
+    let limit = sim.now() + 10 * SECOND;
+    assert!(
+        sim.run_while_not(limit, |s| ids.iter().all(|&id| s.result(id).is_some())),
+        "unresolved"
+    );
+    for &id in ids {
+        assert!(
+            matches!(sim.result(id), Some(Ok(_))),
+            "record {id}: {:?}",
+            sim.result(id)
+        );
+    }
+}
+
+#[test]
+fn a_produce_request_carries_the_batches_of_several_partitions_up_to_max_request_size_and_no_more(
+) {
+    let batch = one_record_batch_size();
+    let mut setup = SimSetup::scripted(9);
+    // All three partitions of broker 1 (0, 3, 6) close a batch in the same linger window.
+    setup.engine.linger = 20 * MS;
+    // Room for two of the three batches in one request.
+    setup.engine.max_request_size = 2 * batch + batch / 2;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    let ids: Vec<RecordId> = [0, 3, 6]
+        .iter()
+        .map(|&p| sim.send(&tp(p), None, PAD))
+        .collect();
+    run_until_acked(&mut sim, &ids);
+    let mut per_request: Vec<usize> = sim
+        .produce_trace()
+        .iter()
+        .filter(|t| t.broker == 1)
+        .map(|t| t.batches.len())
+        .collect();
+    per_request.sort_unstable();
+    assert_eq!(per_request, vec![1, 2]);
+}
+
+#[test]
+fn a_producer_without_idempotence_drains_its_batches_and_they_are_acknowledged() {
+    let mut setup = SimSetup::scripted(3);
+    setup.engine.idempotent = false;
+    setup.engine.linger = 0;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    let ids: Vec<RecordId> = (0..6).map(|i| sim.send(&tp(i % 3), None, 16)).collect();
+    run_until_acked(&mut sim, &ids);
+    assert!(sim
+        .produce_trace()
+        .iter()
+        .flat_map(|t| &t.batches)
+        .all(|b| b.base_sequence == -1 && b.producer.producer_id == -1));
+}
