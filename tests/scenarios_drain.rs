@@ -37,8 +37,8 @@ fn run_until_acked(sim: &mut Sim, ids: &[RecordId]) {
 }
 
 #[test]
-fn a_produce_request_carries_the_batches_of_several_partitions_up_to_max_request_size_and_no_more(
-) {
+fn a_produce_request_carries_the_batches_of_several_partitions_up_to_max_request_size_and_no_more()
+{
     let batch = one_record_batch_size();
     let mut setup = SimSetup::scripted(9);
     // All three partitions of broker 1 (0, 3, 6) close a batch in the same linger window.

@@ -893,6 +893,42 @@ fn a_batch_answered_message_too_large_after_it_expired_is_not_split_and_a_flush_
     );
 }
 
+// A (0-9) is refused NOT_ENOUGH_REPLICAS and waits for its retry, still the first in-flight
+// entry, when B (10-19), sent right behind it, is refused MESSAGE_TOO_LARGE. B's children take
+// the place of B's entry, not of A's (the first entry of the same producer): A's retry then
+// still finds A, and both land once, in order.
+#[test]
+fn a_batch_split_behind_an_earlier_batch_waiting_to_retry_takes_the_place_of_its_own_entry_only() {
+    let mut sim = started(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::MESSAGE_TOO_LARGE),
+    ));
+    let a = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    sim.run_for(20 * MS);
+    let slot = sim.engine(0).partition(&tp(0)).unwrap();
+    let bases: Vec<i32> = slot
+        .entry
+        .inflight_batches_by_sequence
+        .iter()
+        .map(|s| s.base_sequence)
+        .collect();
+    assert_eq!(bases.first(), Some(&0), "A keeps its entry: {bases:?}");
+    assert!(
+        bases.len() >= 3 && bases[1] == 10,
+        "B's children follow A: {bases:?}"
+    );
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
+    assert_eq!(bumps(&sim), 0);
+}
+
 #[test]
 fn a_split_child_that_splits_again_does_not_end_its_parent_early() {
     // A topic's max.message.bytes below a quarter of batch.size: the ten-record batch splits

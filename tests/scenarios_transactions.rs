@@ -770,3 +770,55 @@ fn a_commit_waiting_for_an_unreachable_coordinator_finds_the_moved_coordinator_a
     assert_eq!(sim.requests_served(ApiKey::FindCoordinator), finds + 1);
     assert_eq!(sim.requests_served(ApiKey::EndTxn), 1);
 }
+
+#[test]
+fn a_batch_that_times_out_on_the_wire_inside_the_transaction_makes_it_abortable_and_the_abort_bumps_the_epoch(
+) {
+    // The request timeout outlasts the delivery timeout, so the one attempt is still on the
+    // wire when delivery.timeout.ms ends the batch (no retry goes out).
+    let mut sim = in_transaction(|setup| setup.engine.request_timeout = 40 * SECOND);
+    let before = sim.identity();
+    // Every Produce answer is lost on a connection that stays open.
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::Produce),
+            Fault::DropResponse { close: false },
+        )
+        .times(usize::MAX),
+    );
+    let id = sim.send_in_transaction(&tp(0), 0).unwrap();
+    let limit = sim.now() + 60 * SECOND;
+    assert!(sim.run_while_not(limit, |s| s.result(id).is_some()));
+    assert_eq!(
+        sim.requests_served(ApiKey::Produce),
+        1,
+        "one attempt, on the wire"
+    );
+    assert!(
+        matches!(sim.result(id), Some(Err(e)) if e.is_outcome_unknown()),
+        "{:?}",
+        sim.result(id)
+    );
+    assert_eq!(
+        sim.engine(0).metrics().records_failed,
+        1,
+        "counted in record-error-total"
+    );
+    // The owner learned it: the transaction cannot commit a record that may be half in it.
+    assert_eq!(sim.txn_state(), Some(TransactionState::AbortableError));
+    assert!(matches!(
+        sim.commit_transaction(),
+        Err(TransactionError::Abortable(_))
+    ));
+    sim.clear_faults();
+    // The abort waits for the attempt's request to end (its 40 s request timeout).
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 60 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.identity().producer_id, before.producer_id);
+    assert_eq!(
+        sim.identity().epoch,
+        before.epoch + 1,
+        "an unknown outcome needs the bump"
+    );
+}

@@ -44,6 +44,8 @@ const DEFAULT_WINDOW: u64 = 250;
 struct Totals {
     runs: u64,
     fatal_runs: u64,
+    /// The first few seeds whose run ended fatal, to replay.
+    fatal_seeds: Vec<u64>,
     records: u64,
     acked: u64,
     failed: u64,
@@ -69,6 +71,9 @@ impl Totals {
     fn add(&mut self, r: &TxnRunReport) {
         self.runs += 1;
         self.fatal_runs += u64::from(r.fatal);
+        if r.fatal && self.fatal_seeds.len() < 10 {
+            self.fatal_seeds.push(r.seed);
+        }
         self.records += r.checker.sent;
         self.acked += r.checker.acked;
         self.failed += r.checker.failed_definitely;
@@ -103,6 +108,9 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         let started = Instant::now();
         let (totals, failures) = run_range(&range, run_txn_seed, Totals::add);
         let elapsed = started.elapsed();
+        if !totals.fatal_seeds.is_empty() {
+            println!("runs that ended fatal (first 10): {:?}", totals.fatal_seeds);
+        }
         println!(
             "{} {} seeds ({}..{}) in {elapsed:.1?}: {} transactions committed, {} aborted, {} \
              of unknown outcome ({} runs ended fatal); {} records ({} acked, {} failed \
