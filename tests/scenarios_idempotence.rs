@@ -927,6 +927,8 @@ fn a_batch_split_behind_an_earlier_batch_waiting_to_retry_takes_the_place_of_its
     assert_eq!(acked_offsets(&sim, &a), offsets(0..10));
     assert_eq!(acked_offsets(&sim, &b), offsets(10..20));
     assert_eq!(bumps(&sim), 0);
+    // A's second attempt is the one retry; a split child's first attempt is not a retry.
+    assert_eq!(sim.engine(0).stats().retries, 1);
 }
 
 #[test]
