@@ -3,32 +3,12 @@
 //! keys, stores in two forms, stores without TLS). Certificates are made in the test.
 #![cfg(feature = "testkit")]
 
-use std::path::PathBuf;
+mod common;
 
 use kacrab::config::{ConfigError, ProducerConfig, SecurityProtocol, TrustSource};
 use kacrab::testkit::server::TestCa;
 
-/// A file in the temporary directory, removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str, contents: &str) -> TempFile {
-        let path =
-            std::env::temp_dir().join(format!("kacrab-config-tls-{}-{name}", std::process::id()));
-        std::fs::write(&path, contents).expect("write a temporary file");
-        TempFile(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 temporary path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use common::temp_file::TempFile;
 
 fn build(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
     pairs

@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,6 +20,7 @@ use kacrab::testkit::server::{
 };
 use kacrab::{ProduceError, Producer, ProducerRecord};
 
+use common::temp_file::TempFile;
 use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
 
 const PARTITIONS: i32 = 3;
@@ -57,27 +57,6 @@ fn padded_record(topic: &str, id: u64, filler: usize) -> ProducerRecord {
     let mut payload = id.to_be_bytes().to_vec();
     payload.resize(8 + filler, b'k');
     ProducerRecord::new(topic, Bytes::from(payload)).with_partition((id % PARTITIONS as u64) as i32)
-}
-
-/// A file in the temporary directory, removed when dropped.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(name: &str, contents: &str) -> TempFile {
-        let path = std::env::temp_dir().join(format!("kacrab-tls-{}-{name}", std::process::id()));
-        std::fs::write(&path, contents).expect("write a temporary file");
-        TempFile(path)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("a UTF-8 temporary path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Sends ids `0..count`, each with `filler` bytes after it; every one must be acknowledged.

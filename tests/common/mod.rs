@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod logs;
+pub mod temp_file;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
