@@ -11,9 +11,7 @@ mod rig;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
-use kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, ApiKey, EndTxnRequest, TxnOffsetCommitRequest,
-};
+use kafka_protocol::messages::{ApiKey, EndTxnRequest, TxnOffsetCommitRequest};
 use kafka_protocol::protocol::Decodable;
 
 use kacrab::engine::{
@@ -38,19 +36,10 @@ fn init_transactions_finds_the_coordinator_and_sends_the_transaction_timeout() {
     assert_eq!(rig.engine.identity().producer_id, 7);
     assert_eq!(rig.engine.identity().epoch, 0);
     // The FindCoordinator key is the transactional id, key type 1.
-    let find = rig
-        .log
-        .iter()
-        .find(|s| s.api == ApiKey::FindCoordinator)
-        .unwrap()
-        .clone();
-    let request = kafka_protocol::messages::FindCoordinatorRequest::decode(
-        &mut find.body.clone(),
-        find.version,
-    )
-    .unwrap();
-    assert_eq!(request.key.as_str(), "tx-1");
-    assert_eq!(request.key_type, 1);
+    assert_eq!(
+        rig.find_coordinator_requests(),
+        vec![(1, "tx-1".to_string())]
+    );
 }
 
 #[test]
@@ -362,20 +351,10 @@ fn send_offsets_adds_the_group_then_commits_offsets_to_the_group_coordinator() {
     assert_eq!(request.generation_id, 3);
     assert_eq!(request.topics[0].partitions[0].committed_offset, 42);
     // The group coordinator was looked up with key type 0.
-    let finds: Vec<(i8, String)> = rig
-        .log
-        .iter()
-        .filter(|s| s.api == ApiKey::FindCoordinator)
-        .map(|s| {
-            let r = kafka_protocol::messages::FindCoordinatorRequest::decode(
-                &mut s.body.clone(),
-                s.version,
-            )
-            .unwrap();
-            (r.key_type, r.key.to_string())
-        })
-        .collect();
-    assert_eq!(finds, vec![(1, "tx-1".to_string()), (0, "g".to_string())]);
+    assert_eq!(
+        rig.find_coordinator_requests(),
+        vec![(1, "tx-1".to_string()), (0, "g".to_string())]
+    );
     let handle = rig.engine.commit_transaction().unwrap();
     assert_eq!(rig.wait(handle), Ok(()));
     assert_eq!(
@@ -521,14 +500,7 @@ fn a_participant_engines_partitions_are_added_by_the_owner_and_end_txn_waits_for
     rig.run_until(200 * MS, |_| false);
     // The participant asked the owner, which sent one AddPartitionsToTxn for both.
     assert_eq!(rig.count(ApiKey::AddPartitionsToTxn), 1);
-    let add = rig
-        .log
-        .iter()
-        .find(|s| s.api == ApiKey::AddPartitionsToTxn)
-        .unwrap()
-        .clone();
-    let request = AddPartitionsToTxnRequest::decode(&mut add.body.clone(), add.version).unwrap();
-    assert_eq!(request.v3_and_below_topics[0].partitions, vec![0, 1]);
+    assert_eq!(rig.add_partitions_requests(), vec![vec![0, 1]]);
     assert!(rig.others[0].txn_participant().requested.len() == 1);
     rig.release(ApiKey::AddPartitionsToTxn);
     assert_eq!(rig.others[0].txn_participant().added.len(), 1);

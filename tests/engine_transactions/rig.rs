@@ -20,10 +20,10 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{
     AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey,
-    ApiVersionsResponse, BrokerId, EndTxnRequest, EndTxnResponse, FindCoordinatorResponse,
-    InitProducerIdRequest, InitProducerIdResponse, MetadataResponse, ProduceRequest,
-    ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TopicName, TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
+    ApiVersionsResponse, BrokerId, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, InitProducerIdRequest, InitProducerIdResponse, MetadataResponse,
+    ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -212,6 +212,18 @@ impl Rig {
             .map(|s| {
                 let r = InitProducerIdRequest::decode(&mut s.body.clone(), s.version).unwrap();
                 (r.producer_id.0, r.producer_epoch)
+            })
+            .collect()
+    }
+
+    /// The (key type, key) each FindCoordinator request asked for, in order.
+    pub fn find_coordinator_requests(&self) -> Vec<(i8, String)> {
+        self.log
+            .iter()
+            .filter(|s| s.api == ApiKey::FindCoordinator)
+            .map(|s| {
+                let r = FindCoordinatorRequest::decode(&mut s.body.clone(), s.version).unwrap();
+                (r.key_type, r.key.to_string())
             })
             .collect()
     }
