@@ -104,6 +104,18 @@ fn assert_acked(sim: &Sim, ids: &[RecordId]) {
     }
 }
 
+/// From now on every Produce answer is lost on a connection that stays open: a batch stays on
+/// the wire until a timeout ends it with an unknown outcome.
+fn lose_every_produce_answer(sim: &mut Sim) {
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::Produce),
+            Fault::DropResponse { close: false },
+        )
+        .times(usize::MAX),
+    );
+}
+
 /// Aborts the transaction; returns the abort's result.
 fn abort(sim: &mut Sim) -> Option<Result<(), TransactionError>> {
     let handle = sim.abort_transaction().unwrap();
@@ -273,13 +285,7 @@ fn a_batch_of_unknown_outcome_failing_during_an_abort_makes_the_abort_bump_the_e
     // Every Produce answer is lost on a connection that stays open: the batch is in flight
     // until delivery.timeout.ms ends it with an unknown outcome, after the abort began (and
     // queued its EndTxn without a bump).
-    sim.add_fault(
-        FaultRule::new(
-            RequestMatch::api(ApiKey::Produce),
-            Fault::DropResponse { close: false },
-        )
-        .times(usize::MAX),
-    );
+    lose_every_produce_answer(&mut sim);
     let id = sim.send_in_transaction(&tp(0), 0).unwrap();
     sim.run_for(SECOND);
     assert!(
@@ -779,13 +785,7 @@ fn a_batch_that_times_out_on_the_wire_inside_the_transaction_makes_it_abortable_
     let mut sim = in_transaction(|setup| setup.engine.request_timeout = 40 * SECOND);
     let before = sim.identity();
     // Every Produce answer is lost on a connection that stays open.
-    sim.add_fault(
-        FaultRule::new(
-            RequestMatch::api(ApiKey::Produce),
-            Fault::DropResponse { close: false },
-        )
-        .times(usize::MAX),
-    );
+    lose_every_produce_answer(&mut sim);
     let id = sim.send_in_transaction(&tp(0), 0).unwrap();
     let limit = sim.now() + 60 * SECOND;
     assert!(sim.run_while_not(limit, |s| s.result(id).is_some()));
