@@ -38,6 +38,25 @@ fn tls_cluster(listener: TlsListener, sasl: Option<SaslListener>, topic: &str) -
     cluster
 }
 
+/// A cluster whose listeners present a certificate of `validity` for the brokers' names from a
+/// fresh test CA, and that CA's certificate (PEM), for a producer to trust.
+fn ssl_cluster(topic: &str, validity: Validity) -> (ReferenceCluster, String) {
+    let ca = TestCa::new("kacrab test CA");
+    let server = ca.issue_server(BROKER_NAMES, validity);
+    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
+    (cluster, ca.certificate_pem())
+}
+
+/// A producer over SSL that trusts `ca_pem`, with `settings` on top.
+fn ssl_producer(cluster: &ReferenceCluster, ca_pem: &str, settings: &[(&str, &str)]) -> Producer {
+    let mut all = vec![
+        ("security.protocol", "SSL"),
+        ("ssl.truststore.certificates", ca_pem),
+    ];
+    all.extend_from_slice(settings);
+    producer(cluster, &all)
+}
+
 fn producer(cluster: &ReferenceCluster, settings: &[(&str, &str)]) -> Producer {
     let mut all = vec![
         ("reconnect.backoff.ms", "1"),
@@ -101,10 +120,7 @@ fn read_back_exactly_once(
 #[test]
 fn kacrab_produces_over_ssl_and_the_records_read_back_exactly_once_and_in_order() {
     let topic = "tls-ssl";
-    let ca = TestCa::new("kacrab test CA");
-    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
-    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
-    let ca_pem = ca.certificate_pem();
+    let (cluster, ca_pem) = ssl_cluster(topic, Validity::Current);
     // Batches of up to 64 KiB, written from their own buffers (not copied into the small
     // segments' run), several per write: more than rustls buffers at once.
     let producer = producer(
@@ -135,18 +151,8 @@ fn kacrab_produces_over_ssl_and_the_records_read_back_exactly_once_and_in_order(
 #[test]
 fn ssl_enabled_protocols_limits_the_producer_to_tls_1_2() {
     let topic = "tls-1-2";
-    let ca = TestCa::new("kacrab test CA");
-    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
-    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
-    let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-            ("ssl.enabled.protocols", "TLSv1.2"),
-        ],
-    );
+    let (cluster, ca_pem) = ssl_cluster(topic, Validity::Current);
+    let producer = ssl_producer(&cluster, &ca_pem, &[("ssl.enabled.protocols", "TLSv1.2")]);
     let count = 300;
     produce_all(&producer, topic, count, 0);
     producer.close(Duration::from_secs(5));
@@ -164,14 +170,7 @@ fn a_broker_sharing_no_tls_version_with_the_producer_fails_with_the_typed_error(
     let listener = TlsListener::with_versions(&server, &[TlsVersion::Tls13]);
     let cluster = tls_cluster(listener, None, topic);
     let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-            ("ssl.enabled.protocols", "TLSv1.2"),
-        ],
-    );
+    let producer = ssl_producer(&cluster, &ca_pem, &[("ssl.enabled.protocols", "TLSv1.2")]);
     assert_fatal_tls_refusal(&cluster, producer, topic, "ProtocolVersion");
 }
 
@@ -222,18 +221,8 @@ fn kacrab_produces_over_sasl_ssl_with_scram_sha_512_and_the_records_read_back_ex
 #[test]
 fn a_transactional_producer_commits_over_ssl_and_read_committed_sees_only_the_committed_records() {
     let topic = "tls-transactions";
-    let ca = TestCa::new("kacrab test CA");
-    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
-    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
-    let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-            ("transactional.id", "tls-txn"),
-        ],
-    );
+    let (cluster, ca_pem) = ssl_cluster(topic, Validity::Current);
+    let producer = ssl_producer(&cluster, &ca_pem, &[("transactional.id", "tls-txn")]);
     let call = Duration::from_secs(30);
     producer.init_transactions(call).expect("init_transactions");
     let mut committed = Vec::new();
@@ -278,17 +267,8 @@ fn a_transactional_producer_commits_over_ssl_and_read_committed_sees_only_the_co
 #[test]
 fn a_tls_connection_lost_with_its_broker_is_reopened_when_the_broker_returns() {
     let topic = "tls-broker-restart";
-    let ca = TestCa::new("kacrab test CA");
-    let server = ca.issue_server(BROKER_NAMES, Validity::Current);
-    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
-    let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-        ],
-    );
+    let (cluster, ca_pem) = ssl_cluster(topic, Validity::Current);
+    let producer = ssl_producer(&cluster, &ca_pem, &[]);
     produce_all(&producer, topic, 90, 0);
     let stats = cluster.stats();
     let before = stats.tls_handshakes_succeeded(1);
@@ -436,17 +416,8 @@ fn a_hostname_mismatch_fails_with_the_typed_error_and_passes_without_endpoint_id
 #[test]
 fn an_expired_server_certificate_fails_every_waiting_record_with_the_typed_error() {
     let topic = "tls-expired";
-    let ca = TestCa::new("kacrab test CA");
-    let server = ca.issue_server(BROKER_NAMES, Validity::Expired);
-    let cluster = tls_cluster(TlsListener::new(&server), None, topic);
-    let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-        ],
-    );
+    let (cluster, ca_pem) = ssl_cluster(topic, Validity::Expired);
+    let producer = ssl_producer(&cluster, &ca_pem, &[]);
     assert_fatal_tls_refusal(&cluster, producer, topic, "it has expired");
 }
 
@@ -468,11 +439,10 @@ fn a_broker_requiring_a_client_certificate_accepts_one_from_the_keystore() {
     let client: Issued = ca.issue_client("kacrab-producer");
     // One PEM file with the key and the chain (`ssl.keystore.location`) ...
     let keystore = TempFile::new("client-keystore.pem", &client.combined_pem());
-    let producer = producer(
+    let producer = ssl_producer(
         &cluster,
+        &ca_pem,
         &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
             ("ssl.keystore.type", "PEM"),
             ("ssl.keystore.location", keystore.path()),
         ],
@@ -516,13 +486,7 @@ fn a_broker_requiring_a_client_certificate_refuses_a_producer_without_one_with_t
     let ca = TestCa::new("kacrab test CA");
     let cluster = client_certificate_cluster(&ca, topic);
     let ca_pem = ca.certificate_pem();
-    let producer = producer(
-        &cluster,
-        &[
-            ("security.protocol", "SSL"),
-            ("ssl.truststore.certificates", &ca_pem),
-        ],
-    );
+    let producer = ssl_producer(&cluster, &ca_pem, &[]);
     assert_fatal_tls_refusal(&cluster, producer, topic, "requires a client certificate");
 }
 
