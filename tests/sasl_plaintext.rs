@@ -136,21 +136,12 @@ fn kacrab_produces_over_scram_sha_512_and_the_records_read_back_exactly_once() {
 
 /// Sends `count` records and returns each one's error; panics if one succeeds.
 fn send_expecting_failures(producer: &Producer, topic: &str, count: u64) -> Vec<ProduceError> {
-    let deliveries: Vec<_> = (0..count)
-        .map(|id| producer.send(record(topic, id)))
-        .collect();
-    deliveries
-        .into_iter()
-        .map(|delivery| {
-            match delivery
-                .wait_timeout(Duration::from_secs(30))
-                .expect("the record resolves")
-            {
-                Ok(meta) => panic!("a record was acknowledged without authentication: {meta:?}"),
-                Err(e) => e,
-            }
-        })
-        .collect()
+    common::send_expecting_failures(
+        producer,
+        count,
+        |id| record(topic, id),
+        "without authentication",
+    )
 }
 
 fn assert_authentication_error(

@@ -295,23 +295,12 @@ fn a_tls_connection_lost_with_its_broker_is_reopened_when_the_broker_returns() {
 
 /// Sends `count` records and returns each one's error; panics if one succeeds.
 fn send_expecting_failures(producer: &Producer, topic: &str, count: u64) -> Vec<ProduceError> {
-    let deliveries: Vec<_> = (0..count)
-        .map(|id| producer.send(record(topic, id)))
-        .collect();
-    deliveries
-        .into_iter()
-        .map(|delivery| {
-            match delivery
-                .wait_timeout(Duration::from_secs(30))
-                .expect("the record resolves")
-            {
-                Ok(meta) => {
-                    panic!("a record was acknowledged over a refused TLS session: {meta:?}")
-                }
-                Err(e) => e,
-            }
-        })
-        .collect()
+    common::send_expecting_failures(
+        producer,
+        count,
+        |id| record(topic, id),
+        "over a refused TLS session",
+    )
 }
 
 /// Every waiting record, and every later one, fails with `ProduceError::Tls` naming a broker

@@ -349,3 +349,26 @@ pub fn kacrab_producer(bootstrap: &str, extra: &[(&str, &str)]) -> kacrab::Produ
     }
     builder.build().expect("producer")
 }
+
+/// Sends `make(id)` for ids `0..count` and returns each one's error. Every record is expected
+/// to fail; one acknowledged panics, with `why` they should all have failed.
+pub fn send_expecting_failures(
+    producer: &kacrab::Producer,
+    count: u64,
+    make: impl Fn(u64) -> kacrab::ProducerRecord,
+    why: &str,
+) -> Vec<kacrab::ProduceError> {
+    let deliveries: Vec<_> = (0..count).map(|id| producer.send(make(id))).collect();
+    deliveries
+        .into_iter()
+        .map(|delivery| {
+            match delivery
+                .wait_timeout(Duration::from_secs(30))
+                .expect("the record resolves")
+            {
+                Ok(meta) => panic!("a record was acknowledged {why}: {meta:?}"),
+                Err(e) => e,
+            }
+        })
+        .collect()
+}
