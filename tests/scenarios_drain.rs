@@ -77,3 +77,21 @@ fn a_producer_without_idempotence_drains_its_batches_and_they_are_acknowledged()
         .flat_map(|t| &t.batches)
         .all(|b| b.base_sequence == -1 && b.producer.producer_id == -1));
 }
+
+#[test]
+fn a_batch_that_completes_gives_its_buffer_to_the_next_batch_instead_of_a_new_allocation() {
+    let mut sim = Sim::new(SimSetup::scripted(11));
+    sim.start();
+    // One batch at a time: each is acknowledged before the next record arrives, so every
+    // batch after the first can take the buffer of the one before it.
+    for _ in 0..20 {
+        let id = sim.send(&tp(0), None, PAD);
+        run_until_acked(&mut sim, &[id]);
+    }
+    let (reused, allocated) = sim.engine(0).buffer_pool_counts();
+    assert_eq!(
+        (reused, allocated),
+        (19, 1),
+        "(reused, allocated) batch buffers for 20 batches in turn"
+    );
+}

@@ -130,14 +130,27 @@ impl<D> ProducerBatch<D> {
         max_size: usize,
         compression: Option<BatchCompression>,
     ) -> Self {
+        let buffer = BytesMut::with_capacity(max_size.max(RECORD_BATCH_OVERHEAD));
+        Self::with_buffer(buffer, now, base_timestamp, max_size, compression)
+    }
+
+    /// [`with_compression`](Self::with_compression) writing into `buffer` (from the engine's
+    /// `BufferPool`; its contents are discarded).
+    pub fn with_buffer(
+        buffer: BytesMut,
+        now: Micros,
+        base_timestamp: i64,
+        max_size: usize,
+        compression: Option<BatchCompression>,
+    ) -> Self {
         let compression = compression.filter(|c| c.codec != Codec::None);
         let (codec, estimated_ratio) = compression
             .as_ref()
             .map_or((Codec::None, 1.0), |c| (c.codec, c.estimate.estimation()));
         ProducerBatch {
             id: 0,
-            data: BatchData::Open(RecordBatchBuilder::with_codec(
-                max_size,
+            data: BatchData::Open(RecordBatchBuilder::with_buffer(
+                buffer,
                 base_timestamp,
                 codec,
             )),
@@ -308,6 +321,16 @@ impl<D> ProducerBatch<D> {
             self.reopened = true;
         }
         self.stamp = Some(stamp);
+    }
+
+    /// The batch's buffer, for the next batch, once nothing else refers to its bytes: a request
+    /// that still holds them (being written, or kept by a test broker) keeps it, and it is freed
+    /// when the last holder lets go.
+    pub fn into_buffer(self) -> Option<BytesMut> {
+        match self.data {
+            BatchData::Open(builder) | BatchData::Sealed(builder) => Some(builder.into_buffer()),
+            BatchData::Closed(bytes) => bytes.try_into_mut().ok(),
+        }
     }
 
     /// The final bytes of a stamped or finished batch (cheap clone).

@@ -19,6 +19,8 @@ pub struct EngineConfig {
     pub transaction_timeout_ms: i32,
     pub linger: Micros,
     pub batch_size: usize,
+    /// `buffer.memory`: bounds the batch buffers an engine keeps for reuse.
+    pub buffer_memory: usize,
     pub max_in_flight: usize,
     pub delivery_timeout: Micros,
     pub request_timeout: Micros,
@@ -56,6 +58,7 @@ impl EngineConfig {
                 as i32,
             linger: micros(config.linger),
             batch_size: config.batch_size.max(1),
+            buffer_memory: config.buffer_memory,
             max_in_flight: config.max_in_flight_requests_per_connection,
             delivery_timeout: micros(config.delivery_timeout),
             request_timeout: micros(config.request_timeout),

@@ -39,6 +39,7 @@ use crate::protocol::error_code::code;
 use crate::protocol::wire;
 
 use super::batch::{BatchCompression, ProducerBatch};
+use super::buffer_pool::BufferPool;
 use super::compression_ratio::CompressionRatioEstimate;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
 use super::identity::ProducerIdAndEpoch;
@@ -92,6 +93,8 @@ pub struct EngineStats {
 
 pub struct Engine<D> {
     config: EngineConfig,
+    /// Batch buffers of finished batches, for the next ones (`accumulator`, `completion`).
+    buffer_pool: BufferPool,
     client_id: StrBytes,
     metadata: ClusterMetadata,
     partitions: Vec<PartitionSlot<D>>,
@@ -148,7 +151,14 @@ impl<D: Delivery> Engine<D> {
             )),
             _ => None,
         };
+        // An engine keeps at most a quarter of `buffer.memory` in idle buffers: the buffers it
+        // reuses were all in use at once before, so this bounds only what stays after a burst.
+        let buffer_pool = BufferPool::new(
+            config.batch_size.min(config.max_request_size),
+            config.buffer_memory / 4,
+        );
         Engine {
+            buffer_pool,
             tm,
             participant: TxnParticipant::default(),
             txn_actions: VecDeque::new(),
@@ -190,6 +200,12 @@ impl<D: Delivery> Engine<D> {
 
     pub fn stats(&self) -> &EngineStats {
         &self.stats
+    }
+
+    /// Batch buffers reused from finished batches and buffers allocated, since the engine
+    /// started.
+    pub fn buffer_pool_counts(&self) -> (u64, u64) {
+        self.buffer_pool.counts()
     }
 
     /// The counters behind Kafka's producer metrics.

@@ -310,7 +310,15 @@ impl RecordBatchBuilder {
 
     /// [`new`](Self::new) for a batch whose records are compressed with `codec` when it closes.
     pub fn with_codec(capacity_hint: usize, base_timestamp: i64, codec: Codec) -> Self {
-        let mut buf = BytesMut::with_capacity(capacity_hint.max(RECORD_BATCH_OVERHEAD));
+        let buf = BytesMut::with_capacity(capacity_hint.max(RECORD_BATCH_OVERHEAD));
+        Self::with_buffer(buf, base_timestamp, codec)
+    }
+
+    /// [`with_codec`](Self::with_codec) writing into `buf`, a reused buffer: its contents are
+    /// discarded and its capacity kept, so a buffer from a finished batch serves the next one
+    /// without a new allocation.
+    pub fn with_buffer(mut buf: BytesMut, base_timestamp: i64, codec: Codec) -> Self {
+        buf.clear();
         buf.put_i64(0); // base_offset: assigned by the broker
         buf.put_i32(0); // batch_length: set by close
         buf.put_i32(NO_PARTITION_LEADER_EPOCH);
@@ -511,6 +519,11 @@ impl RecordBatchBuilder {
         set_bytes(&mut out, ATTRIBUTES_OFFSET, attributes.to_be_bytes());
         self.compressed_from = Some(records.len());
         self.buf = out;
+    }
+
+    /// The builder's buffer, for reuse by another batch.
+    pub fn into_buffer(self) -> BytesMut {
+        self.buf
     }
 
     /// True if no record was appended.

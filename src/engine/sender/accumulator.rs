@@ -59,7 +59,10 @@ impl<D: Delivery> Engine<D> {
             .min(self.config.max_request_size)
             .max(upper_bound);
         let compression = self.partitions[slot_index].compression.clone();
-        let mut batch = ProducerBatch::with_compression(now, timestamp, max_size, compression);
+        let buffer = self
+            .buffer_pool
+            .allocate(max_size.max(record_batch::RECORD_BATCH_OVERHEAD));
+        let mut batch = ProducerBatch::with_buffer(buffer, now, timestamp, max_size, compression);
         if batch
             .try_append(timestamp, key, value, headers, delivery)
             .is_err()

@@ -308,10 +308,19 @@ impl<D: Delivery> Engine<D> {
         if let Some(left) = self.split_children.get_mut(&batch.id) {
             *left -= 1;
             if *left > 0 {
+                self.recycle(batch);
                 return;
             }
             self.split_children.remove(&batch.id);
         }
         self.incomplete_batches.remove(&batch.id);
+        self.recycle(batch);
+    }
+
+    /// Gives a finished batch's buffer to the pool (when no request holds its bytes any more).
+    pub(super) fn recycle(&mut self, batch: ProducerBatch<D>) {
+        if let Some(buffer) = batch.into_buffer() {
+            self.buffer_pool.deallocate(buffer);
+        }
     }
 }

@@ -134,5 +134,6 @@ impl<D: Delivery> Engine<D> {
                 self.partitions[slot_index].deque.push_front(child);
             }
         }
+        self.recycle(batch);
     }
 }

@@ -263,6 +263,7 @@ pub fn default_engine_config() -> EngineConfig {
         transaction_timeout_ms: 60_000,
         linger: 5 * MS,
         batch_size: 16_384,
+        buffer_memory: 32 << 20,
         max_in_flight: 5,
         delivery_timeout: 30 * SECOND,
         request_timeout: 5 * SECOND,
