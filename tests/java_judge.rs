@@ -1,0 +1,232 @@
+//! The Java client (kafka-clients 3.9.1, JDK 17) as an independent judge of the reference
+//! cluster's TLS and SASL listeners: it produces over `SASL_SSL` with SCRAM-SHA-512 and over
+//! `SSL` with a client certificate from a PEM keystore, and librdkafka's consumer reads every
+//! record back on the brokers' plaintext listeners, once each and in order. Two clients we did
+//! not write agree with the listeners kacrab's TLS and SASL tests run against.
+//!
+//! Needs `javac` and `java` on the PATH (`.ci/run` installs a JDK where it is missing) and the
+//! kafka-clients jars: from `KACRAB_JAVA_LIB` (a folder holding `kafka-clients.jar` and
+//! `slf4j-api.jar`), else fetched once from PyPI by `benches/peers/java/fetch-jars.sh` into the
+//! target folder.
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::{ReferenceCluster, SaslListener, TestCa, TlsListener, Validity};
+
+use common::temp_file::TempFile;
+use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
+
+const PARTITIONS: i32 = 3;
+const COUNT: u64 = 3_000;
+const USER: &str = "judge";
+const PASSWORD: &str = "judge-pa55";
+
+/// The classpath of the compiled judge, built once per test binary.
+fn java_classpath() -> &'static str {
+    static CLASSPATH: OnceLock<String> = OnceLock::new();
+    CLASSPATH.get_or_init(|| {
+        let javac = Command::new("javac").arg("-version").output();
+        assert!(
+            javac.map(|o| o.status.success()).unwrap_or(false),
+            "javac is not on the PATH: install a JDK (Debian: openjdk-17-jdk-headless)"
+        );
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("java-judge");
+        let lib = match std::env::var_os("KACRAB_JAVA_LIB") {
+            Some(dir) => PathBuf::from(dir),
+            None => {
+                let lib = work.join("lib");
+                if !lib.join("kafka-clients.jar").exists() {
+                    let status = Command::new("bash")
+                        .arg(manifest.join("benches/peers/java/fetch-jars.sh"))
+                        .arg(&lib)
+                        .status()
+                        .expect("run fetch-jars.sh");
+                    assert!(status.success(), "fetch-jars.sh failed");
+                }
+                lib
+            }
+        };
+        let jars: Vec<String> = ["kafka-clients.jar", "slf4j-api.jar"]
+            .iter()
+            .map(|j| lib.join(j).to_string_lossy().into_owned())
+            .collect();
+        let classes = work.join("classes");
+        std::fs::create_dir_all(&classes).expect("a folder for the classes");
+        let status = Command::new("javac")
+            .args(["-d", &classes.to_string_lossy(), "-cp", &jars.join(":")])
+            .arg(manifest.join("tests/java/JudgeProducer.java"))
+            .status()
+            .expect("run javac");
+        assert!(status.success(), "javac failed");
+        format!("{}:{}", classes.to_string_lossy(), jars.join(":"))
+    })
+}
+
+/// Runs the Java producer against `bootstrap` with the security `properties`; returns its
+/// report line. Panics with its output unless every record was acknowledged.
+fn java_produce(bootstrap: &str, topic: &str, properties: &str) -> String {
+    let file = TempFile::new(&format!("{topic}.properties"), properties);
+    let output = Command::new("java")
+        .args(["-Xmx256m", "-cp", java_classpath(), "JudgeProducer"])
+        .args([
+            bootstrap,
+            topic,
+            &PARTITIONS.to_string(),
+            &COUNT.to_string(),
+        ])
+        .arg(file.path())
+        .output()
+        .expect("run java");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the Java producer failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout.trim().to_string()
+}
+
+/// Reads `topic` back with librdkafka on the plaintext listeners and checks that every id
+/// the Java producer sent is there once, in order.
+fn assert_read_back_once(cluster: &ReferenceCluster, topic: &str, extra: &[(&str, &str)]) {
+    let records = read_back_with(
+        &cluster.plaintext_bootstrap_servers(),
+        topic,
+        PARTITIONS,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(60),
+        extra,
+    );
+    let ids = payload_ids(&records);
+    let sent: Vec<u64> = (0..COUNT).collect();
+    let verdict = check_exactly_once(&ids, &sent, &sent);
+    assert!(
+        verdict.starts_with(&format!("{COUNT} records read")),
+        "{verdict}"
+    );
+}
+
+fn tls_cluster(listener: TlsListener, sasl: Option<SaslListener>, topic: &str) -> ReferenceCluster {
+    let cluster = ReferenceCluster::start_with_tls(3, BrokerRules::default(), listener, sasl);
+    cluster.create_topic(topic, &[1, 2, 3]);
+    cluster
+}
+
+#[test]
+fn the_java_client_produces_over_sasl_ssl_with_scram_sha_512_and_every_record_reads_back_once() {
+    let topic = "judge-sasl-ssl";
+    let ca = TestCa::new("judge CA");
+    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
+    let sasl = SaslListener::new(&["PLAIN", "SCRAM-SHA-512"]).user(USER, PASSWORD);
+    let cluster = tls_cluster(TlsListener::new(&server), Some(sasl), topic);
+    let truststore = TempFile::new("judge-ca.pem", &ca.certificate_pem());
+    let properties = format!(
+        "security.protocol=SASL_SSL\n\
+         ssl.truststore.type=PEM\n\
+         ssl.truststore.location={}\n\
+         sasl.mechanism=SCRAM-SHA-512\n\
+         sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"{USER}\" password=\"{PASSWORD}\";\n",
+        truststore.path()
+    );
+    let report = java_produce(&cluster.bootstrap_servers(), topic, &properties);
+    assert_eq!(report, format!("acked {COUNT} of {COUNT}"));
+    let stats = cluster.stats();
+    assert!(stats.authentications_succeeded("SCRAM-SHA-512") >= 1);
+    assert_eq!(stats.authentications_failed("SCRAM-SHA-512"), 0);
+    let handshakes: u64 = (1..=3).map(|b| stats.tls_handshakes_succeeded(b)).sum();
+    assert!(handshakes >= 1, "the Java client authenticated without TLS");
+    assert_read_back_once(
+        &cluster,
+        topic,
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", USER),
+            ("sasl.password", PASSWORD),
+        ],
+    );
+}
+
+#[test]
+fn the_java_client_presents_a_pem_client_certificate_over_ssl_and_every_record_reads_back_once() {
+    let topic = "judge-ssl-client-cert";
+    let ca = TestCa::new("judge CA");
+    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
+    let cluster = tls_cluster(
+        TlsListener::requiring_client_certificates(&server, &ca),
+        None,
+        topic,
+    );
+    let truststore = TempFile::new("judge-client-ca.pem", &ca.certificate_pem());
+    let keystore = TempFile::new(
+        "judge-keystore.pem",
+        &ca.issue_client("judge-producer").combined_pem(),
+    );
+    let properties = format!(
+        "security.protocol=SSL\n\
+         ssl.truststore.type=PEM\n\
+         ssl.truststore.location={}\n\
+         ssl.keystore.type=PEM\n\
+         ssl.keystore.location={}\n",
+        truststore.path(),
+        keystore.path()
+    );
+    let report = java_produce(&cluster.bootstrap_servers(), topic, &properties);
+    assert_eq!(report, format!("acked {COUNT} of {COUNT}"));
+    let stats = cluster.stats();
+    let handshakes: u64 = (1..=3).map(|b| stats.tls_handshakes_succeeded(b)).sum();
+    assert!(handshakes >= 1, "no TLS session was made");
+    assert_eq!(
+        (1..=3).map(|b| stats.tls_handshakes_failed(b)).sum::<u64>(),
+        0,
+        "a handshake failed"
+    );
+    assert_read_back_once(&cluster, topic, &[]);
+}
+
+// The refusal side of the same listener: the Java client without a certificate is refused
+// (its send fails), so the passing test above is the certificate's doing.
+#[test]
+fn the_java_client_without_a_client_certificate_is_refused_by_a_listener_that_requires_one() {
+    let topic = "judge-ssl-no-cert";
+    let ca = TestCa::new("judge CA");
+    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
+    let cluster = tls_cluster(
+        TlsListener::requiring_client_certificates(&server, &ca),
+        None,
+        topic,
+    );
+    let truststore = TempFile::new("judge-nocert-ca.pem", &ca.certificate_pem());
+    let properties = format!(
+        "security.protocol=SSL\n\
+         ssl.truststore.type=PEM\n\
+         ssl.truststore.location={}\n\
+         max.block.ms=5000\n",
+        truststore.path()
+    );
+    let file = TempFile::new("judge-nocert.properties", &properties);
+    let output = Command::new("java")
+        .args(["-Xmx256m", "-cp", java_classpath(), "JudgeProducer"])
+        .args([&cluster.bootstrap_servers(), topic, "3", "10"])
+        .arg(file.path())
+        .output()
+        .expect("run java");
+    assert!(
+        !output.status.success(),
+        "the Java client was accepted without a certificate: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let failed: u64 = (1..=3)
+        .map(|b| cluster.stats().tls_handshakes_failed(b))
+        .sum();
+    assert!(failed >= 1, "no handshake was refused");
+}
