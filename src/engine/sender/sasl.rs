@@ -19,6 +19,7 @@ use crate::error::ProduceError;
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::{self, code};
 use crate::protocol::sasl::{client_nonce, SaslClient, SaslClientError, SaslStep};
+use crate::protocol::sasl_oauthbearer::client_initial_response;
 use crate::protocol::wire::{self, WireError};
 
 use super::super::connection::{ConnectionState, InFlightHeader};
@@ -137,19 +138,43 @@ impl<D: Delivery> Engine<D> {
             self.fail_authentication(now, node, mechanism, reason);
             return Ok(());
         }
-        // PLAIN has no nonce; SCRAM's comes from the operating system's CSPRNG.
-        let nonce = match sasl.mechanism {
-            SaslMechanism::Plain => String::new(),
-            _ => match client_nonce() {
-                Ok(nonce) => nonce,
+        let (client, first) = match sasl.mechanism {
+            SaslMechanism::OAuthBearer => {
+                // The provider is asked once per authentication, on this shard's thread.
+                let Some(provider) = &sasl.token_provider else {
+                    return Ok(());
+                };
+                let first = provider.token().and_then(|token| {
+                    client_initial_response(
+                        &token.value,
+                        token.principal.as_deref(),
+                        &token.extensions,
+                    )
+                });
+                match first {
+                    Ok(first) => SaslClient::oauthbearer(first),
+                    Err(reason) => {
+                        let reason = format!("the token provider failed: {reason}");
+                        self.fail_authentication(now, node, mechanism, reason);
+                        return Ok(());
+                    }
+                }
+            }
+            // PLAIN has no nonce.
+            SaslMechanism::Plain => {
+                SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, String::new())
+            }
+            // SCRAM's nonce comes from the operating system's CSPRNG.
+            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => match client_nonce() {
+                Ok(nonce) => {
+                    SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce)
+                }
                 Err(reason) => {
                     self.fatal = Some(ProduceError::Fatal(reason));
                     return Ok(());
                 }
             },
         };
-        let (client, first) =
-            SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce);
         self.connections.get_mut(&node).expect("known").sasl = Some(client);
         self.send_sasl_authenticate(now, node, first);
         Ok(())
