@@ -224,12 +224,18 @@ fn oauthbearer_without_a_token_provider_is_refused_naming_sasl_mechanism() {
     let e = build(&[
         ("security.protocol", "SASL_PLAINTEXT"),
         ("sasl.mechanism", "OAUTHBEARER"),
-        ("sasl.jaas.config", &format!("{OAUTHBEARER_MODULE} required;")),
+        (
+            "sasl.jaas.config",
+            &format!("{OAUTHBEARER_MODULE} required;"),
+        ),
     ])
     .unwrap_err();
     match &e {
         ConfigError::InvalidValue { key, value, rule } => {
-            assert_eq!((key.as_str(), value.as_str()), ("sasl.mechanism", "OAUTHBEARER"));
+            assert_eq!(
+                (key.as_str(), value.as_str()),
+                ("sasl.mechanism", "OAUTHBEARER")
+            );
             assert!(rule.contains("token provider"), "{rule}");
         }
         other => panic!("expected an invalid value, got {other:?}"),
@@ -251,7 +257,10 @@ fn oauthbearer_with_a_token_provider_and_its_login_module_is_accepted() {
         assert_eq!(sasl.mechanism, SaslMechanism::OAuthBearer);
         let token = sasl.token_provider.expect("installed").token().unwrap();
         assert_eq!(token.value, "h.p.");
-        assert!(!format!("{token:?}").contains("h.p."), "the token is hidden");
+        assert!(
+            !format!("{token:?}").contains("h.p."),
+            "the token is hidden"
+        );
     }
 }
 
@@ -279,5 +288,8 @@ fn a_token_provider_with_another_mechanism_or_without_sasl_is_a_conflict() {
     assert!(e.to_string().contains("`sasl.mechanism` is PLAIN"), "{e}");
     let e = build_with_provider(&[]).unwrap_err();
     assert_eq!(conflict_keys(&e), ["sasl.mechanism", "security.protocol"]);
-    assert!(e.to_string().contains("PLAINTEXT, which does not use SASL"), "{e}");
+    assert!(
+        e.to_string().contains("PLAINTEXT, which does not use SASL"),
+        "{e}"
+    );
 }

@@ -39,9 +39,7 @@ fn listener() -> SaslListener {
 /// by broker 1 on a cluster of one.
 fn cluster(brokers: usize, listener: SaslListener, topic: &str) -> ReferenceCluster {
     let cluster = ReferenceCluster::start_with_sasl(brokers, BrokerRules::default(), listener);
-    let leaders: Vec<i32> = (0..PARTITIONS)
-        .map(|p| p % brokers as i32 + 1)
-        .collect();
+    let leaders: Vec<i32> = (0..PARTITIONS).map(|p| p % brokers as i32 + 1).collect();
     cluster.create_topic(topic, &leaders);
     cluster
 }
@@ -199,7 +197,11 @@ fn assert_fails_after_one_attempt_per_broker(
         "{} connections",
         stats.connections_accepted()
     );
-    assert!(runtime.connects_started <= 2, "{}", runtime.connects_started);
+    assert!(
+        runtime.connects_started <= 2,
+        "{}",
+        runtime.connects_started
+    );
     assert_eq!(stats.authentications_succeeded(MECHANISM), 0);
 }
 
@@ -216,7 +218,10 @@ fn a_provider_error_fails_every_record_with_the_typed_error_after_one_attempt_pe
         "the token provider failed: the identity provider is down",
     );
     let stats = cluster.stats();
-    assert_eq!(calls.load(Ordering::SeqCst), stats.requests(ApiKey::SaslHandshake));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        stats.requests(ApiKey::SaslHandshake)
+    );
     assert_eq!(
         stats.requests(ApiKey::SaslAuthenticate),
         0,

@@ -33,8 +33,8 @@ mod parse;
 pub mod security;
 pub mod tls;
 
-use parse::Unit;
 pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
+use parse::Unit;
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
 

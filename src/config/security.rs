@@ -276,10 +276,7 @@ impl ExplicitSecurity {
             parse::invalid(
                 SASL_JAAS_CONFIG,
                 HIDDEN_VALUE,
-                format!(
-                    "the login module {} has no `{option}` option",
-                    jaas.module
-                ),
+                format!("the login module {} has no `{option}` option", jaas.module),
             )
         };
         Ok(Security {

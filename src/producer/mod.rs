@@ -90,10 +90,7 @@ impl ProducerBuilder {
     /// time. An `Err` fails the producer with [`ProduceError::Authentication`].
     pub fn oauth_token_provider(
         self,
-        provider: impl Fn() -> Result<crate::config::OAuthBearerToken, String>
-            + Send
-            + Sync
-            + 'static,
+        provider: impl Fn() -> Result<crate::config::OAuthBearerToken, String> + Send + Sync + 'static,
     ) -> Self {
         self.config(|c| c.oauth_token_provider(provider))
     }

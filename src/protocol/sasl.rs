@@ -179,7 +179,9 @@ enum ClientState {
     OAuthBearerSent,
     /// OAUTHBEARER: the server refused the token with this JSON error, and the client sent
     /// `\x01` to end the exchange; the server's answer is the failure.
-    OAuthBearerRefused { error: String },
+    OAuthBearerRefused {
+        error: String,
+    },
     Done,
 }
 

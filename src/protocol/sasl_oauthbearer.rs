@@ -95,7 +95,10 @@ pub fn parse_client_initial_response(message: &[u8]) -> Option<ClientInitialResp
         a => Some(unescape_username(a.strip_prefix("a=")?)?),
     };
     let sep = SEPARATOR as char;
-    let rest = rest.strip_prefix(sep)?.strip_suffix(sep)?.strip_suffix(sep)?;
+    let rest = rest
+        .strip_prefix(sep)?
+        .strip_suffix(sep)?
+        .strip_suffix(sep)?;
     let mut fields = rest.split(sep);
     let auth = fields.next()?.strip_prefix("auth=")?;
     let (scheme, token) = auth.split_once(' ')?;
@@ -125,12 +128,9 @@ mod tests {
     fn the_initial_response_is_kafkas_and_reads_back() {
         let message = client_initial_response("a.b.", None, &[]).unwrap();
         assert_eq!(message, b"n,,\x01auth=Bearer a.b.\x01\x01");
-        let with = client_initial_response(
-            "h.p.s",
-            Some("al,ice"),
-            &[("traceId".into(), "x 1".into())],
-        )
-        .unwrap();
+        let with =
+            client_initial_response("h.p.s", Some("al,ice"), &[("traceId".into(), "x 1".into())])
+                .unwrap();
         assert_eq!(
             with,
             b"n,a=al=2Cice,\x01auth=Bearer h.p.s\x01traceId=x 1\x01\x01"

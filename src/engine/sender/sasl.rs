@@ -161,9 +161,12 @@ impl<D: Delivery> Engine<D> {
                 }
             }
             // PLAIN has no nonce.
-            SaslMechanism::Plain => {
-                SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, String::new())
-            }
+            SaslMechanism::Plain => SaslClient::start(
+                sasl.mechanism,
+                &sasl.username,
+                &sasl.password,
+                String::new(),
+            ),
             // SCRAM's nonce comes from the operating system's CSPRNG.
             SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => match client_nonce() {
                 Ok(nonce) => {

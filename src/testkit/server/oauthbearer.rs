@@ -185,7 +185,9 @@ fn json_string(text: &str) -> Option<(String, &str)> {
                 'n' => value.push('\n'),
                 't' => value.push('\t'),
                 'u' => {
-                    let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, c)| c)).collect();
+                    let hex: String = (0..4)
+                        .filter_map(|_| chars.next().map(|(_, c)| c))
+                        .collect();
                     value.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
                 }
                 other => value.push(other),
@@ -228,7 +230,10 @@ mod tests {
             format!("{none}.{}.", enc(r#"{"exp":99999999999}"#)),
             format!("{none}.{}.", enc(r#"{"sub":"a"}"#)),
             format!("{none}.{}.", enc(r#"{"sub":"a","exp":"soon"}"#)),
-            format!("{none}.{}.", enc(r#"{"sub":"a","exp":99999999999,"iat":"x"}"#)),
+            format!(
+                "{none}.{}.",
+                enc(r#"{"sub":"a","exp":99999999999,"iat":"x"}"#)
+            ),
             format!("{none}.{}.", enc(r#"{"sub":"a","exp":99999999999"#)),
             "not-a-jws".to_string(),
         ] {

@@ -339,7 +339,9 @@ fn authenticate(
                 )),
                 Vec::new(),
             ),
-            Err(TokenError::Refused(error)) => (SASL_AUTHENTICATION_FAILED, Some(error), Vec::new()),
+            Err(TokenError::Refused(error)) => {
+                (SASL_AUTHENTICATION_FAILED, Some(error), Vec::new())
+            }
             Err(TokenError::IllegalState) => (
                 ILLEGAL_SASL_STATE,
                 Some("Unexpected SaslAuthenticate".to_string()),
@@ -520,10 +522,7 @@ fn evaluate(
                 }
             };
             // Kafka: an authorization id must be the token's principal.
-            if response
-                .authzid
-                .is_some_and(|a| a != validated.principal)
-            {
+            if response.authzid.is_some_and(|a| a != validated.principal) {
                 return failed("OAUTHBEARER");
             }
             let token_left = validated
