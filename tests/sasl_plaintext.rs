@@ -19,8 +19,8 @@ use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::{ReferenceCluster, SaslListener};
 use kacrab::{ProduceError, Producer, ProducerRecord};
 use kafka_protocol::messages::{
-    ApiKey, MetadataRequest, RequestHeader, ResponseHeader, SaslHandshakeRequest,
-    SaslHandshakeResponse,
+    ApiKey, MetadataRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -484,4 +484,76 @@ fn connections_are_reopened_before_their_sasl_session_ends() {
     let sent: Vec<u64> = (0..rounds * per_round).collect();
     let verdict = check_exactly_once(&payload_ids(&records), &sent, &sent);
     assert!(verdict.starts_with("300 records read"), "{verdict}");
+}
+
+/// SaslHandshake v1 and SaslAuthenticate v2 with PLAIN on `stream`; returns the announced
+/// session lifetime. Correlation ids start at `first_id`.
+fn raw_plain_authentication(stream: &mut TcpStream, first_id: i32) -> i64 {
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN"));
+    stream
+        .write_all(&request_frame(
+            ApiKey::SaslHandshake,
+            1,
+            first_id,
+            &handshake,
+        ))
+        .unwrap();
+    let mut answer = Bytes::from(read_frame(stream).expect("the handshake is answered"));
+    ResponseHeader::decode(&mut answer, 0).unwrap();
+    assert_eq!(
+        SaslHandshakeResponse::decode(&mut answer, 1)
+            .unwrap()
+            .error_code,
+        0
+    );
+    let authenticate = SaslAuthenticateRequest::default()
+        .with_auth_bytes(Bytes::from(format!("\0{USER}\0{PASSWORD}")));
+    stream
+        .write_all(&request_frame(
+            ApiKey::SaslAuthenticate,
+            2,
+            first_id + 1,
+            &authenticate,
+        ))
+        .unwrap();
+    let mut answer = Bytes::from(read_frame(stream).expect("the authentication is answered"));
+    ResponseHeader::decode(&mut answer, 1).unwrap();
+    let response = SaslAuthenticateResponse::decode(&mut answer, 2).unwrap();
+    assert_eq!(response.error_code, 0);
+    response.session_lifetime_ms
+}
+
+// KIP-368 on the listener, as Kafka's broker does: once a session has ended, SaslHandshake
+// still begins a re-authentication on the connection, after which requests are served again;
+// any other request after the end closes the connection unanswered. Waiting out the session
+// is what is under test: the listener compares its clock with the session's end, so a sleep
+// past it makes the end certain.
+#[test]
+fn after_its_session_ends_a_connection_may_re_authenticate_and_is_closed_at_any_other_request() {
+    let listener = SaslListener::new(&["PLAIN"])
+        .user(USER, PASSWORD)
+        .session_lifetime(Duration::from_millis(300));
+    let cluster = ReferenceCluster::start_with_sasl(1, BrokerRules::default(), listener);
+    let mut stream = TcpStream::connect(cluster.broker_address(1)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let lifetime = raw_plain_authentication(&mut stream, 1);
+    assert!((1..=300).contains(&lifetime), "{lifetime} ms");
+    std::thread::sleep(Duration::from_millis(400));
+    let renewed = raw_plain_authentication(&mut stream, 3);
+    assert!((1..=300).contains(&renewed), "{renewed} ms");
+    let metadata = request_frame(ApiKey::Metadata, 12, 5, &MetadataRequest::default());
+    stream.write_all(&metadata).unwrap();
+    let answer = read_frame(&mut stream).expect("served on the renewed session");
+    assert_eq!(&answer[..4], &5i32.to_be_bytes());
+    std::thread::sleep(Duration::from_millis(400));
+    let metadata = request_frame(ApiKey::Metadata, 12, 6, &MetadataRequest::default());
+    stream.write_all(&metadata).unwrap();
+    assert_eq!(read_frame(&mut stream), None, "closed unanswered");
+    let stats = cluster.stats();
+    assert_eq!(stats.ended_sessions_closed(), 1);
+    assert_eq!(stats.reauthentications(), 1);
+    assert_eq!(stats.authentications_succeeded("PLAIN"), 2);
 }

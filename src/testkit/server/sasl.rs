@@ -11,11 +11,14 @@
 //!   first answers it ILLEGAL_SASL_STATE in that API's error response; the client sees the
 //!   close either way);
 //! - wrong credentials are answered SASL_AUTHENTICATION_FAILED, and the connection closes;
-//! - once authenticated, the connection is served as any other; SaslHandshake or
-//!   SaslAuthenticate then is answered ILLEGAL_SASL_STATE (`KafkaApis`);
+//! - once authenticated, the connection is served as any other; SaslAuthenticate then is
+//!   answered ILLEGAL_SASL_STATE (`KafkaApis`), and SaslHandshake v1 begins a
+//!   re-authentication (KIP-368): the exchange runs again on the same connection, and until it
+//!   completes only SaslAuthenticate is served. Kafka also refuses a re-authentication that
+//!   changes the mechanism or the principal; this listener does not check those;
 //! - with a session lifetime (`connections.max.reauth.ms`, KIP-368), SaslAuthenticate v1+
-//!   announces it and a request after it closes the connection (re-authentication on the same
-//!   connection is not offered). An OAUTHBEARER token's expiry bounds the session too: the
+//!   announces it and a request after it other than SaslHandshake closes the connection. An
+//!   OAUTHBEARER token's expiry bounds the session too: the
 //!   lifetime is the smaller of the two, or the token's remaining lifetime alone without
 //!   `connections.max.reauth.ms` (`calcCompletionTimesAndReturnSessionLifetimeMs`);
 //! - an OAUTHBEARER token the validator refuses is answered, without a Kafka error, with the
@@ -196,8 +199,7 @@ impl SaslSession {
     }
 
     /// Whether an authenticated session has ended: Kafka closes such a connection at its next
-    /// request (KIP-368) unless the client re-authenticates, which this listener does not
-    /// offer on the same connection.
+    /// request (KIP-368) unless that request begins a re-authentication.
     pub(crate) fn has_ended(&self, now: Instant) -> bool {
         matches!(self, SaslSession::Authenticated { ends_at: Some(end) } if now >= *end)
     }
@@ -554,8 +556,8 @@ fn evaluate(
     }
 }
 
-/// SaslHandshake or SaslAuthenticate on an authenticated connection: ILLEGAL_SASL_STATE, as
-/// `KafkaApis` answers them.
+/// SaslAuthenticate, or SaslHandshake v0 (which cannot begin a re-authentication), on an
+/// authenticated connection: ILLEGAL_SASL_STATE, as `KafkaApis` answers them.
 pub(crate) fn answer_after_authentication(
     api: ApiKey,
     version: i16,
