@@ -13,7 +13,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
@@ -22,7 +22,10 @@ use kacrab::testkit::server::{ReferenceCluster, SaslListener};
 use kacrab::{OAuthBearerToken, ProduceError, Producer, ProducerRecord};
 use kafka_protocol::messages::ApiKey;
 
-use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
+use common::{
+    check_exactly_once, payload_ids, produce_across_sessions, read_back_with, Isolation,
+    SessionsRun,
+};
 
 const PARTITIONS: i32 = 3;
 const READER: &str = "reader";
@@ -251,48 +254,11 @@ fn an_expired_token_fails_with_the_typed_error_after_one_attempt_per_broker() {
     assert_eq!(stats.requests(ApiKey::SaslAuthenticate), 2 * attempts);
 }
 
-/// Produces round after round until the provider has been asked for `renewals` more tokens
-/// than the first round's connections took (sessions ended and new ones began), failing at a
-/// deadline; returns how many records were sent. Between rounds it waits for the next
-/// SaslHandshake or 200 ms, whichever comes first, so that the run spans several sessions
-/// with a bounded number of records.
-fn produce_across_sessions(
-    cluster: &ReferenceCluster,
-    producer: &Producer,
-    calls: &AtomicU64,
-    topic: &str,
-    renewals: u64,
-) -> u64 {
-    let per_round = 30;
-    send_acknowledged(producer, topic, 0..per_round);
-    let mut sent = per_round;
-    let calls_wanted = calls.load(Ordering::SeqCst) + renewals;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while calls.load(Ordering::SeqCst) < calls_wanted {
-        assert!(
-            Instant::now() < deadline,
-            "the provider was asked {} times in 60 s",
-            calls.load(Ordering::SeqCst)
-        );
-        send_acknowledged(producer, topic, sent..sent + per_round);
-        sent += per_round;
-        let handshakes = cluster.stats().requests(ApiKey::SaslHandshake);
-        cluster.stats().wait_for_requests(
-            ApiKey::SaslHandshake,
-            handshakes + 1,
-            Duration::from_millis(200),
-        );
-    }
-    // One more round on the newest session.
-    send_acknowledged(producer, topic, sent..sent + per_round);
-    sent + per_round
-}
-
 // KIP-368: with `connections.max.reauth.ms` of 2 s the broker closes a connection whose
-// session ended at its next request. kacrab stops sending on a connection before its session
-// ends and authenticates again, asking the provider for a new token each time; over a run of
-// several sessions no request comes after a session's end and every record is in the log
-// exactly once.
+// session ended at its next request other than SaslHandshake. kacrab stops sending on a
+// connection before its session ends and re-authenticates on it, asking the provider for a
+// new token each time; over a run of several sessions no request comes after a session's end,
+// no connection is replaced, and every record is in the log exactly once.
 #[test]
 fn a_run_longer_than_connections_max_reauth_ms_delivers_every_record_exactly_once() {
     let topic = "oauth-reauth";
@@ -301,35 +267,55 @@ fn a_run_longer_than_connections_max_reauth_ms_delivers_every_record_exactly_onc
     let (calls, provider) = counting_provider(|| fresh_token(Duration::from_secs(3600)));
     let producer = producer(&cluster, provider);
     // Two tokens more than the first connections took: sessions were renewed.
-    let sent = produce_across_sessions(&cluster, &producer, &calls, topic, 2);
+    let renewed = || calls.load(Ordering::SeqCst);
+    let run = produce_across_sessions(&cluster, &producer, topic, PARTITIONS, &renewed, 2);
     producer.close(Duration::from_secs(5));
+    assert_renewed_in_place(&cluster, &calls, &run);
+    assert_in_the_log_once(&cluster, topic, run.sent);
+}
+
+/// Sessions were renewed by re-authenticating on the same connections (KIP-368), each
+/// renewal with a new token, and no request came after a session's end.
+fn assert_renewed_in_place(cluster: &ReferenceCluster, calls: &AtomicU64, run: &SessionsRun) {
     let stats = cluster.stats();
     assert_eq!(
         stats.ended_sessions_closed(),
         0,
         "a request came after its session ended"
     );
-    assert!(calls.load(Ordering::SeqCst) > 1);
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        stats.authentications_succeeded(MECHANISM)
+    assert!(
+        stats.reauthentications() >= 2,
+        "{} re-authentications",
+        stats.reauthentications()
     );
-    assert_in_the_log_once(&cluster, topic, sent);
+    assert_eq!(
+        stats.connections_accepted(),
+        run.connections_after_first_round,
+        "a connection was replaced instead of re-authenticated"
+    );
+    // Once per authentication: a renewal the close cut short asked for its token but was
+    // never accepted, at most one per connection.
+    let calls = calls.load(Ordering::SeqCst);
+    let succeeded = stats.authentications_succeeded(MECHANISM);
+    assert!(
+        (succeeded..=succeeded + stats.connections_accepted()).contains(&calls),
+        "{calls} tokens for {succeeded} authentications"
+    );
+    assert_eq!(stats.authentications_failed(MECHANISM), 0);
 }
 
 // Without `connections.max.reauth.ms` the token's expiry alone bounds the session (Kafka's
-// `calcCompletionTimesAndReturnSessionLifetimeMs`): tokens that live 2 s are renewed during a
-// longer run, and nothing is lost or duplicated.
+// `calcCompletionTimesAndReturnSessionLifetimeMs`): tokens that live 2 s are renewed on the
+// same connections during a longer run, and nothing is lost or duplicated.
 #[test]
 fn a_session_bounded_by_the_token_expiry_is_renewed_with_a_new_token() {
     let topic = "oauth-token-expiry";
     let cluster = cluster(1, listener(), topic);
     let (calls, provider) = counting_provider(|| fresh_token(Duration::from_secs(2)));
     let producer = producer(&cluster, provider);
-    let sent = produce_across_sessions(&cluster, &producer, &calls, topic, 2);
+    let renewed = || calls.load(Ordering::SeqCst);
+    let run = produce_across_sessions(&cluster, &producer, topic, PARTITIONS, &renewed, 2);
     producer.close(Duration::from_secs(5));
-    let stats = cluster.stats();
-    assert_eq!(stats.ended_sessions_closed(), 0);
-    assert_eq!(stats.authentications_failed(MECHANISM), 0);
-    assert_in_the_log_once(&cluster, topic, sent);
+    assert_renewed_in_place(&cluster, &calls, &run);
+    assert_in_the_log_once(&cluster, topic, run.sent);
 }
