@@ -209,9 +209,9 @@ fn build_with_provider(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigE
             ProducerConfig::builder()
                 .set("bootstrap.servers", "localhost:9092")
                 .oauth_token_provider(|| {
-                    Ok(OAuthBearerToken::new(
+                    Ok(OAuthBearerToken::expiring_in(
                         "h.p.",
-                        SystemTime::now() + Duration::from_secs(60),
+                        Duration::from_secs(60),
                     ))
                 }),
             |b, (k, v)| b.set(k, *v),
@@ -257,6 +257,7 @@ fn oauthbearer_with_a_token_provider_and_its_login_module_is_accepted() {
         assert_eq!(sasl.mechanism, SaslMechanism::OAuthBearer);
         let token = sasl.token_provider.expect("installed").token().unwrap();
         assert_eq!(token.value, "h.p.");
+        assert!(token.expires_at > SystemTime::now());
         assert!(
             !format!("{token:?}").contains("h.p."),
             "the token is hidden"

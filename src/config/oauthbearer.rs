@@ -12,15 +12,17 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// A token for one authentication, as Java's `OAuthBearerToken` describes it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OAuthBearerToken {
     /// The compact JWS serialization of the token (`header.payload.signature`, base64url).
     pub value: String,
-    /// When the token expires (Java's `lifetimeMs`, as a wall-clock time). The broker ends
-    /// the session by then (KIP-368); the producer re-authenticates before that.
+    /// When the token expires (Java's `lifetimeMs`, as a wall-clock time). The broker reads
+    /// the expiry from the token itself and ends the session by then, announcing the session
+    /// lifetime (KIP-368); the producer re-authenticates before that on what the broker
+    /// announced, so this field is informational (logs, and the application's own cache).
     pub expires_at: SystemTime,
     /// The authorization id sent with the token (`a=` of RFC 7628); Kafka's broker requires
     /// it to equal the token's principal when given. `None` sends none, as Java's client does.
@@ -39,6 +41,11 @@ impl OAuthBearerToken {
             principal: None,
             extensions: Vec::new(),
         }
+    }
+
+    /// A token that expires `lifetime` from now.
+    pub fn expiring_in(value: impl Into<String>, lifetime: Duration) -> Self {
+        OAuthBearerToken::new(value, SystemTime::now() + lifetime)
     }
 
     /// The same token, sent with the authorization id `principal`.
