@@ -3,7 +3,8 @@
 //! provider produces and every record is in the log once; a provider error and an expired
 //! token are one typed, fatal error after one attempt per broker; sessions bounded by
 //! `connections.max.reauth.ms` or by the token's expiry end during a run without losing or
-//! duplicating a record, and each new authentication asks the provider for a token.
+//! duplicating a record, and each new authentication asks the provider for a token; a
+//! validator a test installs decides instead of the unsecured one.
 //!
 //! The read-back consumer is librdkafka, authenticating with PLAIN (the listeners enable it
 //! too), so what kacrab wrote over OAUTHBEARER is read independently.
@@ -17,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
-use kacrab::testkit::server::oauthbearer::unsecured_token;
+use kacrab::testkit::server::oauthbearer::{unsecured_token, ValidatedToken};
 use kacrab::testkit::server::{ReferenceCluster, SaslListener};
 use kacrab::{OAuthBearerToken, ProduceError, Producer, ProducerRecord};
 use kafka_protocol::messages::ApiKey;
@@ -318,4 +319,53 @@ fn a_session_bounded_by_the_token_expiry_is_renewed_with_a_new_token() {
     producer.close(Duration::from_secs(5));
     assert_renewed_in_place(&cluster, &calls, &run);
     assert_in_the_log_once(&cluster, topic, run.sent);
+}
+
+// A validator the test installs replaces the unsecured one: the status it refuses a token
+// with reaches the application in the typed error, and a token it accepts is served.
+#[test]
+fn an_installed_validator_decides_and_its_refusal_status_is_in_the_error() {
+    let topic = "oauth-validator";
+    let validator = |token: &str| match token {
+        "good.token" => Ok(ValidatedToken {
+            principal: "alice".into(),
+            expires_at: SystemTime::now() + Duration::from_secs(3600),
+        }),
+        _ => Err("insufficient_scope".to_string()),
+    };
+    let cluster = cluster(1, listener().oauthbearer_validator(validator), topic);
+    let accepted = producer(&cluster, || {
+        Ok(
+            OAuthBearerToken::expiring_in("good.token", Duration::from_secs(3600))
+                .with_principal("alice")
+                .with_extension("traceId", "t1"),
+        )
+    });
+    send_acknowledged(&accepted, topic, 0..10);
+    accepted.close(Duration::from_secs(5));
+    assert_in_the_log_once(&cluster, topic, 10);
+
+    let refused_topic = "oauth-validator-refused";
+    cluster.create_topic(refused_topic, &[1, 1, 1]);
+    let refused = producer(&cluster, || {
+        Ok(OAuthBearerToken::expiring_in(
+            "other.token",
+            Duration::from_secs(3600),
+        ))
+    });
+    let errors = common::send_expecting_failures(
+        &refused,
+        5,
+        |id| record(refused_topic, id),
+        "with a refused token",
+    );
+    for error in &errors {
+        assert!(
+            error
+                .to_string()
+                .contains(r#"{"status":"insufficient_scope"}"#),
+            "{error}"
+        );
+    }
+    refused.close(Duration::from_secs(5));
 }
