@@ -1,7 +1,11 @@
 //! `security.protocol`, `sasl.mechanism` and `sasl.jaas.config`: what is accepted, the typed
-//! errors for the rest, and a password that never shows in an error or `Debug` output.
+//! errors for the rest, and a password that never shows in an error or `Debug` output;
+//! OAUTHBEARER and its token provider.
+
+use std::time::{Duration, SystemTime};
 
 use kacrab::config::{ConfigError, ProducerConfig, SaslMechanism, SecurityProtocol};
+use kacrab::OAuthBearerToken;
 
 const PLAIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 const SCRAM_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
@@ -83,12 +87,10 @@ fn sasl_ssl_needs_the_mechanism_and_credentials_sasl_plaintext_needs() {
 }
 
 #[test]
-fn gssapi_and_oauthbearer_are_refused_as_not_supported_yet() {
-    for value in ["GSSAPI", "OAUTHBEARER"] {
-        let e = build(&[("sasl.mechanism", value)]).unwrap_err();
-        assert_eq!(e.keys(), ["sasl.mechanism"]);
-        assert!(e.to_string().contains("not supported yet"), "{e}");
-    }
+fn gssapi_is_refused_as_not_supported_yet() {
+    let e = build(&[("sasl.mechanism", "GSSAPI")]).unwrap_err();
+    assert_eq!(e.keys(), ["sasl.mechanism"]);
+    assert!(e.to_string().contains("not supported yet"), "{e}");
     let e = build(&[("sasl.mechanism", "scram-sha-256")]).unwrap_err();
     assert!(e.to_string().contains("must be one of PLAIN"), "{e}");
 }
@@ -195,4 +197,100 @@ fn properties_text_carries_a_jaas_line_as_java_writes_it() {
     let sasl = config.sasl.unwrap();
     assert_eq!(sasl.username, "bob");
     assert_eq!(sasl.password.expose(), "p w");
+}
+
+const OAUTHBEARER_MODULE: &str =
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
+
+fn build_with_provider(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
+    pairs
+        .iter()
+        .fold(
+            ProducerConfig::builder()
+                .set("bootstrap.servers", "localhost:9092")
+                .oauth_token_provider(|| {
+                    Ok(OAuthBearerToken::expiring_in(
+                        "h.p.",
+                        Duration::from_secs(60),
+                    ))
+                }),
+            |b, (k, v)| b.set(k, *v),
+        )
+        .build()
+}
+
+#[test]
+fn oauthbearer_without_a_token_provider_is_refused_naming_sasl_mechanism() {
+    let e = build(&[
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        (
+            "sasl.jaas.config",
+            &format!("{OAUTHBEARER_MODULE} required;"),
+        ),
+    ])
+    .unwrap_err();
+    match &e {
+        ConfigError::InvalidValue { key, value, rule } => {
+            assert_eq!(
+                (key.as_str(), value.as_str()),
+                ("sasl.mechanism", "OAUTHBEARER")
+            );
+            assert!(rule.contains("token provider"), "{rule}");
+        }
+        other => panic!("expected an invalid value, got {other:?}"),
+    }
+}
+
+#[test]
+fn oauthbearer_with_a_token_provider_and_its_login_module_is_accepted() {
+    for jaas in [Some(format!("{OAUTHBEARER_MODULE} required;")), None] {
+        let mut pairs = vec![
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+        ];
+        if let Some(jaas) = &jaas {
+            pairs.push(("sasl.jaas.config", jaas));
+        }
+        let config = build_with_provider(&pairs).unwrap();
+        let sasl = config.sasl.unwrap();
+        assert_eq!(sasl.mechanism, SaslMechanism::OAuthBearer);
+        let token = sasl.token_provider.expect("installed").token().unwrap();
+        assert_eq!(token.value, "h.p.");
+        assert!(token.expires_at > SystemTime::now());
+        assert!(
+            !format!("{token:?}").contains("h.p."),
+            "the token is hidden"
+        );
+    }
+}
+
+#[test]
+fn oauthbearer_with_another_login_module_is_a_conflict() {
+    let e = build_with_provider(&[
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "OAUTHBEARER"),
+        ("sasl.jaas.config", &jaas(PLAIN_MODULE, "a", "b")),
+    ])
+    .unwrap_err();
+    assert_eq!(conflict_keys(&e), ["sasl.jaas.config", "sasl.mechanism"]);
+    assert!(e.to_string().contains("OAuthBearerLoginModule"), "{e}");
+}
+
+#[test]
+fn a_token_provider_with_another_mechanism_or_without_sasl_is_a_conflict() {
+    let e = build_with_provider(&[
+        ("security.protocol", "SASL_PLAINTEXT"),
+        ("sasl.mechanism", "PLAIN"),
+        ("sasl.jaas.config", &jaas(PLAIN_MODULE, "a", "b")),
+    ])
+    .unwrap_err();
+    assert_eq!(conflict_keys(&e), ["sasl.mechanism", "security.protocol"]);
+    assert!(e.to_string().contains("`sasl.mechanism` is PLAIN"), "{e}");
+    let e = build_with_provider(&[]).unwrap_err();
+    assert_eq!(conflict_keys(&e), ["sasl.mechanism", "security.protocol"]);
+    assert!(
+        e.to_string().contains("PLAINTEXT, which does not use SASL"),
+        "{e}"
+    );
 }

@@ -13,7 +13,8 @@
 //! - `client.id` defaults to `kacrab`; Java uses `producer-N`, or `producer-<transactional.id>`.
 //! - `security.protocol` may be `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`, the SASL
 //!   ones with `sasl.mechanism` PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 and the credentials in
-//!   `sasl.jaas.config` (see [`security`]); TLS stores are PEM only (see [`tls`]), and
+//!   `sasl.jaas.config` (see [`security`]), or OAUTHBEARER with a token provider set in code
+//!   (see [`oauthbearer`]); TLS stores are PEM only (see [`tls`]), and
 //!   `ssl.*` keys that set a store are refused without TLS; `partitioner.class` and
 //!   `interceptor.classes` must be empty and
 //!   `transaction.two.phase.commit.enable` must be `false`.
@@ -27,10 +28,12 @@ use std::fmt;
 use std::time::Duration;
 
 pub mod keys;
+pub mod oauthbearer;
 mod parse;
 pub mod security;
 pub mod tls;
 
+pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
 use parse::Unit;
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
@@ -552,6 +555,19 @@ impl ProducerConfigBuilder {
         if let Err(error) = self.explicit.apply(key, &value) {
             self.first_error.get_or_insert(error);
         }
+        self
+    }
+
+    /// Installs the OAUTHBEARER token provider (`sasl.mechanism=OAUTHBEARER`), called on a
+    /// shard thread once per authentication; it must not block for long (see
+    /// [`oauthbearer`]).
+    pub fn oauth_token_provider(
+        mut self,
+        provider: impl Fn() -> Result<OAuthBearerToken, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.explicit
+            .security
+            .set_token_provider(OAuthTokenProvider::new(provider));
         self
     }
 

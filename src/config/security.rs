@@ -3,12 +3,16 @@
 //! in `tls`).
 //!
 //! kacrab speaks `PLAINTEXT`, `SSL`, and `SASL_PLAINTEXT` and `SASL_SSL` with the PLAIN,
-//! SCRAM-SHA-256 and SCRAM-SHA-512 mechanisms. Credentials come from `sasl.jaas.config` written as the Java
-//! client reads it (Kafka's `JaasConfig`): one login module, a control flag, `key=value`
-//! options and a closing `;`. A password never appears in an error or in `Debug` output.
+//! SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER mechanisms. Credentials come from
+//! `sasl.jaas.config` written as the Java client reads it (Kafka's `JaasConfig`): one login
+//! module, a control flag, `key=value` options and a closing `;`. A password never appears in
+//! an error or in `Debug` output. OAUTHBEARER's token comes from the application's provider
+//! (see [`super::oauthbearer`]); its `sasl.jaas.config` may be left out or name
+//! `OAuthBearerLoginModule` with no options.
 
 use std::fmt;
 
+use super::oauthbearer::OAuthTokenProvider;
 use super::tls::{ExplicitTls, TlsConfig};
 use super::{keys, parse, ConfigError};
 
@@ -65,6 +69,8 @@ pub enum SaslMechanism {
     ScramSha256,
     /// `SCRAM-SHA-512`.
     ScramSha512,
+    /// `OAUTHBEARER` (RFC 7628, KIP-255): a bearer token from the application's provider.
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -74,6 +80,7 @@ impl SaslMechanism {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
             SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
@@ -82,6 +89,7 @@ impl SaslMechanism {
         match self {
             SaslMechanism::Plain => PLAIN_LOGIN_MODULE,
             SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => SCRAM_LOGIN_MODULE,
+            SaslMechanism::OAuthBearer => OAUTHBEARER_LOGIN_MODULE,
         }
     }
 }
@@ -94,6 +102,8 @@ impl fmt::Display for SaslMechanism {
 
 const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
+const OAUTHBEARER_LOGIN_MODULE: &str =
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
 
 /// A password: shown as `[hidden]` by `Debug`, read only through [`Password::expose`].
 #[derive(Clone, PartialEq, Eq)]
@@ -117,11 +127,15 @@ impl fmt::Debug for Password {
 }
 
 /// The SASL settings of a `SASL_PLAINTEXT` or `SASL_SSL` producer.
+///
+/// Invariant: `token_provider` is set exactly when `mechanism` is OAUTHBEARER, and then
+/// `username` and `password` are empty (the token is the credential).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslConfig {
     pub mechanism: SaslMechanism,
     pub username: String,
     pub password: Password,
+    pub token_provider: Option<OAuthTokenProvider>,
 }
 
 /// The security keys as set, parsed; checked against each other in [`ExplicitSecurity::build`].
@@ -130,6 +144,7 @@ pub(super) struct ExplicitSecurity {
     protocol: Option<SecurityProtocol>,
     mechanism: Option<SaslMechanism>,
     jaas: Option<JaasEntry>,
+    token_provider: Option<OAuthTokenProvider>,
     tls: ExplicitTls,
 }
 
@@ -144,8 +159,9 @@ pub(super) struct Security {
 #[derive(Debug, Clone)]
 struct JaasEntry {
     module: String,
-    username: String,
-    password: Password,
+    /// Required by PLAIN and SCRAM, checked once the mechanism is known.
+    username: Option<String>,
+    password: Option<Password>,
 }
 
 impl ExplicitSecurity {
@@ -158,6 +174,11 @@ impl ExplicitSecurity {
             _ => return self.tls.apply(key, raw),
         }
         Ok(true)
+    }
+
+    /// The OAUTHBEARER token provider (set in code, not by a property).
+    pub(super) fn set_token_provider(&mut self, provider: OAuthTokenProvider) {
+        self.token_provider = Some(provider);
     }
 
     /// The effective protocol, SASL and TLS settings, or the rule the keys break together.
@@ -202,6 +223,9 @@ impl ExplicitSecurity {
                     ),
                 });
             }
+            if self.token_provider.is_some() {
+                return Err(token_provider_unused(protocol.as_str(), None));
+            }
             return Ok(Security {
                 protocol,
                 sasl: None,
@@ -213,11 +237,17 @@ impl ExplicitSecurity {
                 keys: vec![SASL_MECHANISM.into(), SECURITY_PROTOCOL.into()],
                 rule: format!(
                     "`security.protocol={}` needs `sasl.mechanism`: its Java default, GSSAPI, is \
-                     not supported; set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                     not supported; set PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
                     protocol.as_str()
                 ),
             });
         };
+        if mechanism == SaslMechanism::OAuthBearer {
+            return oauthbearer(protocol, self.jaas, self.token_provider, tls);
+        }
+        if self.token_provider.is_some() {
+            return Err(token_provider_unused(protocol.as_str(), Some(mechanism)));
+        }
         let Some(jaas) = self.jaas else {
             return Err(ConfigError::Conflict {
                 keys: vec![SASL_JAAS_CONFIG.into(), SECURITY_PROTOCOL.into()],
@@ -242,15 +272,78 @@ impl ExplicitSecurity {
                 ),
             });
         }
+        let missing = |option: &str| {
+            parse::invalid(
+                SASL_JAAS_CONFIG,
+                HIDDEN_VALUE,
+                format!("the login module {} has no `{option}` option", jaas.module),
+            )
+        };
         Ok(Security {
             protocol,
             sasl: Some(SaslConfig {
                 mechanism,
-                username: jaas.username,
-                password: jaas.password,
+                username: jaas.username.clone().ok_or_else(|| missing("username"))?,
+                password: jaas.password.clone().ok_or_else(|| missing("password"))?,
+                token_provider: None,
             }),
             tls,
         })
+    }
+}
+
+/// OAUTHBEARER's settings: the provider is required; `sasl.jaas.config`, if set, must name
+/// `OAuthBearerLoginModule` (its options, such as `unsecuredLoginStringClaim_sub`, configure
+/// Java's own token sources and mean nothing here).
+fn oauthbearer(
+    protocol: SecurityProtocol,
+    jaas: Option<JaasEntry>,
+    provider: Option<OAuthTokenProvider>,
+    tls: Option<TlsConfig>,
+) -> Result<Security, ConfigError> {
+    if let Some(jaas) = jaas.filter(|j| j.module != OAUTHBEARER_LOGIN_MODULE) {
+        return Err(ConfigError::Conflict {
+            keys: vec![keys::SASL_JAAS_CONFIG.into(), keys::SASL_MECHANISM.into()],
+            rule: format!(
+                "`sasl.jaas.config` names the login module {} but `sasl.mechanism=OAUTHBEARER` \
+                 needs {OAUTHBEARER_LOGIN_MODULE}",
+                jaas.module
+            ),
+        });
+    }
+    let Some(provider) = provider else {
+        return Err(parse::invalid(
+            keys::SASL_MECHANISM,
+            "OAUTHBEARER",
+            "needs a token provider: install one with `ProducerBuilder::oauth_token_provider` \
+             (the login callback handler classes of Java are not loaded)",
+        ));
+    };
+    Ok(Security {
+        protocol,
+        sasl: Some(SaslConfig {
+            mechanism: SaslMechanism::OAuthBearer,
+            username: String::new(),
+            password: Password::new(""),
+            token_provider: Some(provider),
+        }),
+        tls,
+    })
+}
+
+/// A token provider with a mechanism that never calls it: more likely a forgotten
+/// `sasl.mechanism` than an intent.
+fn token_provider_unused(protocol: &str, mechanism: Option<SaslMechanism>) -> ConfigError {
+    let now = match mechanism {
+        Some(mechanism) => format!("`sasl.mechanism` is {mechanism}"),
+        None => format!("`security.protocol` is {protocol}, which does not use SASL"),
+    };
+    ConfigError::Conflict {
+        keys: vec![keys::SASL_MECHANISM.into(), keys::SECURITY_PROTOCOL.into()],
+        rule: format!(
+            "an OAUTHBEARER token provider is installed but {now}; set \
+             `sasl.mechanism=OAUTHBEARER` under SASL_PLAINTEXT or SASL_SSL"
+        ),
     }
 }
 
@@ -280,15 +373,16 @@ fn mechanism(key: &str, raw: &str) -> Result<SaslMechanism, ConfigError> {
         "PLAIN" => Ok(SaslMechanism::Plain),
         "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
         "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
-        "GSSAPI" | "OAUTHBEARER" => Err(parse::invalid(
+        "OAUTHBEARER" => Ok(SaslMechanism::OAuthBearer),
+        "GSSAPI" => Err(parse::invalid(
             key,
             raw,
-            "is not supported yet; use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+            "is not supported yet; use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
         )),
         _ => Err(parse::invalid(
             key,
             raw,
-            "must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512",
+            "must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER",
         )),
     }
 }
@@ -320,17 +414,10 @@ fn jaas_config(key: &str, raw: &str) -> Result<JaasEntry, ConfigError> {
             _ => {}
         }
     }
-    let module = entry.module;
-    let missing = |option: &str| {
-        jaas_invalid(
-            key,
-            format!("the login module {module} has no `{option}` option"),
-        )
-    };
     Ok(JaasEntry {
-        username: username.ok_or_else(|| missing("username"))?,
-        password: password.ok_or_else(|| missing("password"))?,
-        module: module.clone(),
+        username,
+        password,
+        module: entry.module,
     })
 }
 
@@ -479,8 +566,23 @@ fn parse_jaas(text: &str) -> Result<Vec<RawJaasEntry>, String> {
 mod tests {
     use super::*;
 
+    /// Parses `text` and checks it as `security.protocol=SASL_PLAINTEXT` with its module's
+    /// mechanism would.
     fn parse(text: &str) -> Result<JaasEntry, ConfigError> {
-        jaas_config(keys::SASL_JAAS_CONFIG, text)
+        let entry = jaas_config(keys::SASL_JAAS_CONFIG, text)?;
+        let mechanism = if entry.module == SCRAM_LOGIN_MODULE {
+            SaslMechanism::ScramSha256
+        } else {
+            SaslMechanism::Plain
+        };
+        ExplicitSecurity {
+            protocol: Some(SecurityProtocol::SaslPlaintext),
+            mechanism: Some(mechanism),
+            jaas: Some(entry.clone()),
+            ..ExplicitSecurity::default()
+        }
+        .build()?;
+        Ok(entry)
     }
 
     #[test]
@@ -491,14 +593,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(entry.module, SCRAM_LOGIN_MODULE);
-        assert_eq!(entry.username, "al\"ice");
-        assert_eq!(entry.password.expose(), "p;a\\ss=");
+        assert_eq!(entry.username.as_deref(), Some("al\"ice"));
+        assert_eq!(entry.password.unwrap().expose(), "p;a\\ss=");
         let bare = parse(&format!(
             "{PLAIN_LOGIN_MODULE} REQUIRED username=bob password=x1;"
         ))
         .unwrap();
-        assert_eq!(bare.username, "bob");
-        assert_eq!(bare.password.expose(), "x1");
+        assert_eq!(bare.username.as_deref(), Some("bob"));
+        assert_eq!(bare.password.unwrap().expose(), "x1");
     }
 
     #[test]

@@ -24,8 +24,8 @@ pub enum ConnectionState {
     },
     /// Versions known; the SASL exchange is under way and nothing else may be sent.
     Authenticating,
-    /// The SASL session ends soon (KIP-368 `session_lifetime_ms`): nothing new is sent; the
-    /// connection closes once its answers are in, and the next one authenticates afresh.
+    /// The SASL session ends soon (KIP-368 `session_lifetime_ms`): nothing new is sent; once
+    /// its answers are in, the connection re-authenticates (back to `Authenticating`).
     Expiring,
     Ready,
 }
@@ -53,7 +53,7 @@ pub struct Connection<R> {
     /// The SASL exchange of the current socket, while `Authenticating`.
     pub sasl: Option<SaslClient>,
     /// When a `Ready` connection starts `Expiring`: before the broker's SASL session ends.
-    pub session_reconnect_at: Option<Micros>,
+    pub session_reauthenticate_at: Option<Micros>,
 }
 
 impl<R> Connection<R> {
@@ -67,7 +67,7 @@ impl<R> Connection<R> {
             next_correlation_id: 0,
             failures: 0,
             sasl: None,
-            session_reconnect_at: None,
+            session_reauthenticate_at: None,
         }
     }
 

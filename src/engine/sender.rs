@@ -330,7 +330,7 @@ impl<D: Delivery> Engine<D> {
                     consider(since + self.config.connection_setup_timeout)
                 }
                 ConnectionState::Ready => {
-                    if let Some(at) = conn.session_reconnect_at {
+                    if let Some(at) = conn.session_reauthenticate_at {
                         consider(at);
                     }
                 }

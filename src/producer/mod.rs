@@ -84,6 +84,17 @@ impl ProducerBuilder {
         self.config(|c| c.shards(shards))
     }
 
+    /// Installs the OAUTHBEARER token provider for `sasl.mechanism=OAUTHBEARER`: called on a
+    /// shard thread for each authentication (each new connection and each
+    /// re-authentication), so it must not block for long; return a token fetched ahead of
+    /// time. An `Err` fails the producer with [`ProduceError::Authentication`].
+    pub fn oauth_token_provider(
+        self,
+        provider: impl Fn() -> Result<crate::config::OAuthBearerToken, String> + Send + Sync + 'static,
+    ) -> Self {
+        self.config(|c| c.oauth_token_provider(provider))
+    }
+
     /// Validates the configuration, checks io_uring and starts the shards.
     pub fn build(self) -> Result<Producer, Error> {
         let config = self.config.build()?;

@@ -19,6 +19,7 @@ mod produce_response;
 pub mod record_batch;
 pub mod response;
 pub mod sasl;
+pub mod sasl_oauthbearer;
 mod sasl_responses;
 mod txn_offset_commit_response;
 pub mod varint;

@@ -1,6 +1,6 @@
 //! The SASL mechanisms' messages, without I/O: PLAIN (RFC 4616) and SCRAM-SHA-256/512
-//! (RFC 5802, RFC 7677), the client's side as a state machine and the primitives the reference
-//! broker's side shares.
+//! (RFC 5802, RFC 7677), the client's side as a state machine (OAUTHBEARER's too, its messages
+//! in `sasl_oauthbearer`) and the primitives the reference broker's side shares.
 //!
 //! SCRAM as Kafka speaks it (`ScramSaslClient`, `ScramFormatter`): no channel binding (`n,,`),
 //! no SASLprep of the password (its UTF-8 bytes are used as they are), `=` and `,` in the user
@@ -175,6 +175,13 @@ enum ClientState {
     ScramFinalSent {
         expected_server_signature: Vec<u8>,
     },
+    /// OAUTHBEARER: the initial response was sent; an empty answer accepts the token.
+    OAuthBearerSent,
+    /// OAUTHBEARER: the server refused the token with this JSON error, and the client sent
+    /// `\x01` to end the exchange; the server's answer is the failure.
+    OAuthBearerRefused {
+        error: String,
+    },
     Done,
 }
 
@@ -216,11 +223,32 @@ impl SaslClient {
         }
     }
 
+    /// Starts an OAUTHBEARER exchange with `initial_response` (see
+    /// `sasl_oauthbearer::client_initial_response`).
+    pub fn oauthbearer(initial_response: Vec<u8>) -> (SaslClient, Vec<u8>) {
+        let client = SaslClient {
+            state: ClientState::OAuthBearerSent,
+        };
+        (client, initial_response)
+    }
+
     /// Takes the server's answer to the last message.
     pub fn on_server_message(&mut self, message: &[u8]) -> Result<SaslStep, SaslClientError> {
         let malformed = |what: &str| SaslClientError::Malformed(what.to_string());
         match std::mem::replace(&mut self.state, ClientState::Done) {
             ClientState::PlainSent | ClientState::Done => Ok(SaslStep::Done),
+            ClientState::OAuthBearerSent if message.is_empty() => Ok(SaslStep::Done),
+            ClientState::OAuthBearerSent => {
+                // RFC 7628 3.2.2: the client answers an error with a lone kvsep; Kafka's broker
+                // then fails the exchange with its own message.
+                self.state = ClientState::OAuthBearerRefused {
+                    error: String::from_utf8_lossy(message).into_owned(),
+                };
+                Ok(SaslStep::Send(vec![super::sasl_oauthbearer::SEPARATOR]))
+            }
+            ClientState::OAuthBearerRefused { error } => Err(SaslClientError::Failed(format!(
+                "the broker refused the token: {error}"
+            ))),
             ClientState::ScramFirstSent {
                 hash,
                 password,

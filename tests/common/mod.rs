@@ -372,3 +372,72 @@ pub fn send_expecting_failures(
         })
         .collect()
 }
+
+/// Produces ids in rounds of 30 on `topic`'s `partitions` (id modulo), each round
+/// acknowledged, until `renewed()` has grown by `renewals` since the first round (SASL
+/// sessions ended and new ones began), failing at a 60 s deadline; returns how many ids were
+/// sent and how many connections the cluster had accepted after the first round. Between rounds it waits for `cluster`'s next SaslHandshake or 200 ms, whichever comes
+/// first, so that the run spans several sessions with a bounded number of records.
+pub fn produce_across_sessions(
+    cluster: &kacrab::testkit::server::ReferenceCluster,
+    producer: &kacrab::Producer,
+    topic: &str,
+    partitions: i32,
+    renewed: &dyn Fn() -> u64,
+    renewals: u64,
+) -> SessionsRun {
+    use kafka_protocol::messages::ApiKey;
+    let per_round = 30;
+    let send_round = |from: u64| {
+        let deliveries: Vec<_> = (from..from + per_round)
+            .map(|id| {
+                producer.send(
+                    kacrab::ProducerRecord::new(
+                        topic,
+                        bytes::Bytes::copy_from_slice(&id.to_be_bytes()),
+                    )
+                    .with_partition((id % partitions as u64) as i32),
+                )
+            })
+            .collect();
+        for (id, delivery) in (from..).zip(deliveries) {
+            delivery
+                .wait_timeout(Duration::from_secs(30))
+                .expect("the record resolves")
+                .unwrap_or_else(|e| panic!("record {id} failed: {e}"));
+        }
+    };
+    send_round(0);
+    let connections_after_first_round = cluster.stats().connections_accepted();
+    let mut sent = per_round;
+    let wanted = renewed() + renewals;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while renewed() < wanted {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {renewals} session renewals in 60 s",
+            renewals + renewed() - wanted
+        );
+        send_round(sent);
+        sent += per_round;
+        let handshakes = cluster.stats().requests(ApiKey::SaslHandshake);
+        cluster.stats().wait_for_requests(
+            ApiKey::SaslHandshake,
+            handshakes + 1,
+            Duration::from_millis(200),
+        );
+    }
+    // One more round on the newest sessions.
+    send_round(sent);
+    SessionsRun {
+        sent: sent + per_round,
+        connections_after_first_round,
+    }
+}
+
+/// What [`produce_across_sessions`] did.
+pub struct SessionsRun {
+    /// Ids `0..sent` were sent and acknowledged.
+    pub sent: u64,
+    pub connections_after_first_round: u64,
+}

@@ -280,7 +280,7 @@ impl<D: Delivery> Engine<D> {
         conn.state = ConnectionState::Connecting { since: now };
         conn.versions = NegotiatedVersions::default();
         conn.sasl = None;
-        conn.session_reconnect_at = None;
+        conn.session_reauthenticate_at = None;
         self.actions.push_back(Action::Connect {
             node,
             generation,
@@ -317,7 +317,7 @@ impl<D: Delivery> Engine<D> {
                 .push_back(Action::Disconnect { node, generation });
             self.on_disconnected(now, node, generation);
         }
-        self.retire_expiring_sessions(now);
+        self.reauthenticate_expiring_sessions(now);
     }
 
     pub(super) fn connect_to_needed_leaders(&mut self, now: Micros) {

@@ -7,6 +7,17 @@
 //! every waiting record fails with [`ProduceError::Authentication`], and no connection is
 //! opened again, so a broker sees one attempt, not a reconnect storm. An answer that does not
 //! parse is a broken peer: the connection closes and is retried, as for any malformed answer.
+//!
+//! KIP-368 re-authentication: a broker that announces a session lifetime closes a connection
+//! whose session ended at its next request other than SaslHandshake. Before that, kacrab
+//! re-authenticates on the same connection: it stops writing new requests on it
+//! (`Expiring`), waits for the answers in flight, then runs SaslHandshake and SaslAuthenticate
+//! again (asking an OAUTHBEARER provider for a new token) and resumes. Java's
+//! `KafkaChannel` instead starts re-authenticating at once and holds back any answer to an
+//! earlier request that arrives during the exchange, to hand it over afterwards; draining
+//! first costs a short pause in sending but keeps every answer in order with its request, so
+//! no record can be lost or written twice by the exchange. A failed re-authentication is fatal,
+//! as a failed authentication is.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -19,11 +30,15 @@ use crate::error::ProduceError;
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::{self, code};
 use crate::protocol::sasl::{client_nonce, SaslClient, SaslClientError, SaslStep};
+use crate::protocol::sasl_oauthbearer::client_initial_response;
 use crate::protocol::wire::{self, WireError};
 
 use super::super::connection::{ConnectionState, InFlightHeader};
 use super::super::{Action, Delivery, Micros, NodeId};
 use super::{Engine, RequestBody};
+
+/// Where in a SASL session's lifetime the connection re-authenticates (KIP-368).
+const REAUTHENTICATE_AT_PERCENT: u64 = 90;
 
 impl<D: Delivery> Engine<D> {
     /// Whether connections authenticate before they are ready.
@@ -137,19 +152,46 @@ impl<D: Delivery> Engine<D> {
             self.fail_authentication(now, node, mechanism, reason);
             return Ok(());
         }
-        // PLAIN has no nonce; SCRAM's comes from the operating system's CSPRNG.
-        let nonce = match sasl.mechanism {
-            SaslMechanism::Plain => String::new(),
-            _ => match client_nonce() {
-                Ok(nonce) => nonce,
+        let (client, first) = match sasl.mechanism {
+            SaslMechanism::OAuthBearer => {
+                // The provider is asked once per authentication, on this shard's thread.
+                let Some(provider) = &sasl.token_provider else {
+                    return Ok(());
+                };
+                let first = provider.token().and_then(|token| {
+                    client_initial_response(
+                        &token.value,
+                        token.principal.as_deref(),
+                        &token.extensions,
+                    )
+                });
+                match first {
+                    Ok(first) => SaslClient::oauthbearer(first),
+                    Err(reason) => {
+                        let reason = format!("the token provider failed: {reason}");
+                        self.fail_authentication(now, node, mechanism, reason);
+                        return Ok(());
+                    }
+                }
+            }
+            // PLAIN has no nonce.
+            SaslMechanism::Plain => SaslClient::start(
+                sasl.mechanism,
+                &sasl.username,
+                &sasl.password,
+                String::new(),
+            ),
+            // SCRAM's nonce comes from the operating system's CSPRNG.
+            SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => match client_nonce() {
+                Ok(nonce) => {
+                    SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce)
+                }
                 Err(reason) => {
                     self.fatal = Some(ProduceError::Fatal(reason));
                     return Ok(());
                 }
             },
         };
-        let (client, first) =
-            SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce);
         self.connections.get_mut(&node).expect("known").sasl = Some(client);
         self.send_sasl_authenticate(now, node, first);
         Ok(())
@@ -211,17 +253,17 @@ impl<D: Delivery> Engine<D> {
             Ok(SaslStep::Done) => {
                 conn.sasl = None;
                 conn.state = ConnectionState::Ready;
-                // KIP-368: a broker with `connections.max.reauth.ms` closes a connection whose
-                // session ended at its next request. Java re-authenticates on the connection at
-                // 85..95% of the lifetime; kacrab stops sending on it at 85% and reconnects, so
-                // no request is ever refused for an ended session.
-                if response.session_lifetime_ms > 0 {
+                // KIP-368: Java re-authenticates at a random point between 85% and 95% of the
+                // lifetime (spreading renewals out); the engine is deterministic (the simulator
+                // replays a seed exactly) and takes no randomness, so it uses the middle, 90%.
+                // What is left leaves time to drain the answers in flight before the end.
+                conn.session_reauthenticate_at = (response.session_lifetime_ms > 0).then(|| {
                     let lifetime = response
                         .session_lifetime_ms
                         .unsigned_abs()
                         .saturating_mul(1000);
-                    conn.session_reconnect_at = Some(now.saturating_add(lifetime / 100 * 85));
-                }
+                    now.saturating_add(lifetime / 100 * REAUTHENTICATE_AT_PERCENT)
+                });
                 tracing::debug!(
                     target: "kacrab::connection",
                     node,
@@ -240,30 +282,27 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// Ready connections whose SASL session ends soon stop taking requests; those with no
-    /// answer outstanding close without counting as a failure (no backoff, no metadata
-    /// refresh), and are reopened when something needs them.
-    pub(super) fn retire_expiring_sessions(&mut self, now: Micros) {
-        let mut retire = Vec::new();
+    /// answer outstanding re-authenticate on the same connection (see the module comment).
+    pub(super) fn reauthenticate_expiring_sessions(&mut self, now: Micros) {
+        let mut renew = Vec::new();
         for conn in self.connections.values_mut() {
             if conn.state == ConnectionState::Ready
-                && conn.session_reconnect_at.is_some_and(|at| now >= at)
+                && conn.session_reauthenticate_at.is_some_and(|at| now >= at)
             {
                 conn.state = ConnectionState::Expiring;
             }
             if conn.state == ConnectionState::Expiring && conn.in_flight.is_empty() {
-                retire.push((conn.node, conn.generation));
-                conn.state = ConnectionState::Idle { retry_at: now };
-                conn.session_reconnect_at = None;
+                conn.session_reauthenticate_at = None;
+                renew.push(conn.node);
             }
         }
-        for (node, generation) in retire {
+        for node in renew {
             tracing::debug!(
                 target: "kacrab::connection",
                 node,
-                "SASL session ends soon: reconnecting"
+                "SASL session ends soon: re-authenticating"
             );
-            self.actions
-                .push_back(Action::Disconnect { node, generation });
+            self.start_sasl(now, node);
         }
     }
 
@@ -488,10 +527,10 @@ mod tests {
         assert!(rig.engine.fatal_error().is_none());
     }
 
-    // KIP-368: a session of 1 s stops taking requests at 850 ms, closes once its answer is in,
-    // without counting as a failure, and the next connection authenticates afresh.
+    // KIP-368: a session of 1 s stops taking requests at 900 ms; once the answer in flight is
+    // in, the same connection runs SaslHandshake and SaslAuthenticate again, then resumes.
     #[test]
-    fn a_connection_whose_sasl_session_ends_soon_drains_and_is_reopened() {
+    fn a_connection_whose_sasl_session_ends_soon_drains_and_re_authenticates_in_place() {
         let mut rig = Rig::new("PLAIN", PLAIN);
         let handshake = rig.negotiate();
         rig.answer(&handshake, &SaslHandshakeResponse::default());
@@ -503,32 +542,79 @@ mod tests {
         let authenticated_at = rig.now;
         let metadata = rig.single();
         assert_eq!(metadata.api, ApiKey::Metadata.code());
-        rig.now = authenticated_at + 849_000;
-        rig.poll();
-        assert_eq!(rig.disconnects, 0);
-        rig.now = authenticated_at + 850_000;
+        rig.now = authenticated_at + 899_000;
+        assert!(rig.poll().is_empty());
+        rig.now = authenticated_at + 900_000;
         assert!(
             rig.poll().is_empty(),
-            "nothing new goes on an expiring session"
+            "nothing new goes on an expiring session, not even the handshake"
         );
-        assert_eq!(rig.disconnects, 0, "the metadata answer is still awaited");
         rig.answer(
             &metadata,
             &kafka_protocol::messages::MetadataResponse::default(),
         );
-        rig.poll();
-        assert_eq!((rig.disconnects, rig.connects), (1, 1));
-        // The record still needs its topic's metadata: a new connection is opened for it.
-        rig.now += 1_000_000;
-        let reopened = rig.poll();
-        assert_eq!(rig.connects, 2);
-        assert_eq!(reopened[0].api, ApiKey::ApiVersions.code());
+        let again = rig.single();
         assert_eq!(
-            rig.engine.stats().disconnects,
-            0,
-            "not counted as a failure"
+            (again.api, again.version),
+            (ApiKey::SaslHandshake.code(), 1)
         );
+        assert!(rig.poll().is_empty(), "nothing else during the exchange");
+        rig.answer(&again, &SaslHandshakeResponse::default());
+        let authenticate = rig.single();
+        assert_eq!(authenticate.api, ApiKey::SaslAuthenticate.code());
+        rig.answer(
+            &authenticate,
+            &SaslAuthenticateResponse::default().with_session_lifetime_ms(1000),
+        );
+        // The record still needs its topic's metadata: asked on the renewed session once the
+        // metadata backoff has passed.
+        rig.now += 200_000;
+        let resumed = rig.single();
+        assert_eq!(resumed.api, ApiKey::Metadata.code());
+        assert_eq!(
+            (rig.connects, rig.disconnects),
+            (1, 0),
+            "the same connection"
+        );
+        assert_eq!(rig.engine.stats().disconnects, 0);
         assert!(rig.engine.fatal_error().is_none());
+    }
+
+    // A refused re-authentication is fatal, as a refused first authentication is.
+    #[test]
+    fn a_refused_re_authentication_is_fatal_and_nothing_reconnects() {
+        let mut rig = Rig::new("PLAIN", PLAIN);
+        let handshake = rig.negotiate();
+        rig.answer(&handshake, &SaslHandshakeResponse::default());
+        let authenticate = rig.single();
+        rig.answer(
+            &authenticate,
+            &SaslAuthenticateResponse::default().with_session_lifetime_ms(1000),
+        );
+        let metadata = rig.single();
+        rig.answer(
+            &metadata,
+            &kafka_protocol::messages::MetadataResponse::default(),
+        );
+        rig.now += 900_000;
+        let again = rig
+            .poll()
+            .into_iter()
+            .find(|w| w.api == ApiKey::SaslHandshake.code())
+            .expect("re-authentication begins");
+        rig.answer(&again, &SaslHandshakeResponse::default());
+        let authenticate = rig.single();
+        rig.answer(
+            &authenticate,
+            &SaslAuthenticateResponse::default().with_error_code(code::SASL_AUTHENTICATION_FAILED),
+        );
+        assert!(matches!(
+            rig.engine.fatal_error(),
+            Some(ProduceError::Authentication { .. })
+        ));
+        rig.now += 60_000_000;
+        assert!(rig.poll().is_empty());
+        assert_eq!((rig.connects, rig.disconnects), (1, 1));
     }
 
     #[test]

@@ -79,12 +79,20 @@ fn serve_on(
             break;
         };
         requests += 1;
-        if session
-            .as_ref()
-            .is_some_and(|s| s.has_ended(Instant::now()))
-        {
-            shared.stats().count_ended_session();
-            break;
+        // KIP-368: on an authenticated connection SaslHandshake begins a re-authentication,
+        // allowed after the session ended too; any other request after the end closes the
+        // connection (Kafka's `KafkaChannel` and `SaslServerAuthenticator`).
+        let handshake = frame.len() >= 4
+            && i16::from_be_bytes([frame[0], frame[1]]) == ApiKey::SaslHandshake as i16
+            && i16::from_be_bytes([frame[2], frame[3]]) >= 1;
+        if let Some(session) = session.as_mut().filter(|s| s.is_authenticated()) {
+            if handshake {
+                shared.stats().count_reauthentication();
+                *session = SaslSession::Handshake;
+            } else if session.has_ended(Instant::now()) {
+                shared.stats().count_ended_session();
+                break;
+            }
         }
         if let (Some(sasl), Some(session)) = (shared.sasl(), session.as_mut()) {
             if !session.is_authenticated() {

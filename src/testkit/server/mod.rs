@@ -21,6 +21,7 @@ mod api_versions;
 pub(crate) mod connection;
 mod faults;
 pub(crate) mod handlers;
+pub mod oauthbearer;
 pub(crate) mod sasl;
 mod stats;
 pub mod tls;

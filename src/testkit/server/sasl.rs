@@ -1,6 +1,6 @@
 //! A `SASL_PLAINTEXT` listener: the reference broker's side of SaslHandshake v0..=v1 and
-//! SaslAuthenticate v0..=v2 with PLAIN and SCRAM-SHA-256/512, following Kafka's
-//! `SaslServerAuthenticator`:
+//! SaslAuthenticate v0..=v2 with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (tokens checked as
+//! `oauthbearer.rs` says), following Kafka's `SaslServerAuthenticator`:
 //! - after SaslHandshake v0 the mechanism's tokens travel as bare size-prefixed frames, with
 //!   no Kafka header (before KIP-152); a failure then closes the connection unanswered;
 //! - before the handshake only ApiVersions and SaslHandshake are served; any other request
@@ -11,17 +11,25 @@
 //!   first answers it ILLEGAL_SASL_STATE in that API's error response; the client sees the
 //!   close either way);
 //! - wrong credentials are answered SASL_AUTHENTICATION_FAILED, and the connection closes;
-//! - once authenticated, the connection is served as any other; SaslHandshake or
-//!   SaslAuthenticate then is answered ILLEGAL_SASL_STATE (`KafkaApis`);
+//! - once authenticated, the connection is served as any other; SaslAuthenticate then is
+//!   answered ILLEGAL_SASL_STATE (`KafkaApis`), and SaslHandshake v1 begins a
+//!   re-authentication (KIP-368): the exchange runs again on the same connection, and until it
+//!   completes only SaslAuthenticate is served. Kafka also refuses a re-authentication that
+//!   changes the mechanism or the principal; this listener does not check those;
 //! - with a session lifetime (`connections.max.reauth.ms`, KIP-368), SaslAuthenticate v1+
-//!   announces it and a request after it closes the connection (re-authentication on the same
-//!   connection is not offered).
+//!   announces it and a request after it other than SaslHandshake closes the connection. An
+//!   OAUTHBEARER token's expiry bounds the session too: the
+//!   lifetime is the smaller of the two, or the token's remaining lifetime alone without
+//!   `connections.max.reauth.ms` (`calcCompletionTimesAndReturnSessionLifetimeMs`);
+//! - an OAUTHBEARER token the validator refuses is answered, without a Kafka error, with the
+//!   JSON status; the client's `\x01` after it is answered SASL_AUTHENTICATION_FAILED carrying
+//!   that status, and the connection closes (`OAuthBearerSaslServer`).
 //!
 //! SCRAM credentials are kept as Kafka keeps them (`ScramCredential`): a salt, the iteration
 //! count (4096), StoredKey and ServerKey; never the password.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{
@@ -33,6 +41,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use crate::protocol::sasl::{
     attributes, base64_decode, base64_encode, unescape_username, xor, ScramHash,
 };
+use crate::protocol::sasl_oauthbearer::{parse_client_initial_response, SEPARATOR};
+
+use super::oauthbearer::OAuthBearerValidator;
 
 /// Kafka's error codes for the exchange.
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -57,6 +68,7 @@ pub struct SaslListener {
     session_lifetime: Option<Duration>,
     plain: BTreeMap<String, String>,
     scram: BTreeMap<(ScramHashName, String), ScramCredential>,
+    oauthbearer: OAuthBearerValidator,
 }
 
 type ScramHashName = &'static str;
@@ -79,7 +91,21 @@ impl SaslListener {
             session_lifetime: None,
             plain: BTreeMap::new(),
             scram: BTreeMap::new(),
+            oauthbearer: OAuthBearerValidator::unsecured(),
         }
+    }
+
+    /// OAUTHBEARER tokens are checked by `validate` (the principal and expiry of a token, or
+    /// the error status to refuse it with) instead of Kafka's unsecured validator.
+    pub fn oauthbearer_validator(
+        mut self,
+        validate: impl Fn(&str) -> Result<super::oauthbearer::ValidatedToken, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> SaslListener {
+        self.oauthbearer = OAuthBearerValidator::new(validate);
+        self
     }
 
     /// Sessions last `lifetime` (Kafka's `connections.max.reauth.ms`): SaslAuthenticate v1+
@@ -143,6 +169,10 @@ pub(crate) enum SaslSession {
         /// client-first-message-bare "," server-first-message
         auth_prefix: String,
     },
+    /// OAUTHBEARER chosen; the client's initial response is expected.
+    OAuthBearer,
+    /// The token was refused with this JSON error; the client's `\x01` is expected.
+    OAuthBearerRefused { error: String },
     /// Authenticated; with a session lifetime, until `ends_at`.
     Authenticated { ends_at: Option<Instant> },
     /// The exchange failed or broke: the connection ends.
@@ -169,8 +199,7 @@ impl SaslSession {
     }
 
     /// Whether an authenticated session has ended: Kafka closes such a connection at its next
-    /// request (KIP-368) unless the client re-authenticates, which this listener does not
-    /// offer on the same connection.
+    /// request (KIP-368) unless that request begins a re-authentication.
     pub(crate) fn has_ended(&self, now: Instant) -> bool {
         matches!(self, SaslSession::Authenticated { ends_at: Some(end) } if now >= *end)
     }
@@ -267,6 +296,7 @@ fn handshake(
     *session = match SaslListener::scram_hash(mechanism) {
         Some((label, hash)) => SaslSession::ScramFirst { label, hash },
         None if mechanism == "PLAIN" => SaslSession::Plain,
+        None if mechanism == "OAUTHBEARER" => SaslSession::OAuthBearer,
         // Enabled but not implemented here: the exchange cannot proceed.
         None => return SaslStep::RespondThenClose(out),
     };
@@ -311,15 +341,22 @@ fn authenticate(
                 )),
                 Vec::new(),
             ),
+            Err(TokenError::Refused(error)) => {
+                (SASL_AUTHENTICATION_FAILED, Some(error), Vec::new())
+            }
             Err(TokenError::IllegalState) => (
                 ILLEGAL_SASL_STATE,
                 Some("Unexpected SaslAuthenticate".to_string()),
                 Vec::new(),
             ),
         };
-    // 0 until the exchange completes, as Kafka answers.
-    let lifetime_ms = match (session.is_authenticated(), listener.session_lifetime) {
-        (true, Some(lifetime)) => i64::try_from(lifetime.as_millis()).unwrap_or(i64::MAX),
+    // 0 until the exchange completes, as Kafka answers; then what is left of the session,
+    // rounded up so that a lifetime of whole milliseconds is announced as set.
+    let lifetime_ms = match session {
+        SaslSession::Authenticated { ends_at: Some(end) } => {
+            let left = end.saturating_duration_since(Instant::now());
+            i64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
+        }
         _ => 0,
     };
     match reply(error, message.as_deref(), auth_bytes, lifetime_ms) {
@@ -351,6 +388,8 @@ pub(crate) fn bare_token(
 enum TokenError {
     /// Wrong credentials, an unknown user or a message that breaks the mechanism.
     Failed(&'static str),
+    /// OAUTHBEARER's end of a refused token: the JSON error, as the failure's message.
+    Refused(String),
     /// No exchange under way.
     IllegalState,
 }
@@ -469,6 +508,46 @@ fn evaluate(
             let server_final = format!("v={}", base64_encode(&server_signature));
             Ok(server_final.into_bytes())
         }
+        SaslSession::OAuthBearer => {
+            let Some(response) = parse_client_initial_response(token) else {
+                return failed("OAUTHBEARER");
+            };
+            let validated = match listener.oauthbearer.validate(&response.token) {
+                Ok(validated) => validated,
+                Err(status) => {
+                    record("OAUTHBEARER", false);
+                    let error = format!(r#"{{"status":"{status}"}}"#);
+                    *session = SaslSession::OAuthBearerRefused {
+                        error: error.clone(),
+                    };
+                    return Ok(error.into_bytes());
+                }
+            };
+            // Kafka: an authorization id must be the token's principal.
+            if response.authzid.is_some_and(|a| a != validated.principal) {
+                return failed("OAUTHBEARER");
+            }
+            let token_left = validated
+                .expires_at
+                .duration_since(SystemTime::now())
+                .unwrap_or_default();
+            let lifetime = match listener.session_lifetime {
+                Some(max) => max.min(token_left),
+                None => token_left,
+            };
+            *session = SaslSession::Authenticated {
+                ends_at: Some(Instant::now() + lifetime),
+            };
+            record("OAUTHBEARER", true);
+            Ok(Vec::new())
+        }
+        SaslSession::OAuthBearerRefused { error } => {
+            if token == [SEPARATOR] {
+                Err(TokenError::Refused(error))
+            } else {
+                Err(TokenError::Failed("OAUTHBEARER"))
+            }
+        }
         state @ (SaslSession::Handshake | SaslSession::Authenticated { .. }) => {
             *session = state;
             Err(TokenError::IllegalState)
@@ -477,8 +556,8 @@ fn evaluate(
     }
 }
 
-/// SaslHandshake or SaslAuthenticate on an authenticated connection: ILLEGAL_SASL_STATE, as
-/// `KafkaApis` answers them.
+/// SaslAuthenticate, or SaslHandshake v0 (which cannot begin a re-authentication), on an
+/// authenticated connection: ILLEGAL_SASL_STATE, as `KafkaApis` answers them.
 pub(crate) fn answer_after_authentication(
     api: ApiKey,
     version: i16,

@@ -25,6 +25,7 @@ pub struct ServerStats {
     /// (broker, mechanism) → connections authenticated, and refused, by a SASL listener.
     authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
     ended_sessions_closed: AtomicU64,
+    reauthentications: AtomicU64,
     /// broker → TLS handshakes completed, and failed, on its TLS listener.
     tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
     /// TLS sessions by the version their handshake settled on, every broker.
@@ -126,6 +127,15 @@ impl ServerStats {
     /// Connections a SASL listener closed because a request came after the session ended.
     pub fn ended_sessions_closed(&self) -> u64 {
         self.ended_sessions_closed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_reauthentication(&self) {
+        self.reauthentications.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Re-authentications (KIP-368) begun: SaslHandshake on an authenticated connection.
+    pub fn reauthentications(&self) -> u64 {
+        self.reauthentications.load(Ordering::Relaxed)
     }
 
     /// Connections a SASL listener authenticated with `mechanism`, every broker.
