@@ -1,8 +1,9 @@
 //! The Java client (kafka-clients 3.9.1, JDK 17) as an independent judge of the reference
 //! cluster's TLS and SASL listeners: it produces over `SASL_SSL` with SCRAM-SHA-512 and over
-//! `SSL` with a client certificate from a PEM keystore, and librdkafka's consumer reads every
-//! record back on the brokers' plaintext listeners, once each and in order. Two clients we did
-//! not write agree with the listeners kacrab's TLS and SASL tests run against.
+//! `SSL` with a client certificate from a PEM keystore and reads every record back over the
+//! same listener, and librdkafka's consumer reads them back too, on the brokers' plaintext
+//! listeners: once each and in order. Two clients we did not write agree with the listeners
+//! kacrab's TLS and SASL tests run against.
 //!
 //! Needs `javac` and `java` on the PATH (`.ci/run` installs a JDK where it is missing) and the
 //! kafka-clients jars: from `KACRAB_JAVA_LIB` (a folder holding `kafka-clients.jar` and
@@ -63,6 +64,7 @@ fn java_classpath() -> &'static str {
         let status = Command::new("javac")
             .args(["-d", &classes.to_string_lossy(), "-cp", &jars.join(":")])
             .arg(manifest.join("tests/java/JudgeProducer.java"))
+            .arg(manifest.join("tests/java/JudgeConsumer.java"))
             .status()
             .expect("run javac");
         assert!(status.success(), "javac failed");
@@ -70,28 +72,64 @@ fn java_classpath() -> &'static str {
     })
 }
 
-/// Runs the Java producer against `bootstrap` with the security `properties`; returns its
-/// report line. Panics with its output unless every record was acknowledged.
-fn java_produce(bootstrap: &str, topic: &str, properties: &str) -> String {
-    let file = TempFile::new(&format!("{topic}.properties"), properties);
+/// Runs the judge's `class` with `args` and the security `properties` (a properties file);
+/// returns its output. Panics with its output unless it exits with status 0.
+fn run_java(class: &str, args: &[&str], properties: &str) -> String {
+    let file = TempFile::new(&format!("{class}-{}.properties", args[1]), properties);
     let output = Command::new("java")
-        .args(["-Xmx256m", "-cp", java_classpath(), "JudgeProducer"])
-        .args([
-            bootstrap,
-            topic,
-            &PARTITIONS.to_string(),
-            &COUNT.to_string(),
-        ])
+        .args(["-Xmx256m", "-cp", java_classpath(), class])
+        .args(args)
         .arg(file.path())
         .output()
         .expect("run java");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "the Java producer failed: {stdout}\n{}",
+        "{class} failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    stdout.trim().to_string()
+    stdout
+}
+
+/// The Java producer sends `COUNT` records to `topic` through `bootstrap`; panics unless
+/// every one was acknowledged.
+fn java_produce(bootstrap: &str, topic: &str, properties: &str) {
+    let partitions = PARTITIONS.to_string();
+    let count = COUNT.to_string();
+    let report = run_java(
+        "JudgeProducer",
+        &[bootstrap, topic, &partitions, &count],
+        properties,
+    );
+    assert_eq!(report.trim(), format!("acked {COUNT} of {COUNT}"));
+}
+
+/// The Java consumer reads `topic` back through `bootstrap` (the same secured listener the
+/// producer used) and every id is checked as librdkafka's read is.
+fn assert_java_reads_back_once(bootstrap: &str, topic: &str, properties: &str) {
+    let lines = run_java("JudgeConsumer", &[bootstrap, topic], properties);
+    let mut ids: Vec<Vec<u64>> = vec![Vec::new(); PARTITIONS as usize];
+    let mut last_offset: Vec<Option<i64>> = vec![None; PARTITIONS as usize];
+    for line in lines.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [partition, offset, id] = fields[..] else {
+            panic!("an unexpected line from the Java consumer: {line}");
+        };
+        let partition: usize = partition.parse().expect("partition");
+        let offset: i64 = offset.parse().expect("offset");
+        assert!(
+            last_offset[partition].is_none_or(|last| offset > last),
+            "partition {partition}: offset {offset} not after the one before"
+        );
+        last_offset[partition] = Some(offset);
+        ids[partition].push(id.parse().expect("id"));
+    }
+    let sent: Vec<u64> = (0..COUNT).collect();
+    let verdict = check_exactly_once(&ids, &sent, &sent);
+    assert!(
+        verdict.starts_with(&format!("{COUNT} records read")),
+        "the Java consumer: {verdict}"
+    );
 }
 
 /// Reads `topic` back with librdkafka on the plaintext listeners and checks that every id
@@ -137,8 +175,8 @@ fn the_java_client_produces_over_sasl_ssl_with_scram_sha_512_and_every_record_re
          username=\"{USER}\" password=\"{PASSWORD}\";\n",
         truststore.path()
     );
-    let report = java_produce(&cluster.bootstrap_servers(), topic, &properties);
-    assert_eq!(report, format!("acked {COUNT} of {COUNT}"));
+    java_produce(&cluster.bootstrap_servers(), topic, &properties);
+    assert_java_reads_back_once(&cluster.bootstrap_servers(), topic, &properties);
     let stats = cluster.stats();
     assert!(stats.authentications_succeeded("SCRAM-SHA-512") >= 1);
     assert_eq!(stats.authentications_failed("SCRAM-SHA-512"), 0);
@@ -180,8 +218,8 @@ fn the_java_client_presents_a_pem_client_certificate_over_ssl_and_every_record_r
         truststore.path(),
         keystore.path()
     );
-    let report = java_produce(&cluster.bootstrap_servers(), topic, &properties);
-    assert_eq!(report, format!("acked {COUNT} of {COUNT}"));
+    java_produce(&cluster.bootstrap_servers(), topic, &properties);
+    assert_java_reads_back_once(&cluster.bootstrap_servers(), topic, &properties);
     let stats = cluster.stats();
     let handshakes: u64 = (1..=3).map(|b| stats.tls_handshakes_succeeded(b)).sum();
     assert!(handshakes >= 1, "no TLS session was made");
