@@ -751,10 +751,19 @@ fn prepare_java(target: &Path) -> Result<Java> {
             lib
         }
     };
-    let jars: Vec<String> = ["kafka-clients.jar", "slf4j-api.jar"]
-        .iter()
-        .map(|j| lib.join(j).to_string_lossy().into_owned())
-        .collect();
+    // The codec jars (for the lz4 and zstd scenarios) come with newer fetches; a folder
+    // fetched before them still serves the uncompressed scenarios.
+    let jars: Vec<String> = [
+        "kafka-clients.jar",
+        "slf4j-api.jar",
+        "snappy-java.jar",
+        "lz4-java.jar",
+        "zstd-jni.jar",
+    ]
+    .iter()
+    .filter(|j| lib.join(j).exists())
+    .map(|j| lib.join(j).to_string_lossy().into_owned())
+    .collect();
     let classes = target.join("peers-java/classes");
     std::fs::create_dir_all(&classes)?;
     let status = Command::new("javac")

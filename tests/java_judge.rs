@@ -3,12 +3,12 @@
 //! `SSL` with a client certificate from a PEM keystore and reads every record back over the
 //! same listener, and librdkafka's consumer reads them back too, on the brokers' plaintext
 //! listeners: once each and in order. Two clients we did not write agree with the listeners
-//! kacrab's TLS and SASL tests run against.
+//! kacrab's TLS and SASL tests run against. The Java consumer also reads back kacrab's own
+//! batches in each of the four codecs.
 //!
 //! Needs `javac` and `java` on the PATH (`.ci/run` installs a JDK where it is missing) and the
-//! kafka-clients jars: from `KACRAB_JAVA_LIB` (a folder holding `kafka-clients.jar` and
-//! `slf4j-api.jar`), else fetched once from PyPI by `benches/peers/java/fetch-jars.sh` into the
-//! target folder.
+//! jars in [`JARS`]: from `KACRAB_JAVA_LIB` (a folder holding them), else fetched once from
+//! PyPI by `benches/peers/java/fetch-jars.sh` into the target folder.
 #![cfg(feature = "testkit")]
 
 mod common;
@@ -18,8 +18,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::{ReferenceCluster, SaslListener, TestCa, TlsListener, Validity};
+use kacrab::ProducerRecord;
 
 use common::temp_file::TempFile;
 use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
@@ -28,6 +30,14 @@ const PARTITIONS: i32 = 3;
 const COUNT: u64 = 3_000;
 const USER: &str = "judge";
 const PASSWORD: &str = "judge-pa55";
+/// kafka-clients, its logging API, and the codec libraries it loads for snappy, lz4 and zstd.
+const JARS: [&str; 5] = [
+    "kafka-clients.jar",
+    "slf4j-api.jar",
+    "snappy-java.jar",
+    "lz4-java.jar",
+    "zstd-jni.jar",
+];
 
 /// The classpath of the compiled judge, built once per test binary.
 fn java_classpath() -> &'static str {
@@ -44,7 +54,7 @@ fn java_classpath() -> &'static str {
             Some(dir) => PathBuf::from(dir),
             None => {
                 let lib = work.join("lib");
-                if !lib.join("kafka-clients.jar").exists() {
+                if !JARS.iter().all(|jar| lib.join(jar).exists()) {
                     let status = Command::new("bash")
                         .arg(manifest.join("benches/peers/java/fetch-jars.sh"))
                         .arg(&lib)
@@ -55,7 +65,7 @@ fn java_classpath() -> &'static str {
                 lib
             }
         };
-        let jars: Vec<String> = ["kafka-clients.jar", "slf4j-api.jar"]
+        let jars: Vec<String> = JARS
             .iter()
             .map(|j| lib.join(j).to_string_lossy().into_owned())
             .collect();
@@ -267,4 +277,67 @@ fn the_java_client_without_a_client_certificate_is_refused_by_a_listener_that_re
         .map(|b| cluster.stats().tls_handshakes_failed(b))
         .sum();
     assert!(failed >= 1, "no handshake was refused");
+}
+
+// kacrab's own batches, judged by the Java consumer: over SASL_SSL with SCRAM-SHA-512, in each
+// of the four codecs, every record kacrab had acknowledged reads back once and in order (the
+// Java consumer checks every batch's CRC and decompresses it with its own codecs).
+#[test]
+fn the_java_consumer_reads_back_kacrab_batches_in_every_codec_over_sasl_ssl() {
+    let ca = TestCa::new("judge CA");
+    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
+    let sasl = SaslListener::new(&["PLAIN", "SCRAM-SHA-512"]).user(USER, PASSWORD);
+    let cluster = ReferenceCluster::start_with_tls(
+        3,
+        BrokerRules::default(),
+        TlsListener::new(&server),
+        Some(sasl),
+    );
+    let ca_pem = ca.certificate_pem();
+    let truststore = TempFile::new("judge-codecs-ca.pem", &ca_pem);
+    let jaas = format!(
+        "org.apache.kafka.common.security.scram.ScramLoginModule required \
+         username=\"{USER}\" password=\"{PASSWORD}\";"
+    );
+    let properties = format!(
+        "security.protocol=SASL_SSL\n\
+         ssl.truststore.type=PEM\n\
+         ssl.truststore.location={}\n\
+         sasl.mechanism=SCRAM-SHA-512\n\
+         sasl.jaas.config={jaas}\n",
+        truststore.path()
+    );
+    for codec in ["gzip", "snappy", "lz4", "zstd"] {
+        let topic = format!("judge-kacrab-{codec}");
+        cluster.create_topic(&topic, &[1, 2, 3]);
+        let producer = common::kacrab_producer(
+            &cluster.bootstrap_servers(),
+            &[
+                ("security.protocol", "SASL_SSL"),
+                ("ssl.truststore.certificates", &ca_pem),
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.jaas.config", &jaas),
+                ("compression.type", codec),
+            ],
+        );
+        let deliveries: Vec<_> = (0..COUNT)
+            .map(|id| {
+                // Redundant values, so that every codec has something to compress.
+                let mut value = id.to_be_bytes().to_vec();
+                value.extend_from_slice(format!("record {id:08} of the {codec} run").as_bytes());
+                producer.send(
+                    ProducerRecord::new(topic.as_str(), Bytes::from(value))
+                        .with_partition((id % PARTITIONS as u64) as i32),
+                )
+            })
+            .collect();
+        for delivery in deliveries {
+            delivery
+                .wait_timeout(Duration::from_secs(30))
+                .expect("the record resolves")
+                .expect("acknowledged");
+        }
+        producer.close(Duration::from_secs(5));
+        assert_java_reads_back_once(&cluster.bootstrap_servers(), &topic, &properties);
+    }
 }
