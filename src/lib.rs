@@ -21,7 +21,9 @@ pub mod runtime;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use config::{Acks, ConfigError, ProducerConfig, ProducerConfigBuilder};
+pub use config::{
+    Acks, ConfigError, MetadataRecoveryStrategy, ProducerConfig, ProducerConfigBuilder,
+};
 pub use engine::{
     GroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition, TransactionState,
 };

@@ -39,6 +39,12 @@ pub const MAX_BLOCK_MS: &str = "max.block.ms";
 pub const MAX_REQUEST_SIZE: &str = "max.request.size";
 /// `metadata.max.age.ms`
 pub const METADATA_MAX_AGE_MS: &str = "metadata.max.age.ms";
+/// `metadata.recovery.strategy`: `rebootstrap` (default) or `none`, case-insensitive.
+pub const METADATA_RECOVERY_STRATEGY: &str = "metadata.recovery.strategy";
+/// `metadata.recovery.rebootstrap.trigger.ms`: how long without any metadata answer before the
+/// producer rebootstraps.
+pub const METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS: &str =
+    "metadata.recovery.rebootstrap.trigger.ms";
 /// `transactional.id`
 pub const TRANSACTIONAL_ID: &str = "transactional.id";
 /// `transaction.timeout.ms`
@@ -127,6 +133,8 @@ pub(super) const RECOGNIZED: &[&str] = &[
     MAX_BLOCK_MS,
     MAX_REQUEST_SIZE,
     METADATA_MAX_AGE_MS,
+    METADATA_RECOVERY_STRATEGY,
+    METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS,
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT_MS,
     PARTITIONER_IGNORE_KEYS,

@@ -123,6 +123,28 @@ impl Compression {
     }
 }
 
+/// `metadata.recovery.strategy` (KIP-899): what the producer does when it can reach none of the
+/// brokers its metadata names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetadataRecoveryStrategy {
+    /// Keep trying the brokers of the last metadata answer.
+    None,
+    /// Forget them and start again from `bootstrap.servers`, resolved afresh (Java 4.x's
+    /// default).
+    #[default]
+    Rebootstrap,
+}
+
+impl MetadataRecoveryStrategy {
+    /// The property value, as Java's `MetadataRecoveryStrategy.name` writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetadataRecoveryStrategy::None => "none",
+            MetadataRecoveryStrategy::Rebootstrap => "rebootstrap",
+        }
+    }
+}
+
 /// The effective producer configuration: defaults filled in and Java's post-processing applied.
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {
@@ -168,6 +190,11 @@ pub struct ProducerConfig {
     pub max_request_size: usize,
     /// `metadata.max.age.ms`, default 300000.
     pub metadata_max_age: Duration,
+    /// `metadata.recovery.strategy`, default `rebootstrap`.
+    pub metadata_recovery_strategy: MetadataRecoveryStrategy,
+    /// `metadata.recovery.rebootstrap.trigger.ms`, default 300000: with `rebootstrap`, no
+    /// metadata answer for this long makes the producer rebootstrap (KIP-1102).
+    pub metadata_recovery_rebootstrap_trigger: Duration,
     /// `transactional.id`, non-empty when set; requires idempotence.
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`, default 60000. The broker enforces its maximum.
@@ -345,6 +372,8 @@ struct Explicit {
     max_block_ms: Option<i64>,
     max_request_size: Option<usize>,
     metadata_max_age_ms: Option<i64>,
+    metadata_recovery_strategy: Option<MetadataRecoveryStrategy>,
+    metadata_recovery_rebootstrap_trigger_ms: Option<i64>,
     transactional_id: Option<String>,
     transaction_timeout_ms: Option<i32>,
     partitioner_ignore_keys: Option<bool>,
@@ -400,6 +429,24 @@ impl Explicit {
                 self.max_request_size = Some(parse::size(key, raw, 0, I32_MAX, Unit::Bytes)?)
             }
             METADATA_MAX_AGE_MS => self.metadata_max_age_ms = Some(parse::millis_long(key, raw)?),
+            METADATA_RECOVERY_STRATEGY => {
+                // Java's `CaseInsensitiveValidString` over `MetadataRecoveryStrategy`.
+                let v = raw.trim();
+                self.metadata_recovery_strategy = Some(if v.eq_ignore_ascii_case("none") {
+                    MetadataRecoveryStrategy::None
+                } else if v.eq_ignore_ascii_case("rebootstrap") {
+                    MetadataRecoveryStrategy::Rebootstrap
+                } else {
+                    return Err(parse::invalid(
+                        key,
+                        raw,
+                        "must be one of none, rebootstrap (case-insensitive)",
+                    ));
+                })
+            }
+            METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS => {
+                self.metadata_recovery_rebootstrap_trigger_ms = Some(parse::millis_long(key, raw)?)
+            }
             TRANSACTIONAL_ID => {
                 // Java's `ConfigDef.NonEmptyString`, applied after trimming.
                 let id = raw.trim();
@@ -760,6 +807,10 @@ impl ProducerConfigBuilder {
             max_block: ms(e.max_block_ms.unwrap_or(60_000)),
             max_request_size: e.max_request_size.unwrap_or(1024 * 1024),
             metadata_max_age: ms(e.metadata_max_age_ms.unwrap_or(300_000)),
+            metadata_recovery_strategy: e.metadata_recovery_strategy.unwrap_or_default(),
+            metadata_recovery_rebootstrap_trigger: ms(e
+                .metadata_recovery_rebootstrap_trigger_ms
+                .unwrap_or(300_000)),
             transactional_id: e.transactional_id,
             transaction_timeout: ms(e.transaction_timeout_ms.unwrap_or(60_000).into()),
             partitioner_ignore_keys: e.partitioner_ignore_keys.unwrap_or(false),
