@@ -1,7 +1,8 @@
 //! Cluster metadata for the engine: topics asked for by the application, the periodic and
 //! on-demand refresh (`metadata.max.age.ms`, a retriable error that calls for fresh
 //! metadata), and applying an answer to the partitions' leaders (Java's `Metadata` and
-//! `Sender`'s metadata updates).
+//! `Sender`'s metadata updates). When no broker can be reached for a refresh, `rebootstrap`
+//! decides whether to start again from `bootstrap.servers`.
 
 use std::sync::Arc;
 
@@ -46,7 +47,11 @@ impl<D: Delivery> Engine<D> {
         {
             return;
         }
+        // Java's `metadataAttemptStartMs`: the KIP-1102 trigger counts from the first attempt
+        // that found a refresh due.
+        self.metadata_attempt_start.get_or_insert(now);
         let Some(node) = self.least_loaded_ready() else {
+            self.maybe_rebootstrap_unreachable(now);
             self.ensure_some_connection(now);
             return;
         };
@@ -97,8 +102,22 @@ impl<D: Delivery> Engine<D> {
                     return Err(e);
                 }
             };
-        self.last_metadata_refresh = Some(now);
         self.metadata_retry_at = now + self.config.retry_backoff;
+        // KIP-1102: a broker that knows the client's metadata is stale says so in the
+        // top-level error (v13 and later). Under `rebootstrap` nothing else in the answer is
+        // applied; under `none` it is taken as any answer is, as Java does.
+        if header.version >= 13
+            && response.error_code == code::REBOOTSTRAP_REQUIRED
+            && self.config.rebootstrap_trigger.is_some()
+        {
+            self.metadata_refresh_needed = true;
+            self.rebootstrap_required = true;
+            return Ok(());
+        }
+        self.last_metadata_refresh = Some(now);
+        if !response.brokers.is_empty() {
+            self.metadata_attempt_start = None;
+        }
         let changed = self.metadata.update(&response);
         for topic in &response.topics {
             let Some(name) = &topic.name else { continue };
