@@ -566,6 +566,15 @@ fn check_ignored(key: &str, raw: &str) -> Result<(), ConfigError> {
         Check::Int(min, max) => parse::int(key, raw, min, max, unit).map(drop),
         Check::Long(min, max) => parse::long(key, raw, min, max, unit).map(drop),
         Check::OneOf(allowed) => parse::one_of(key, raw, allowed),
+        Check::OneOfIgnoreCase(allowed) => parse::one_of_ignore_case(key, raw, allowed),
+        Check::Double(min, max) => parse::double(key, raw, min, max).map(drop),
+        Check::Empty(reason) => {
+            if raw.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(parse::invalid(key, raw, format!("must be empty: {reason}")))
+            }
+        }
     }?;
     tracing::warn!(
         target: "kacrab::config",
