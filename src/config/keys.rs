@@ -39,6 +39,8 @@ pub const MAX_BLOCK_MS: &str = "max.block.ms";
 pub const MAX_REQUEST_SIZE: &str = "max.request.size";
 /// `metadata.max.age.ms`
 pub const METADATA_MAX_AGE_MS: &str = "metadata.max.age.ms";
+/// `metadata.max.idle.ms`: a topic not sent to for this long is no longer fetched.
+pub const METADATA_MAX_IDLE_MS: &str = "metadata.max.idle.ms";
 /// `metadata.recovery.strategy`: `rebootstrap` (default) or `none`, case-insensitive.
 pub const METADATA_RECOVERY_STRATEGY: &str = "metadata.recovery.strategy";
 /// `metadata.recovery.rebootstrap.trigger.ms`: how long without any metadata answer before the
@@ -133,6 +135,7 @@ pub(super) const RECOGNIZED: &[&str] = &[
     MAX_BLOCK_MS,
     MAX_REQUEST_SIZE,
     METADATA_MAX_AGE_MS,
+    METADATA_MAX_IDLE_MS,
     METADATA_RECOVERY_STRATEGY,
     METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS,
     TRANSACTIONAL_ID,
@@ -205,7 +208,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
     ("receive.buffer.bytes", Check::Int(-1, i32::MAX)),
     // Java defines it without a validator; -1 disables idle expiry in `Selector`.
     ("connections.max.idle.ms", Check::Long(i64::MIN, i64::MAX)),
-    ("metadata.max.idle.ms", Check::Long(5000, i64::MAX)),
     ("partitioner.adaptive.partitioning.enable", Check::Bool),
     (
         "partitioner.availability.timeout.ms",
@@ -351,7 +353,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 /// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
 /// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
 /// - `connections.max.idle.ms`: connections are kept for the life of the producer.
-/// - `metadata.max.idle.ms`: topic metadata is not expired for idleness.
 /// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
 ///   built-in partitioner does not weigh partitions by queue length.
 /// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.

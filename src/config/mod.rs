@@ -190,6 +190,10 @@ pub struct ProducerConfig {
     pub max_request_size: usize,
     /// `metadata.max.age.ms`, default 300000.
     pub metadata_max_age: Duration,
+    /// `metadata.max.idle.ms`, default 300000, at least 5000: a topic no record was sent to
+    /// for this long is dropped from the topics the producer fetches metadata for (Java's
+    /// `ProducerMetadata` topic expiry); the next record sent to it brings it back.
+    pub metadata_max_idle: Duration,
     /// `metadata.recovery.strategy`, default `rebootstrap`.
     pub metadata_recovery_strategy: MetadataRecoveryStrategy,
     /// `metadata.recovery.rebootstrap.trigger.ms`, default 300000: with `rebootstrap`, no
@@ -372,6 +376,7 @@ struct Explicit {
     max_block_ms: Option<i64>,
     max_request_size: Option<usize>,
     metadata_max_age_ms: Option<i64>,
+    metadata_max_idle_ms: Option<i64>,
     metadata_recovery_strategy: Option<MetadataRecoveryStrategy>,
     metadata_recovery_rebootstrap_trigger_ms: Option<i64>,
     transactional_id: Option<String>,
@@ -429,6 +434,10 @@ impl Explicit {
                 self.max_request_size = Some(parse::size(key, raw, 0, I32_MAX, Unit::Bytes)?)
             }
             METADATA_MAX_AGE_MS => self.metadata_max_age_ms = Some(parse::millis_long(key, raw)?),
+            METADATA_MAX_IDLE_MS => {
+                self.metadata_max_idle_ms =
+                    Some(parse::long(key, raw, 5000, i64::MAX, Unit::Millis)?)
+            }
             METADATA_RECOVERY_STRATEGY => {
                 // Java's `CaseInsensitiveValidString` over `MetadataRecoveryStrategy`.
                 let v = raw.trim();
@@ -816,6 +825,7 @@ impl ProducerConfigBuilder {
             max_block: ms(e.max_block_ms.unwrap_or(60_000)),
             max_request_size: e.max_request_size.unwrap_or(1024 * 1024),
             metadata_max_age: ms(e.metadata_max_age_ms.unwrap_or(300_000)),
+            metadata_max_idle: ms(e.metadata_max_idle_ms.unwrap_or(300_000)),
             metadata_recovery_strategy: e.metadata_recovery_strategy.unwrap_or_default(),
             metadata_recovery_rebootstrap_trigger: ms(e
                 .metadata_recovery_rebootstrap_trigger_ms

@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub connection_setup_timeout: Micros,
     pub max_request_size: usize,
     pub metadata_max_age: Micros,
+    /// `metadata.max.idle.ms`: a topic unused this long is no longer fetched.
+    pub metadata_max_idle: Micros,
     /// `metadata.recovery.rebootstrap.trigger.ms` under `metadata.recovery.strategy=rebootstrap`;
     /// `None` under `none`, which never rebootstraps.
     pub rebootstrap_trigger: Option<Micros>,
@@ -70,6 +72,7 @@ impl EngineConfig {
             connection_setup_timeout: micros(config.socket_connection_setup_timeout),
             max_request_size: config.max_request_size,
             metadata_max_age: micros(config.metadata_max_age),
+            metadata_max_idle: micros(config.metadata_max_idle),
             rebootstrap_trigger: match config.metadata_recovery_strategy {
                 MetadataRecoveryStrategy::None => None,
                 MetadataRecoveryStrategy::Rebootstrap => {

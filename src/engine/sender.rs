@@ -59,6 +59,8 @@ mod metadata_refresh;
 mod produce_request;
 mod rebootstrap;
 mod sasl;
+#[cfg(test)]
+mod scripted_rig;
 mod split;
 mod txn;
 // Lets the child modules name `super::partition::…` as the code they came from did.
@@ -121,6 +123,10 @@ pub struct Engine<D> {
     metadata_attempt_start: Option<Micros>,
     /// A Metadata answer said REBOOTSTRAP_REQUIRED: rebootstrap at the next poll.
     rebootstrap_required: bool,
+    /// When each topic of `metadata.interest` was last asked for by `request_topic`, for
+    /// `metadata.max.idle.ms`: `None` when asked since the last metadata request was built
+    /// (`request_topic` carries no time; the next request's time stands for it).
+    topic_requested_at: HashMap<Arc<str>, Option<Micros>>,
     fatal: Option<ProduceError>,
     /// Ids of batches not finally completed, for `flush`: a flush waits for every batch created
     /// before it.
@@ -180,6 +186,7 @@ impl<D: Delivery> Engine<D> {
             last_metadata_refresh: None,
             metadata_attempt_start: None,
             rebootstrap_required: false,
+            topic_requested_at: HashMap::new(),
             fatal: None,
             next_batch_id: 0,
             split_children: HashMap::new(),

@@ -1,5 +1,6 @@
-//! `metadata.recovery.strategy` and `metadata.recovery.rebootstrap.trigger.ms` (KIP-899,
-//! KIP-1102): Java 4.x's defaults and checks (`CommonClientConfigs`, `ProducerConfig`).
+//! The metadata keys: `metadata.max.idle.ms`, `metadata.recovery.strategy` and
+//! `metadata.recovery.rebootstrap.trigger.ms` (KIP-899, KIP-1102), with Java 4.x's defaults
+//! and checks (`CommonClientConfigs`, `ProducerConfig`).
 
 use std::time::Duration;
 
@@ -80,4 +81,15 @@ fn the_trigger_is_a_non_negative_long_of_milliseconds() {
         assert_eq!(key, "metadata.recovery.rebootstrap.trigger.ms");
         assert!(rule.contains("milliseconds from 0"), "{raw}: {rule}");
     }
+}
+
+#[test]
+fn metadata_max_idle_defaults_to_five_minutes_and_is_at_least_five_seconds() {
+    let config = build(&[]).unwrap();
+    assert_eq!(config.metadata_max_idle, Duration::from_millis(300_000));
+    let config = build(&[("metadata.max.idle.ms", "5000")]).unwrap();
+    assert_eq!(config.metadata_max_idle, Duration::from_millis(5000));
+    let (key, rule) = invalid(&[("metadata.max.idle.ms", "4999")]);
+    assert_eq!(key, "metadata.max.idle.ms");
+    assert!(rule.contains("milliseconds from 5000"), "{rule}");
 }
