@@ -27,10 +27,12 @@ use std::fmt;
 use std::time::Duration;
 
 pub mod keys;
+mod metadata;
 mod parse;
 pub mod security;
 pub mod tls;
 
+pub use metadata::MetadataRecoveryStrategy;
 use parse::Unit;
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
@@ -120,28 +122,6 @@ impl Compression {
         ]
         .into_iter()
         .find(|c| c.as_str() == value)
-    }
-}
-
-/// `metadata.recovery.strategy` (KIP-899): what the producer does when it can reach none of the
-/// brokers its metadata names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MetadataRecoveryStrategy {
-    /// Keep trying the brokers of the last metadata answer.
-    None,
-    /// Forget them and start again from `bootstrap.servers`, resolved afresh (Java 4.x's
-    /// default).
-    #[default]
-    Rebootstrap,
-}
-
-impl MetadataRecoveryStrategy {
-    /// The property value, as Java's `MetadataRecoveryStrategy.name` writes it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MetadataRecoveryStrategy::None => "none",
-            MetadataRecoveryStrategy::Rebootstrap => "rebootstrap",
-        }
     }
 }
 
@@ -439,19 +419,7 @@ impl Explicit {
                     Some(parse::long(key, raw, 5000, i64::MAX, Unit::Millis)?)
             }
             METADATA_RECOVERY_STRATEGY => {
-                // Java's `CaseInsensitiveValidString` over `MetadataRecoveryStrategy`.
-                let v = raw.trim();
-                self.metadata_recovery_strategy = Some(if v.eq_ignore_ascii_case("none") {
-                    MetadataRecoveryStrategy::None
-                } else if v.eq_ignore_ascii_case("rebootstrap") {
-                    MetadataRecoveryStrategy::Rebootstrap
-                } else {
-                    return Err(parse::invalid(
-                        key,
-                        raw,
-                        "must be one of none, rebootstrap (case-insensitive)",
-                    ));
-                })
+                self.metadata_recovery_strategy = Some(MetadataRecoveryStrategy::parse(key, raw)?)
             }
             METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS => {
                 self.metadata_recovery_rebootstrap_trigger_ms = Some(parse::millis_long(key, raw)?)
