@@ -134,6 +134,7 @@ fn with_rebootstrap_a_producer_follows_the_bootstrap_address_to_a_new_cluster_an
 
     cluster.replace_the_cluster();
     send_all_acknowledged(&producer, 10..30);
+    assert!(producer.runtime_stats().engine_totals().rebootstraps >= 1);
     producer.close(WAIT);
 
     // The old cluster kept the first ten; the new one has exactly the rest, in order.
@@ -182,6 +183,7 @@ fn with_none_a_producer_keeps_to_the_gone_brokers_and_its_records_time_out_unsen
             "expected a delivery timeout before sending, got {error}"
         );
     }
+    assert_eq!(producer.runtime_stats().engine_totals().rebootstraps, 0);
     producer.close(WAIT);
     assert_eq!(Move::high_watermarks(&cluster.new), vec![0, 0]);
     assert_eq!(Move::high_watermarks(&cluster.old), vec![5, 5]);
