@@ -22,7 +22,8 @@ pub mod runtime;
 pub mod testkit;
 
 pub use config::{
-    Acks, ConfigError, OAuthBearerToken, OAuthTokenProvider, ProducerConfig, ProducerConfigBuilder,
+    Acks, ConfigError, MetadataRecoveryStrategy, OAuthBearerToken, OAuthTokenProvider,
+    ProducerConfig, ProducerConfigBuilder,
 };
 pub use engine::{
     GroupMetadata, OffsetAndMetadata, RecordMetadata, TopicPartition, TransactionState,

@@ -271,7 +271,7 @@ fn unknown_key_suggests_a_close_name() {
         e.to_string().ends_with("did you mean `kacrab.shards`?"),
         "{e}"
     );
-    let e = err(&[("ssl.engine.factory.class", "com.example.F")]);
+    let e = err(&[("ssl.keystore.format", "PEM")]);
     assert!(
         e.to_string().contains("of the TLS settings kacrab reads"),
         "{e}"

@@ -39,6 +39,14 @@ pub const MAX_BLOCK_MS: &str = "max.block.ms";
 pub const MAX_REQUEST_SIZE: &str = "max.request.size";
 /// `metadata.max.age.ms`
 pub const METADATA_MAX_AGE_MS: &str = "metadata.max.age.ms";
+/// `metadata.max.idle.ms`: a topic not sent to for this long is no longer fetched.
+pub const METADATA_MAX_IDLE_MS: &str = "metadata.max.idle.ms";
+/// `metadata.recovery.strategy`: `rebootstrap` (default) or `none`, case-insensitive.
+pub const METADATA_RECOVERY_STRATEGY: &str = "metadata.recovery.strategy";
+/// `metadata.recovery.rebootstrap.trigger.ms`: how long without any metadata answer before the
+/// producer rebootstraps.
+pub const METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS: &str =
+    "metadata.recovery.rebootstrap.trigger.ms";
 /// `transactional.id`
 pub const TRANSACTIONAL_ID: &str = "transactional.id";
 /// `transaction.timeout.ms`
@@ -127,6 +135,9 @@ pub(super) const RECOGNIZED: &[&str] = &[
     MAX_BLOCK_MS,
     MAX_REQUEST_SIZE,
     METADATA_MAX_AGE_MS,
+    METADATA_MAX_IDLE_MS,
+    METADATA_RECOVERY_STRATEGY,
+    METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS,
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT_MS,
     PARTITIONER_IGNORE_KEYS,
@@ -175,7 +186,18 @@ pub(super) enum Check {
     Long(i64, i64),
     /// One of these strings, case-sensitive like Java's `ConfigDef.ValidString`.
     OneOf(&'static [&'static str]),
+    /// One of these strings, case-insensitive like Java's `ConfigDef.CaseInsensitiveValidString`.
+    OneOfIgnoreCase(&'static [&'static str]),
+    /// A Java `double` in the inclusive range.
+    Double(f64, f64),
+    /// Empty only (Java's default, null or an empty list): a value would ask for something
+    /// kacrab does not do, and the text says what.
+    Empty(&'static str),
 }
+
+/// Why the Java-class and plug-in keys must stay empty.
+const NO_SASL_PLUGINS: &str = "custom SASL login and callback classes are not supported; the \
+                               credentials come from `sasl.jaas.config`";
 
 /// The ignored Java keys and Java's check for each; the reasons are on [`ignored_keys`].
 pub(super) const IGNORED: &[(&str, Check)] = &[
@@ -186,7 +208,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
     ("receive.buffer.bytes", Check::Int(-1, i32::MAX)),
     // Java defines it without a validator; -1 disables idle expiry in `Selector`.
     ("connections.max.idle.ms", Check::Long(i64::MIN, i64::MAX)),
-    ("metadata.max.idle.ms", Check::Long(5000, i64::MAX)),
     ("partitioner.adaptive.partitioning.enable", Check::Bool),
     (
         "partitioner.availability.timeout.ms",
@@ -215,6 +236,116 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
     ("ssl.keymanager.algorithm", Check::Any),
     ("ssl.trustmanager.algorithm", Check::Any),
     ("ssl.secure.random.implementation", Check::Any),
+    (
+        "ssl.engine.factory.class",
+        Check::Empty("a custom SSL engine factory is not supported; TLS runs on rustls"),
+    ),
+    (
+        "security.providers",
+        Check::Empty("Java security providers are not supported; TLS runs on rustls"),
+    ),
+    (
+        "config.providers",
+        Check::Empty("config providers are not supported; every value is taken as written"),
+    ),
+    (
+        "sasl.client.callback.handler.class",
+        Check::Empty(NO_SASL_PLUGINS),
+    ),
+    (
+        "sasl.login.callback.handler.class",
+        Check::Empty(NO_SASL_PLUGINS),
+    ),
+    ("sasl.login.class", Check::Empty(NO_SASL_PLUGINS)),
+    // GSSAPI (Kerberos) only; Java defines them without validators.
+    ("sasl.kerberos.service.name", Check::Any),
+    ("sasl.kerberos.kinit.cmd", Check::Any),
+    (
+        "sasl.kerberos.ticket.renew.window.factor",
+        Check::Double(f64::MIN, f64::MAX),
+    ),
+    (
+        "sasl.kerberos.ticket.renew.jitter",
+        Check::Double(f64::MIN, f64::MAX),
+    ),
+    (
+        "sasl.kerberos.min.time.before.relogin",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    // Java's built-in OAUTHBEARER login only (the login refresh, the token and JWKS endpoints,
+    // KIP-768 and KIP-1139's JWT retrieval and assertions); kacrab's tokens come from the
+    // application's provider.
+    ("sasl.login.refresh.window.factor", Check::Double(0.5, 1.0)),
+    ("sasl.login.refresh.window.jitter", Check::Double(0.0, 0.25)),
+    ("sasl.login.refresh.min.period.seconds", Check::Int(0, 900)),
+    ("sasl.login.refresh.buffer.seconds", Check::Int(0, 3600)),
+    (
+        "sasl.login.connect.timeout.ms",
+        Check::Int(i32::MIN, i32::MAX),
+    ),
+    ("sasl.login.read.timeout.ms", Check::Int(i32::MIN, i32::MAX)),
+    (
+        "sasl.login.retry.backoff.max.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    (
+        "sasl.login.retry.backoff.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    ("sasl.oauthbearer.jwt.retriever.class", Check::Any),
+    ("sasl.oauthbearer.jwt.validator.class", Check::Any),
+    ("sasl.oauthbearer.scope", Check::Any),
+    ("sasl.oauthbearer.client.credentials.client.id", Check::Any),
+    (
+        "sasl.oauthbearer.client.credentials.client.secret",
+        Check::Any,
+    ),
+    (
+        "sasl.oauthbearer.assertion.algorithm",
+        Check::OneOfIgnoreCase(&["ES256", "RS256"]),
+    ),
+    ("sasl.oauthbearer.assertion.claim.aud", Check::Any),
+    (
+        "sasl.oauthbearer.assertion.claim.exp.seconds",
+        Check::Int(0, 86400),
+    ),
+    ("sasl.oauthbearer.assertion.claim.iss", Check::Any),
+    ("sasl.oauthbearer.assertion.claim.jti.include", Check::Bool),
+    (
+        "sasl.oauthbearer.assertion.claim.nbf.seconds",
+        Check::Int(0, 3600),
+    ),
+    ("sasl.oauthbearer.assertion.claim.sub", Check::Any),
+    ("sasl.oauthbearer.assertion.file", Check::Any),
+    ("sasl.oauthbearer.assertion.private.key.file", Check::Any),
+    (
+        "sasl.oauthbearer.assertion.private.key.passphrase",
+        Check::Any,
+    ),
+    ("sasl.oauthbearer.assertion.template.file", Check::Any),
+    ("sasl.oauthbearer.scope.claim.name", Check::Any),
+    ("sasl.oauthbearer.sub.claim.name", Check::Any),
+    ("sasl.oauthbearer.token.endpoint.url", Check::Any),
+    ("sasl.oauthbearer.jwks.endpoint.url", Check::Any),
+    (
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    (
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    (
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms",
+        Check::Long(i64::MIN, i64::MAX),
+    ),
+    (
+        "sasl.oauthbearer.clock.skew.seconds",
+        Check::Int(i32::MIN, i32::MAX),
+    ),
+    ("sasl.oauthbearer.expected.audience", Check::Any),
+    ("sasl.oauthbearer.expected.issuer", Check::Any),
+    ("sasl.oauthbearer.header.urlencode", Check::Bool),
 ];
 
 /// Java producer keys that have no effect in kacrab. They are accepted, so a properties file
@@ -223,7 +354,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 /// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
 /// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
 /// - `connections.max.idle.ms`: connections are kept for the life of the producer.
-/// - `metadata.max.idle.ms`: topic metadata is not expired for idleness.
 /// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
 ///   built-in partitioner does not weigh partitions by queue length.
 /// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.
@@ -233,6 +363,21 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 /// - `ssl.provider`, `ssl.keymanager.algorithm`, `ssl.trustmanager.algorithm`,
 ///   `ssl.secure.random.implementation`: names of Java security providers and algorithms; TLS
 ///   runs on rustls with the `ring` provider and the operating system's random source.
+/// - `ssl.engine.factory.class`, `security.providers`, `config.providers`,
+///   `sasl.client.callback.handler.class`, `sasl.login.callback.handler.class`,
+///   `sasl.login.class`: accepted only empty (Java's default). They name Java classes that
+///   would replace the TLS engine, the security providers, the source of configuration values
+///   or the SASL login; kacrab has none of these hooks, so a value is refused rather than
+///   silently not run.
+/// - `sasl.kerberos.*`: settings of the GSSAPI mechanism, which `sasl.mechanism` refuses, so
+///   they can have no effect.
+/// - `sasl.login.refresh.*`, `sasl.login.connect.timeout.ms`, `sasl.login.read.timeout.ms`,
+///   `sasl.login.retry.backoff.ms`, `sasl.login.retry.backoff.max.ms`, `sasl.oauthbearer.*`
+///   (including the `jwt.retriever.class` and `jwt.validator.class` class names): settings of
+///   Java's built-in OAUTHBEARER login (Java applies the login refresh to OAUTHBEARER only:
+///   fetching tokens from a token endpoint, refreshing them, validating them against a JWKS).
+///   kacrab's OAUTHBEARER takes its tokens from the application's token provider
+///   (`ProducerBuilder::oauth_token_provider`), which does that work, so these have no effect.
 pub fn ignored_keys() -> impl Iterator<Item = &'static str> {
     IGNORED.iter().map(|(key, _)| *key)
 }
@@ -254,7 +399,10 @@ pub(super) fn unknown_key_hint(key: &str) -> String {
             .to_string();
     }
     if key.starts_with("sasl.") {
-        return "; of the SASL settings kacrab reads only `sasl.mechanism` and `sasl.jaas.config`"
+        return "; of the SASL settings kacrab reads only `sasl.mechanism` and \
+                `sasl.jaas.config` (Java's GSSAPI settings and its built-in OAUTHBEARER login's \
+                settings are accepted and have no effect; OAUTHBEARER tokens come from the \
+                application's token provider)"
             .to_string();
     }
     match closest_key(key) {

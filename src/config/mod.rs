@@ -28,11 +28,13 @@ use std::fmt;
 use std::time::Duration;
 
 pub mod keys;
+mod metadata;
 pub mod oauthbearer;
 mod parse;
 pub mod security;
 pub mod tls;
 
+pub use metadata::MetadataRecoveryStrategy;
 pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
 use parse::Unit;
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
@@ -171,6 +173,15 @@ pub struct ProducerConfig {
     pub max_request_size: usize,
     /// `metadata.max.age.ms`, default 300000.
     pub metadata_max_age: Duration,
+    /// `metadata.max.idle.ms`, default 300000, at least 5000: a topic no record was sent to
+    /// for this long is dropped from the topics the producer fetches metadata for (Java's
+    /// `ProducerMetadata` topic expiry); the next record sent to it brings it back.
+    pub metadata_max_idle: Duration,
+    /// `metadata.recovery.strategy`, default `rebootstrap`.
+    pub metadata_recovery_strategy: MetadataRecoveryStrategy,
+    /// `metadata.recovery.rebootstrap.trigger.ms`, default 300000: with `rebootstrap`, no
+    /// metadata answer for this long makes the producer rebootstrap (KIP-1102).
+    pub metadata_recovery_rebootstrap_trigger: Duration,
     /// `transactional.id`, non-empty when set; requires idempotence.
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`, default 60000. The broker enforces its maximum.
@@ -348,6 +359,9 @@ struct Explicit {
     max_block_ms: Option<i64>,
     max_request_size: Option<usize>,
     metadata_max_age_ms: Option<i64>,
+    metadata_max_idle_ms: Option<i64>,
+    metadata_recovery_strategy: Option<MetadataRecoveryStrategy>,
+    metadata_recovery_rebootstrap_trigger_ms: Option<i64>,
     transactional_id: Option<String>,
     transaction_timeout_ms: Option<i32>,
     partitioner_ignore_keys: Option<bool>,
@@ -403,6 +417,16 @@ impl Explicit {
                 self.max_request_size = Some(parse::size(key, raw, 0, I32_MAX, Unit::Bytes)?)
             }
             METADATA_MAX_AGE_MS => self.metadata_max_age_ms = Some(parse::millis_long(key, raw)?),
+            METADATA_MAX_IDLE_MS => {
+                self.metadata_max_idle_ms =
+                    Some(parse::long(key, raw, 5000, i64::MAX, Unit::Millis)?)
+            }
+            METADATA_RECOVERY_STRATEGY => {
+                self.metadata_recovery_strategy = Some(MetadataRecoveryStrategy::parse(key, raw)?)
+            }
+            METADATA_RECOVERY_REBOOTSTRAP_TRIGGER_MS => {
+                self.metadata_recovery_rebootstrap_trigger_ms = Some(parse::millis_long(key, raw)?)
+            }
             TRANSACTIONAL_ID => {
                 // Java's `ConfigDef.NonEmptyString`, applied after trimming.
                 let id = raw.trim();
@@ -522,6 +546,15 @@ fn check_ignored(key: &str, raw: &str) -> Result<(), ConfigError> {
         Check::Int(min, max) => parse::int(key, raw, min, max, unit).map(drop),
         Check::Long(min, max) => parse::long(key, raw, min, max, unit).map(drop),
         Check::OneOf(allowed) => parse::one_of(key, raw, allowed),
+        Check::OneOfIgnoreCase(allowed) => parse::one_of_ignore_case(key, raw, allowed),
+        Check::Double(min, max) => parse::double(key, raw, min, max).map(drop),
+        Check::Empty(reason) => {
+            if raw.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(parse::invalid(key, raw, format!("must be empty: {reason}")))
+            }
+        }
     }?;
     tracing::warn!(
         target: "kacrab::config",
@@ -776,6 +809,11 @@ impl ProducerConfigBuilder {
             max_block: ms(e.max_block_ms.unwrap_or(60_000)),
             max_request_size: e.max_request_size.unwrap_or(1024 * 1024),
             metadata_max_age: ms(e.metadata_max_age_ms.unwrap_or(300_000)),
+            metadata_max_idle: ms(e.metadata_max_idle_ms.unwrap_or(300_000)),
+            metadata_recovery_strategy: e.metadata_recovery_strategy.unwrap_or_default(),
+            metadata_recovery_rebootstrap_trigger: ms(e
+                .metadata_recovery_rebootstrap_trigger_ms
+                .unwrap_or(300_000)),
             transactional_id: e.transactional_id,
             transaction_timeout: ms(e.transaction_timeout_ms.unwrap_or(60_000).into()),
             partitioner_ignore_keys: e.partitioner_ignore_keys.unwrap_or(false),

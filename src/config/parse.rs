@@ -148,6 +148,36 @@ pub(super) fn one_of(key: &str, raw: &str, allowed: &[&str]) -> Result<(), Confi
     }
 }
 
+/// One of a fixed set of strings, case-insensitive like Java's `CaseInsensitiveValidString`.
+pub(super) fn one_of_ignore_case(
+    key: &str,
+    raw: &str,
+    allowed: &[&str],
+) -> Result<(), ConfigError> {
+    if allowed.iter().any(|a| a.eq_ignore_ascii_case(raw.trim())) {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            raw,
+            format!("must be one of {} (case-insensitive)", allowed.join(", ")),
+        ))
+    }
+}
+
+/// A Java `double` (`Double.parseDouble`) in `min..=max`; the rule names the range.
+pub(super) fn double(key: &str, raw: &str, min: f64, max: f64) -> Result<f64, ConfigError> {
+    match raw.trim().parse::<f64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ if min == f64::MIN && max == f64::MAX => Err(invalid(key, raw, "must be a number")),
+        _ => Err(invalid(
+            key,
+            raw,
+            format!("must be a number from {min} to {max}"),
+        )),
+    }
+}
+
 /// `bootstrap.servers`: a comma-separated list of `host:port`.
 ///
 /// Empty entries are skipped and an empty list is an error, as in Java's

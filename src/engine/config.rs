@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::config::{ProducerConfig, SaslConfig};
+use crate::config::{MetadataRecoveryStrategy, ProducerConfig, SaslConfig};
 use crate::protocol::compression::Codec;
 
 use super::Micros;
@@ -32,6 +32,11 @@ pub struct EngineConfig {
     pub connection_setup_timeout: Micros,
     pub max_request_size: usize,
     pub metadata_max_age: Micros,
+    /// `metadata.max.idle.ms`: a topic unused this long is no longer fetched.
+    pub metadata_max_idle: Micros,
+    /// `metadata.recovery.rebootstrap.trigger.ms` under `metadata.recovery.strategy=rebootstrap`;
+    /// `None` under `none`, which never rebootstraps.
+    pub rebootstrap_trigger: Option<Micros>,
     /// `compression.type` with its level.
     pub compression: Codec,
     /// This engine sends InitProducerId when no identity is in force. In a sharded producer
@@ -70,6 +75,13 @@ impl EngineConfig {
             connection_setup_timeout: micros(config.socket_connection_setup_timeout),
             max_request_size: config.max_request_size,
             metadata_max_age: micros(config.metadata_max_age),
+            metadata_max_idle: micros(config.metadata_max_idle),
+            rebootstrap_trigger: match config.metadata_recovery_strategy {
+                MetadataRecoveryStrategy::None => None,
+                MetadataRecoveryStrategy::Rebootstrap => {
+                    Some(micros(config.metadata_recovery_rebootstrap_trigger))
+                }
+            },
             compression: config.compression_codec(),
             owns_identity,
             sasl: config.sasl.clone(),

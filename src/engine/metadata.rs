@@ -48,6 +48,15 @@ impl ClusterMetadata {
         }
     }
 
+    /// Replaces the broker list with the bootstrap addresses, as Java's `Metadata.rebootstrap`
+    /// does; the driver resolves each address again when it connects. Topics and their
+    /// partition lists are kept, so records waiting for a partition keep it: a leader named
+    /// by the old list has no address any more and is replaced by the next answer.
+    pub fn rebootstrap(&mut self, bootstrap_servers: &[String]) {
+        self.nodes = Self::new(bootstrap_servers).nodes;
+        self.bootstrapped = false;
+    }
+
     /// Applies a Metadata response. Returns the topics whose partition count or leaders changed.
     pub fn update(&mut self, response: &MetadataResponse) -> Vec<Arc<str>> {
         if !response.brokers.is_empty() {

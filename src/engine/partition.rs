@@ -12,7 +12,7 @@ use crate::protocol::record_batch::increment_sequence;
 
 use super::batch::{BatchCompression, ProducerBatch};
 use super::identity::ProducerIdAndEpoch;
-use super::NodeId;
+use super::{Micros, NodeId};
 
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -146,6 +146,8 @@ pub struct PartitionSlot<D> {
     /// The codec and the topic's compression ratio estimate for new batches; `None` when
     /// batches are not compressed.
     pub compression: Option<BatchCompression>,
+    /// When a record was last appended here, for `metadata.max.idle.ms`.
+    pub last_append: Micros,
 }
 
 impl<D> PartitionSlot<D> {
@@ -160,6 +162,7 @@ impl<D> PartitionSlot<D> {
             rewrite_pending: false,
             on_wire: 0,
             compression: None,
+            last_append: 0,
         }
     }
 

@@ -24,7 +24,7 @@
 //! `accumulator` (append, flush and close ledger), `drain` (stamping and the drain gates),
 //! `produce_request`, `completion` (how a batch ends), `split`, `expiry`, `epoch_bump`
 //! (sequencing after the stamp and the epoch bump, with a table of the Java rules),
-//! `connections`, `sasl` (authenticating a new connection), `metadata_refresh`,
+//! `connections`, `sasl` (authenticating a new connection), `metadata_refresh`, `rebootstrap`,
 //! `init_producer_id`, and `txn` (the transactional side).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -58,7 +58,10 @@ mod expiry;
 mod init_producer_id;
 mod metadata_refresh;
 mod produce_request;
+mod rebootstrap;
 mod sasl;
+#[cfg(test)]
+mod scripted_rig;
 mod split;
 mod txn;
 // Lets the child modules name `super::partition::…` as the code they came from did.
@@ -89,6 +92,8 @@ pub struct EngineStats {
     pub sequence_rewrites: u64,
     pub disconnects: u64,
     pub protocol_errors: u64,
+    /// Times the broker list was replaced by `bootstrap.servers` (KIP-899, KIP-1102).
+    pub rebootstraps: u64,
 }
 
 pub struct Engine<D> {
@@ -116,6 +121,15 @@ pub struct Engine<D> {
     metadata_refresh_needed: bool,
     metadata_retry_at: Micros,
     last_metadata_refresh: Option<Micros>,
+    /// Java's `metadataAttemptStartMs`: since when metadata has been wanted and no answer with
+    /// brokers came; `None` while the last attempt succeeded (KIP-1102).
+    metadata_attempt_start: Option<Micros>,
+    /// A Metadata answer said REBOOTSTRAP_REQUIRED: rebootstrap at the next poll.
+    rebootstrap_required: bool,
+    /// When each topic of `metadata.interest` was last asked for by `request_topic`, for
+    /// `metadata.max.idle.ms`: `None` when asked since the last metadata request was built
+    /// (`request_topic` carries no time; the next request's time stands for it).
+    topic_requested_at: HashMap<Arc<str>, Option<Micros>>,
     fatal: Option<ProduceError>,
     /// Ids of batches not finally completed, for `flush`: a flush waits for every batch created
     /// before it.
@@ -180,6 +194,9 @@ impl<D: Delivery> Engine<D> {
             metadata_refresh_needed: true,
             metadata_retry_at: 0,
             last_metadata_refresh: None,
+            metadata_attempt_start: None,
+            rebootstrap_required: false,
+            topic_requested_at: HashMap::new(),
             fatal: None,
             next_batch_id: 0,
             split_children: HashMap::new(),
@@ -287,6 +304,7 @@ impl<D: Delivery> Engine<D> {
         self.check_connection_timeouts(now);
         self.maybe_init_producer_id(now);
         self.maybe_send_txn_request(now);
+        self.maybe_rebootstrap_on_trigger(now);
         self.maybe_refresh_metadata(now);
         self.expire_batches(now);
         // Expiry (and a timed-out connection above) can leave an unresolved partition with
@@ -354,6 +372,9 @@ impl<D: Delivery> Engine<D> {
         }
         if let Some(last) = self.last_metadata_refresh {
             consider(last + self.config.metadata_max_age);
+        }
+        if let Some(at) = self.rebootstrap_trigger_at() {
+            consider(at);
         }
         if self.config.owns_identity
             && self.config.idempotent

@@ -50,7 +50,9 @@ impl ApiKey {
     pub fn supported(self) -> VersionRange {
         let (min, max) = match self {
             ApiKey::Produce => (3, 11),
-            ApiKey::Metadata => (1, 12),
+            // v13 adds the top-level error code a broker uses to ask for a rebootstrap
+            // (REBOOTSTRAP_REQUIRED, KIP-1102); the request is v12's.
+            ApiKey::Metadata => (1, 13),
             ApiKey::FindCoordinator => (1, 4),
             ApiKey::ApiVersions => (0, 3),
             ApiKey::InitProducerId => (0, 4),
@@ -191,7 +193,7 @@ mod tests {
     fn negotiation_picks_highest_common_version() {
         let v = NegotiatedVersions::from_response(&response(&[(0, 0, 7), (3, 0, 20)]));
         assert_eq!(v.version(ApiKey::Produce), Ok(7));
-        assert_eq!(v.version(ApiKey::Metadata), Ok(12));
+        assert_eq!(v.version(ApiKey::Metadata), Ok(13));
     }
 
     #[test]

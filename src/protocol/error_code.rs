@@ -60,6 +60,7 @@ pub mod code {
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
     pub const INCONSISTENT_TOPIC_ID: i16 = 103;
     pub const TRANSACTION_ABORTABLE: i16 = 120;
+    pub const REBOOTSTRAP_REQUIRED: i16 = 129;
 }
 
 /// The Kafka name of an error code, for messages ("NOT_LEADER_OR_FOLLOWER").

@@ -1,4 +1,4 @@
-//! MetadataResponse v1..=v12, bounded (see [`super::response`]).
+//! MetadataResponse v1..=v13, bounded (see [`super::response`]).
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -8,7 +8,7 @@ use kafka_protocol::messages::{MetadataResponse, TopicName};
 use super::response::{DecodeResult, Reader, ResponseBody};
 
 impl ResponseBody for MetadataResponse {
-    const VERSIONS: (i16, i16) = (1, 12);
+    const VERSIONS: (i16, i16) = (1, 13);
     const FIRST_FLEXIBLE: i16 = 9;
 
     fn decode_body(r: &mut Reader, version: i16) -> DecodeResult<Self> {
@@ -34,6 +34,10 @@ impl ResponseBody for MetadataResponse {
         response.topics = r.array("topics", 5, |r| topic(r, version))?;
         if (8..=10).contains(&version) {
             response.cluster_authorized_operations = r.i32("cluster_authorized_operations")?;
+        }
+        if version >= 13 {
+            // The top-level error (KIP-1102: REBOOTSTRAP_REQUIRED).
+            response.error_code = r.i16("error_code")?;
         }
         response.unknown_tagged_fields = r.tagged_fields(|_, _| Ok(false))?;
         Ok(response)
@@ -138,6 +142,9 @@ mod tests {
             if (8..=10).contains(&version) {
                 response.cluster_authorized_operations = 0x1f;
             }
+            if version >= 13 {
+                response.error_code = 129;
+            }
             if version >= 10 {
                 topic.topic_id = uuid::Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
             }
@@ -158,7 +165,7 @@ mod tests {
 
     #[test]
     fn every_version_decodes_as_kafka_protocol_does_and_re_encodes_identically() {
-        for version in 1..=12 {
+        for version in 1..=13 {
             for full in [true, false] {
                 assert_same_as_kafka_protocol(&response(version, full), version);
             }
@@ -167,14 +174,14 @@ mod tests {
 
     #[test]
     fn every_truncation_is_an_error() {
-        for version in 1..=12 {
+        for version in 1..=13 {
             assert_every_prefix_is_refused(&response(version, true), version);
         }
     }
 
     #[test]
     fn a_huge_count_at_each_array_is_refused_before_any_element() {
-        for version in 1..=12 {
+        for version in 1..=13 {
             let flexible = version >= 9;
             let full = response(version, true);
             let context = format!("v{version}");

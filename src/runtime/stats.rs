@@ -177,6 +177,7 @@ impl RuntimeStats {
             total.sequence_rewrites += e.sequence_rewrites;
             total.disconnects += e.disconnects;
             total.protocol_errors += e.protocol_errors;
+            total.rebootstraps += e.rebootstraps;
         }
         total
     }

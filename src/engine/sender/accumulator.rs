@@ -35,6 +35,7 @@ impl<D: Delivery> Engine<D> {
             return;
         }
         let slot_index = self.slot_index(tp);
+        self.partitions[slot_index].last_append = now;
         self.txn_on_append(slot_index);
         let delivery = {
             let slot = &mut self.partitions[slot_index];

@@ -1,8 +1,10 @@
 //! Cluster metadata for the engine: topics asked for by the application, the periodic and
 //! on-demand refresh (`metadata.max.age.ms`, a retriable error that calls for fresh
 //! metadata), and applying an answer to the partitions' leaders (Java's `Metadata` and
-//! `Sender`'s metadata updates).
+//! `Sender`'s metadata updates). When no broker can be reached for a refresh, `rebootstrap`
+//! decides whether to start again from `bootstrap.servers`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,8 +23,13 @@ use super::{Engine, RequestBody};
 impl<D: Delivery> Engine<D> {
     /// Asks for a topic's metadata (the caller's partitioner needs its partition count).
     pub fn request_topic(&mut self, topic: &str) {
+        if let Some(at) = self.topic_requested_at.get_mut(topic) {
+            *at = None;
+        }
         if !self.metadata.interest.contains(topic) {
-            self.metadata.interest.insert(Arc::from(topic));
+            let topic: Arc<str> = Arc::from(topic);
+            self.metadata.interest.insert(topic.clone());
+            self.topic_requested_at.insert(topic, None);
             self.metadata_refresh_needed = true;
             self.metadata_retry_at = 0;
         } else if let Some(count) = self.metadata.partition_count(topic) {
@@ -46,7 +53,11 @@ impl<D: Delivery> Engine<D> {
         {
             return;
         }
+        // Java's `metadataAttemptStartMs`: the KIP-1102 trigger counts from the first attempt
+        // that found a refresh due.
+        self.metadata_attempt_start.get_or_insert(now);
         let Some(node) = self.least_loaded_ready() else {
+            self.maybe_rebootstrap_unreachable(now);
             self.ensure_some_connection(now);
             return;
         };
@@ -54,6 +65,7 @@ impl<D: Delivery> Engine<D> {
             Ok(v) => v,
             Err(_) => return,
         };
+        self.expire_idle_topics(now);
         let topics = self
             .metadata
             .interest
@@ -80,6 +92,34 @@ impl<D: Delivery> Engine<D> {
         );
     }
 
+    /// Java's `ProducerMetadata.retainTopic` (`metadata.max.idle.ms`): the topics fetched are
+    /// those asked for by `request_topic`, or appended to, within the idle time, and those
+    /// whose partitions still hold batches. Any other is dropped with its cached partitions; a
+    /// record sent to it later brings it back (its partitions keep their last leaders until
+    /// then, so the record goes out at once).
+    fn expire_idle_topics(&mut self, now: Micros) {
+        let idle = self.config.metadata_max_idle;
+        let recent = |at: Micros| now < at.saturating_add(idle);
+        let mut in_use = BTreeSet::new();
+        for (topic, at) in &mut self.topic_requested_at {
+            let at = *at.get_or_insert(now);
+            if recent(at) {
+                in_use.insert(topic.clone());
+            }
+        }
+        for slot in &self.partitions {
+            if !slot.deque.is_empty() || slot.on_wire > 0 || recent(slot.last_append) {
+                in_use.insert(slot.tp.topic.clone());
+            }
+        }
+        for topic in self.metadata.interest.difference(&in_use) {
+            tracing::debug!(target: "kacrab::metadata", %topic, "topic unused for metadata.max.idle.ms; no longer fetched");
+            self.metadata.topics.remove(topic);
+            self.topic_requested_at.remove(topic);
+        }
+        self.metadata.interest = in_use;
+    }
+
     pub(super) fn handle_metadata(
         &mut self,
         now: Micros,
@@ -97,8 +137,22 @@ impl<D: Delivery> Engine<D> {
                     return Err(e);
                 }
             };
-        self.last_metadata_refresh = Some(now);
         self.metadata_retry_at = now + self.config.retry_backoff;
+        // KIP-1102: a broker that knows the client's metadata is stale says so in the
+        // top-level error (v13 and later). Under `rebootstrap` nothing else in the answer is
+        // applied; under `none` it is taken as any answer is, as Java does.
+        if header.version >= 13
+            && response.error_code == code::REBOOTSTRAP_REQUIRED
+            && self.config.rebootstrap_trigger.is_some()
+        {
+            self.metadata_refresh_needed = true;
+            self.rebootstrap_required = true;
+            return Ok(());
+        }
+        self.last_metadata_refresh = Some(now);
+        if !response.brokers.is_empty() {
+            self.metadata_attempt_start = None;
+        }
         let changed = self.metadata.update(&response);
         for topic in &response.topics {
             let Some(name) = &topic.name else { continue };
@@ -119,6 +173,10 @@ impl<D: Delivery> Engine<D> {
         // Update the leaders of our partitions; a higher leader epoch lets a waiting retry skip
         // its backoff (KIP-951).
         for slot in &mut self.partitions {
+            if !self.metadata.interest.contains(&slot.tp.topic) {
+                // Idle (`metadata.max.idle.ms`): not asked about, so not missing.
+                continue;
+            }
             let Some(leader) = self.metadata.leader(&slot.tp.topic, slot.tp.partition) else {
                 self.metadata_refresh_needed = true;
                 continue;
@@ -146,3 +204,6 @@ impl<D: Delivery> Engine<D> {
         self.metadata_retry_at = self.metadata_retry_at.min(now);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -275,6 +275,11 @@ pub fn default_engine_config() -> EngineConfig {
         connection_setup_timeout: 10 * SECOND,
         max_request_size: 1_048_576,
         metadata_max_age: 300 * SECOND,
+        // Never: as for `rebootstrap_trigger`, the recorded seeds' runs stay as they were.
+        metadata_max_idle: Micros::MAX,
+        // The simulated brokers keep their addresses for the whole run: there is nothing to
+        // rebootstrap to, and the recorded seeds' runs stay as they were.
+        rebootstrap_trigger: None,
         compression: crate::protocol::compression::Codec::None,
         owns_identity: true,
         sasl: None,
