@@ -8,32 +8,44 @@
 //! Model: every broker hosts a replica of every partition, but only the leader's log exists and
 //! it is always fully replicated (one in-sync replica), so the high watermark is the log end
 //! offset and acks=all commits at once. Topics use CreateTime. Leaders move only when told.
+//!
+//! This file holds the cluster itself: its rules, brokers, topics and leaders, InitProducerId,
+//! the leader-epoch check the reads share, and what checkers and faults read and change from
+//! outside a request. The other APIs have child modules, each an `impl Cluster` block:
+//! `produce`, `fetch`, `list_offsets`, and `transactions` (FindCoordinator, InitProducerId at a
+//! coordinator, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and its markers, TxnOffsetCommit,
+//! OffsetFetch). The state behind them lives in `partition` (a log and its producer state),
+//! `producer_state`, `coordinator` (producer ids and transaction metadata), `group_offsets`,
+//! and `restart` (producer state reloaded from a snapshot).
 
 pub mod error_codes;
 
 mod coordinator;
+mod fetch;
 mod group_offsets;
+mod list_offsets;
 mod partition;
+mod produce;
 mod producer_state;
 mod restart;
 mod transactions;
 
 use std::collections::{BTreeMap, HashMap};
 
-use bytes::{Bytes, BytesMut};
-
 pub use coordinator::{
     MarkerJob, TransactionMetadata, TransactionState, TRANSACTION_MAX_TIMEOUT_MS,
 };
+pub use fetch::FetchPartitionResult;
 pub use group_offsets::{offsets_partition_for, CONSUMER_OFFSETS_TOPIC};
+pub use list_offsets::{ListOffsetsResult, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP};
 pub use partition::{AbortedTxn, StoredBatch};
+pub use produce::{ProduceInput, ProducePartitionResult};
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
 pub use transactions::{
     OffsetFetchPartition, TxnOffsetCommitGroup, TxnOffsetCommitInput, COORDINATOR_KEY_GROUP,
     COORDINATOR_KEY_TRANSACTION,
 };
 
-use crate::testkit::batch::{self, BatchError, BatchHeader};
 use coordinator::{ProducerIdManager, TransactionCoordinator};
 use error_codes::*;
 use partition::Partition;
@@ -92,80 +104,6 @@ impl Default for BrokerRules {
     }
 }
 
-/// One partition's answer to a produce.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProducePartitionResult {
-    pub error_code: i16,
-    /// First offset assigned, the original first offset for a duplicate, -1 on error.
-    pub base_offset: i64,
-    pub log_append_time_ms: i64,
-    pub log_start_offset: i64,
-    pub error_message: Option<String>,
-    /// On NOT_LEADER_OR_FOLLOWER: the current (leader, leader epoch), for Produce v10+
-    /// (KIP-951 `CurrentLeader`).
-    pub current_leader: Option<(i32, i32)>,
-    /// Whether the batch was written (false for duplicates and errors).
-    pub appended: bool,
-}
-
-impl ProducePartitionResult {
-    pub fn error(error_code: i16) -> Self {
-        ProducePartitionResult {
-            error_code,
-            base_offset: -1,
-            log_append_time_ms: -1,
-            log_start_offset: -1,
-            error_message: None,
-            current_leader: None,
-            appended: false,
-        }
-    }
-
-    fn with_message(mut self, message: &str) -> Self {
-        self.error_message = Some(message.to_string());
-        self
-    }
-}
-
-/// One partition's answer to a fetch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchPartitionResult {
-    pub error_code: i16,
-    pub high_watermark: i64,
-    pub last_stable_offset: i64,
-    pub log_start_offset: i64,
-    /// `Some` (possibly empty) for read_committed, `None` for read_uncommitted.
-    pub aborted_transactions: Option<Vec<(i64, i64)>>,
-    /// Whole stored batches, base offsets written.
-    pub records: Bytes,
-    /// On NOT_LEADER_OR_FOLLOWER: (leader, leader epoch), for Fetch v12+ (KIP-951).
-    pub current_leader: Option<(i32, i32)>,
-}
-
-impl FetchPartitionResult {
-    /// An error answer: offsets unknown (-1), no records.
-    pub fn error(error_code: i16) -> Self {
-        FetchPartitionResult {
-            error_code,
-            high_watermark: -1,
-            last_stable_offset: -1,
-            log_start_offset: -1,
-            aborted_transactions: None,
-            records: Bytes::new(),
-            current_leader: None,
-        }
-    }
-}
-
-/// One partition's answer to ListOffsets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListOffsetsResult {
-    pub error_code: i16,
-    pub offset: i64,
-    pub timestamp: i64,
-    pub leader_epoch: i32,
-}
-
 /// InitProducerId's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitProducerIdResult {
@@ -192,15 +130,6 @@ impl InitProducerIdResult {
     }
 }
 
-/// One partition of a produce request.
-#[derive(Debug, Clone, Copy)]
-pub struct ProduceInput<'a> {
-    pub topic: &'a str,
-    pub partition: i32,
-    /// `None` for a null records field.
-    pub records: Option<&'a [u8]>,
-}
-
 /// A partition as Metadata shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionMetadata {
@@ -217,10 +146,6 @@ pub struct TopicMetadata {
     pub partitions: Vec<PartitionMetadata>,
 }
 
-/// `ListOffsets` special timestamps.
-pub const EARLIEST_TIMESTAMP: i64 = -2;
-pub const LATEST_TIMESTAMP: i64 = -1;
-pub const MAX_TIMESTAMP: i64 = -3;
 /// Fetch/ListOffsets isolation levels.
 pub const READ_UNCOMMITTED: i8 = 0;
 pub const READ_COMMITTED: i8 = 1;
@@ -422,210 +347,6 @@ impl Cluster {
         self.coordinator.metadata(transactional_id)
     }
 
-    /// Produce of one partition; see [`produce_request`](Self::produce_request).
-    #[allow(clippy::too_many_arguments)]
-    pub fn produce(
-        &mut self,
-        broker: i32,
-        topic: &str,
-        partition: i32,
-        records: &[u8],
-        acks: i16,
-        transactional_id: Option<&str>,
-        now_ms: i64,
-    ) -> ProducePartitionResult {
-        let input = [ProduceInput {
-            topic,
-            partition,
-            records: Some(records),
-        }];
-        self.produce_request(broker, acks, transactional_id, &input, now_ms)
-            .pop()
-            .expect("one result per partition")
-    }
-
-    /// A whole Produce request, in the check order of `KafkaApis.handleProduceRequest` →
-    /// `ReplicaManager.handleProduceAppend`/`appendToLocalLog` → `UnifiedLog.append`:
-    /// transactional id present, then per partition topic and `ProduceRequest.validateRecords`,
-    /// then the single (pid, epoch) of transactional batches, then verification, then acks,
-    /// then leadership, then the log append. One result per input, in order.
-    pub fn produce_request(
-        &mut self,
-        broker: i32,
-        acks: i16,
-        transactional_id: Option<&str>,
-        partitions: &[ProduceInput<'_>],
-        now_ms: i64,
-    ) -> Vec<ProducePartitionResult> {
-        if !self.is_broker_up(broker) {
-            return partitions
-                .iter()
-                .map(|_| ProducePartitionResult::error(NETWORK_EXCEPTION))
-                .collect();
-        }
-        let headers: Vec<Result<BatchHeader, BatchError>> = partitions
-            .iter()
-            .map(|p| {
-                p.records
-                    .map_or(Err(BatchError::NoBatch), BatchHeader::parse_single)
-            })
-            .collect();
-        let transactional = headers
-            .iter()
-            .any(|h| h.as_ref().is_ok_and(|h| h.is_transactional()));
-        if transactional && transactional_id.is_none() {
-            return partitions
-                .iter()
-                .map(|_| ProducePartitionResult::error(TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
-                .collect();
-        }
-
-        let mut results: Vec<Option<ProducePartitionResult>> = partitions
-            .iter()
-            .zip(&headers)
-            .map(|(input, header)| {
-                if self.partition(input.topic, input.partition).is_none() {
-                    return Some(ProducePartitionResult::error(UNKNOWN_TOPIC_OR_PARTITION));
-                }
-                match header {
-                    Ok(_) => None,
-                    Err(BatchError::LengthTooSmall) => {
-                        Some(ProducePartitionResult::error(CORRUPT_MESSAGE))
-                    }
-                    Err(_) => Some(ProducePartitionResult::error(INVALID_RECORD).with_message(
-                        "Produce requests must carry exactly one record batch of magic 2",
-                    )),
-                }
-            })
-            .collect();
-
-        // `ReplicaManager.handleProduceAppend`: transactional batches of one request must share
-        // one (producer id, epoch), else every remaining partition fails.
-        let mut txn_producers: Vec<(i64, i16)> = headers
-            .iter()
-            .zip(&results)
-            .filter_map(|(h, r)| match (h, r) {
-                (Ok(h), None) if h.is_transactional() => Some((h.producer_id, h.producer_epoch)),
-                _ => None,
-            })
-            .collect();
-        txn_producers.sort_unstable();
-        txn_producers.dedup();
-        if txn_producers.len() > 1 {
-            for result in results.iter_mut().filter(|r| r.is_none()) {
-                *result = Some(ProducePartitionResult::error(INVALID_PRODUCER_ID_MAPPING));
-            }
-        }
-
-        for ((input, header), result) in partitions.iter().zip(&headers).zip(results.iter_mut()) {
-            if result.is_none() {
-                let header = header.as_ref().expect("validated above");
-                *result = Some(self.produce_partition(
-                    broker,
-                    acks,
-                    transactional_id,
-                    input,
-                    header,
-                    now_ms,
-                ));
-            }
-        }
-        let results: Vec<ProducePartitionResult> = results
-            .into_iter()
-            .map(|r| r.expect("every partition answered"))
-            .collect();
-        self.duplicates_answered += results
-            .iter()
-            .filter(|r| r.error_code == NONE && !r.appended)
-            .count() as u64;
-        results
-    }
-
-    /// The per-partition remainder of a produce, for a partition whose batch parsed: a
-    /// transactional batch needs the leader and then verification (`ReplicaManager
-    /// .maybeStartTransactionVerificationForPartition` fails with NOT_LEADER_OR_FOLLOWER off
-    /// the leader); then acks (`ReplicaManager.appendRecords`); then leadership for the rest
-    /// (`appendToLocalLog`); then the log append.
-    fn produce_partition(
-        &mut self,
-        broker: i32,
-        acks: i16,
-        transactional_id: Option<&str>,
-        input: &ProduceInput<'_>,
-        header: &BatchHeader,
-        now_ms: i64,
-    ) -> ProducePartitionResult {
-        let (leader, leader_epoch) = self
-            .leader(input.topic, input.partition)
-            .expect("checked by the caller");
-        let not_leader = || ProducePartitionResult {
-            current_leader: Some((leader, leader_epoch)),
-            ..ProducePartitionResult::error(NOT_LEADER_OR_FOLLOWER)
-        };
-        if header.is_transactional() && leader != broker {
-            return not_leader();
-        }
-        let verified = match self.verify_transactional(transactional_id, input, header) {
-            Ok(verified) => verified,
-            Err(failure) => return failure,
-        };
-        if !matches!(acks, -1..=1) {
-            return ProducePartitionResult::error(INVALID_REQUIRED_ACKS);
-        }
-        if leader != broker {
-            return not_leader();
-        }
-        let rules = &self.rules;
-        let partition = self
-            .topics
-            .get_mut(input.topic)
-            .and_then(|t| t.partitions.get_mut(input.partition as usize))
-            .expect("checked by the caller");
-        let records = input.records.expect("parsed by the caller");
-        partition.append(records, header, rules, verified, now_ms)
-    }
-
-    /// KIP-890 verification (`UnifiedLog.maybeStartTransactionVerification`, then the
-    /// coordinator): only for a transactional batch with no transaction open for its
-    /// (pid, epoch) on the partition. `Ok(true)` lets the batch through the append guard.
-    fn verify_transactional(
-        &self,
-        transactional_id: Option<&str>,
-        input: &ProduceInput<'_>,
-        header: &BatchHeader,
-    ) -> Result<bool, ProducePartitionResult> {
-        if !header.is_transactional() {
-            return Ok(false);
-        }
-        if !self.rules.transaction_verification {
-            return Ok(true);
-        }
-        let partition = self
-            .partition(input.topic, input.partition)
-            .expect("checked");
-        let entry = partition.producers.entry(header.producer_id);
-        if entry.is_some_and(|e| {
-            e.current_txn_first_offset.is_some() && e.producer_epoch == header.producer_epoch
-        }) {
-            return Ok(true);
-        }
-        // 4.1+ (KAFKA-18042): a stale epoch fails at once, before asking the coordinator.
-        if entry.is_some_and(|e| header.producer_epoch < e.producer_epoch) {
-            return Err(ProducePartitionResult::error(INVALID_PRODUCER_EPOCH));
-        }
-        let transactional_id = transactional_id.expect("checked by the caller");
-        match self.coordinator.verify_partition(
-            transactional_id,
-            header.producer_id,
-            header.producer_epoch,
-            input.topic,
-            input.partition,
-        ) {
-            Ok(()) => Ok(true),
-            Err((code, message)) => Err(ProducePartitionResult::error(code).with_message(message)),
-        }
-    }
-
     /// Checks the leader epoch a client names (`Partition.checkCurrentLeaderEpoch`): -1 means
     /// "none"; older is FENCED_LEADER_EPOCH, newer UNKNOWN_LEADER_EPOCH.
     fn check_leader(
@@ -650,146 +371,6 @@ impl Cluster {
             return Err((NOT_LEADER_OR_FOLLOWER, Some((p.leader, p.leader_epoch))));
         }
         Ok(p)
-    }
-
-    /// A consumer fetch of one partition: whole batches from the one holding `fetch_offset`,
-    /// up to the high watermark (read_uncommitted) or the last stable offset (read_committed),
-    /// at most `max_bytes` except that the first batch is always returned whole (KIP-74).
-    /// `max_bytes == 0` returns offsets only. `current_leader_epoch` is -1 when not given.
-    #[allow(clippy::too_many_arguments)]
-    pub fn fetch(
-        &self,
-        broker: i32,
-        topic: &str,
-        partition: i32,
-        fetch_offset: i64,
-        max_bytes: usize,
-        isolation_level: i8,
-        current_leader_epoch: i32,
-    ) -> FetchPartitionResult {
-        if !self.is_broker_up(broker) {
-            return FetchPartitionResult::error(NETWORK_EXCEPTION);
-        }
-        let p = match self.check_leader(broker, topic, partition, current_leader_epoch) {
-            Ok(p) => p,
-            Err((code, current_leader)) => {
-                return FetchPartitionResult {
-                    current_leader,
-                    ..FetchPartitionResult::error(code)
-                }
-            }
-        };
-        if fetch_offset < p.log_start_offset || fetch_offset > p.log_end_offset {
-            return FetchPartitionResult::error(OFFSET_OUT_OF_RANGE);
-        }
-        let read_committed = isolation_level == READ_COMMITTED;
-        let upper_bound = if read_committed {
-            p.last_stable_offset()
-        } else {
-            p.high_watermark()
-        };
-        let mut records = BytesMut::new();
-        // End of the returned data: the aborted list covers exactly what is returned.
-        let mut returned_end = fetch_offset;
-        if max_bytes > 0 {
-            for stored in &p.log()[p.batch_index_for(fetch_offset)..] {
-                if stored.base_offset >= upper_bound {
-                    break;
-                }
-                if !records.is_empty() && records.len() + stored.bytes.len() > max_bytes {
-                    break;
-                }
-                records.extend_from_slice(&stored.bytes);
-                returned_end = stored.last_offset + 1;
-            }
-        }
-        FetchPartitionResult {
-            error_code: NONE,
-            high_watermark: p.high_watermark(),
-            last_stable_offset: p.last_stable_offset(),
-            log_start_offset: p.log_start_offset,
-            // `LocalLog.addAbortedTransactions` for read_committed; read_uncommitted carries
-            // none at all (null).
-            aborted_transactions: read_committed
-                .then(|| p.aborted_transactions(fetch_offset, returned_end)),
-            records: records.freeze(),
-            current_leader: None,
-        }
-    }
-
-    /// ListOffsets of one partition (`UnifiedLog.fetchOffsetByTimestamp`): -2 earliest, -1
-    /// latest (the last stable offset under read_committed), -3 the record with the largest
-    /// timestamp, otherwise the first record with a timestamp at or after the target.
-    pub fn list_offsets(
-        &self,
-        broker: i32,
-        topic: &str,
-        partition: i32,
-        timestamp: i64,
-        isolation_level: i8,
-        current_leader_epoch: i32,
-    ) -> ListOffsetsResult {
-        let failed = |error_code| ListOffsetsResult {
-            error_code,
-            offset: -1,
-            timestamp: -1,
-            leader_epoch: -1,
-        };
-        if !self.is_broker_up(broker) {
-            return failed(NETWORK_EXCEPTION);
-        }
-        let p = match self.check_leader(broker, topic, partition, current_leader_epoch) {
-            Ok(p) => p,
-            Err((code, _)) => return failed(code),
-        };
-        let found = |offset: i64, timestamp: i64| ListOffsetsResult {
-            error_code: NONE,
-            offset,
-            timestamp,
-            leader_epoch: p.leader_epoch,
-        };
-        match timestamp {
-            EARLIEST_TIMESTAMP => found(p.log_start_offset, -1),
-            LATEST_TIMESTAMP if isolation_level == READ_COMMITTED => {
-                found(p.last_stable_offset(), -1)
-            }
-            LATEST_TIMESTAMP => found(p.high_watermark(), -1),
-            MAX_TIMESTAMP => {
-                let best = p
-                    .log()
-                    .iter()
-                    .filter(|b| b.max_timestamp >= 0)
-                    .max_by_key(|b| (b.max_timestamp, std::cmp::Reverse(b.base_offset)));
-                match best {
-                    Some(b) => {
-                        let header = BatchHeader::parse(&b.bytes).expect("stored batches parse");
-                        let offset = batch::offset_of_timestamp(&b.bytes, &header, b.max_timestamp)
-                            .unwrap_or(b.base_offset);
-                        found(offset, b.max_timestamp)
-                    }
-                    None => found(-1, -1),
-                }
-            }
-            target if target >= 0 => {
-                let hit = p
-                    .log()
-                    .iter()
-                    .filter(|b| b.max_timestamp >= target)
-                    .find_map(|b| {
-                        let header = BatchHeader::parse(&b.bytes).ok()?;
-                        let offset = batch::offset_of_timestamp(&b.bytes, &header, target)?;
-                        Some((
-                            offset.max(p.log_start_offset),
-                            header.base_timestamp.max(target),
-                        ))
-                    });
-                match hit {
-                    Some((offset, ts)) => found(offset, ts),
-                    None => found(-1, -1),
-                }
-            }
-            _ => failed(UNSUPPORTED_VERSION),
-        }
     }
 
     /// The partition's stored batches, oldest first (empty for an unknown partition).

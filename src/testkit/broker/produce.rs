@@ -1,0 +1,260 @@
+//! Produce: the checks a Produce request passes through before its batches reach a partition's
+//! log, in Kafka's order (`KafkaApis.handleProduceRequest`, then `ReplicaManager`, then
+//! `UnifiedLog.append`), and KIP-890 verification of transactional batches.
+//!
+//! The per-batch producer-state verdicts are the partition's (`partition`, `producer_state`);
+//! this file decides which partitions get that far and answers the rest.
+
+use super::error_codes::*;
+use super::Cluster;
+use crate::testkit::batch::{BatchError, BatchHeader};
+
+/// One partition's answer to a produce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducePartitionResult {
+    pub error_code: i16,
+    /// First offset assigned, the original first offset for a duplicate, -1 on error.
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    pub error_message: Option<String>,
+    /// On NOT_LEADER_OR_FOLLOWER: the current (leader, leader epoch), for Produce v10+
+    /// (KIP-951 `CurrentLeader`).
+    pub current_leader: Option<(i32, i32)>,
+    /// Whether the batch was written (false for duplicates and errors).
+    pub appended: bool,
+}
+
+impl ProducePartitionResult {
+    pub fn error(error_code: i16) -> Self {
+        ProducePartitionResult {
+            error_code,
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+            error_message: None,
+            current_leader: None,
+            appended: false,
+        }
+    }
+
+    fn with_message(mut self, message: &str) -> Self {
+        self.error_message = Some(message.to_string());
+        self
+    }
+}
+
+/// One partition of a produce request.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceInput<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    /// `None` for a null records field.
+    pub records: Option<&'a [u8]>,
+}
+
+impl Cluster {
+    /// Produce of one partition; see [`produce_request`](Self::produce_request).
+    #[allow(clippy::too_many_arguments)]
+    pub fn produce(
+        &mut self,
+        broker: i32,
+        topic: &str,
+        partition: i32,
+        records: &[u8],
+        acks: i16,
+        transactional_id: Option<&str>,
+        now_ms: i64,
+    ) -> ProducePartitionResult {
+        let input = [ProduceInput {
+            topic,
+            partition,
+            records: Some(records),
+        }];
+        self.produce_request(broker, acks, transactional_id, &input, now_ms)
+            .pop()
+            .expect("one result per partition")
+    }
+
+    /// A whole Produce request, in the check order of `KafkaApis.handleProduceRequest` →
+    /// `ReplicaManager.handleProduceAppend`/`appendToLocalLog` → `UnifiedLog.append`:
+    /// transactional id present, then per partition topic and `ProduceRequest.validateRecords`,
+    /// then the single (pid, epoch) of transactional batches, then verification, then acks,
+    /// then leadership, then the log append. One result per input, in order.
+    pub fn produce_request(
+        &mut self,
+        broker: i32,
+        acks: i16,
+        transactional_id: Option<&str>,
+        partitions: &[ProduceInput<'_>],
+        now_ms: i64,
+    ) -> Vec<ProducePartitionResult> {
+        if !self.is_broker_up(broker) {
+            return partitions
+                .iter()
+                .map(|_| ProducePartitionResult::error(NETWORK_EXCEPTION))
+                .collect();
+        }
+        let headers: Vec<Result<BatchHeader, BatchError>> = partitions
+            .iter()
+            .map(|p| {
+                p.records
+                    .map_or(Err(BatchError::NoBatch), BatchHeader::parse_single)
+            })
+            .collect();
+        let transactional = headers
+            .iter()
+            .any(|h| h.as_ref().is_ok_and(|h| h.is_transactional()));
+        if transactional && transactional_id.is_none() {
+            return partitions
+                .iter()
+                .map(|_| ProducePartitionResult::error(TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+                .collect();
+        }
+
+        let mut results: Vec<Option<ProducePartitionResult>> = partitions
+            .iter()
+            .zip(&headers)
+            .map(|(input, header)| {
+                if self.partition(input.topic, input.partition).is_none() {
+                    return Some(ProducePartitionResult::error(UNKNOWN_TOPIC_OR_PARTITION));
+                }
+                match header {
+                    Ok(_) => None,
+                    Err(BatchError::LengthTooSmall) => {
+                        Some(ProducePartitionResult::error(CORRUPT_MESSAGE))
+                    }
+                    Err(_) => Some(ProducePartitionResult::error(INVALID_RECORD).with_message(
+                        "Produce requests must carry exactly one record batch of magic 2",
+                    )),
+                }
+            })
+            .collect();
+
+        // `ReplicaManager.handleProduceAppend`: transactional batches of one request must share
+        // one (producer id, epoch), else every remaining partition fails.
+        let mut txn_producers: Vec<(i64, i16)> = headers
+            .iter()
+            .zip(&results)
+            .filter_map(|(h, r)| match (h, r) {
+                (Ok(h), None) if h.is_transactional() => Some((h.producer_id, h.producer_epoch)),
+                _ => None,
+            })
+            .collect();
+        txn_producers.sort_unstable();
+        txn_producers.dedup();
+        if txn_producers.len() > 1 {
+            for result in results.iter_mut().filter(|r| r.is_none()) {
+                *result = Some(ProducePartitionResult::error(INVALID_PRODUCER_ID_MAPPING));
+            }
+        }
+
+        for ((input, header), result) in partitions.iter().zip(&headers).zip(results.iter_mut()) {
+            if result.is_none() {
+                let header = header.as_ref().expect("validated above");
+                *result = Some(self.produce_partition(
+                    broker,
+                    acks,
+                    transactional_id,
+                    input,
+                    header,
+                    now_ms,
+                ));
+            }
+        }
+        let results: Vec<ProducePartitionResult> = results
+            .into_iter()
+            .map(|r| r.expect("every partition answered"))
+            .collect();
+        self.duplicates_answered += results
+            .iter()
+            .filter(|r| r.error_code == NONE && !r.appended)
+            .count() as u64;
+        results
+    }
+
+    /// The per-partition remainder of a produce, for a partition whose batch parsed: a
+    /// transactional batch needs the leader and then verification (`ReplicaManager
+    /// .maybeStartTransactionVerificationForPartition` fails with NOT_LEADER_OR_FOLLOWER off
+    /// the leader); then acks (`ReplicaManager.appendRecords`); then leadership for the rest
+    /// (`appendToLocalLog`); then the log append.
+    fn produce_partition(
+        &mut self,
+        broker: i32,
+        acks: i16,
+        transactional_id: Option<&str>,
+        input: &ProduceInput<'_>,
+        header: &BatchHeader,
+        now_ms: i64,
+    ) -> ProducePartitionResult {
+        let (leader, leader_epoch) = self
+            .leader(input.topic, input.partition)
+            .expect("checked by the caller");
+        let not_leader = || ProducePartitionResult {
+            current_leader: Some((leader, leader_epoch)),
+            ..ProducePartitionResult::error(NOT_LEADER_OR_FOLLOWER)
+        };
+        if header.is_transactional() && leader != broker {
+            return not_leader();
+        }
+        let verified = match self.verify_transactional(transactional_id, input, header) {
+            Ok(verified) => verified,
+            Err(failure) => return failure,
+        };
+        if !matches!(acks, -1..=1) {
+            return ProducePartitionResult::error(INVALID_REQUIRED_ACKS);
+        }
+        if leader != broker {
+            return not_leader();
+        }
+        let rules = &self.rules;
+        let partition = self
+            .topics
+            .get_mut(input.topic)
+            .and_then(|t| t.partitions.get_mut(input.partition as usize))
+            .expect("checked by the caller");
+        let records = input.records.expect("parsed by the caller");
+        partition.append(records, header, rules, verified, now_ms)
+    }
+
+    /// KIP-890 verification (`UnifiedLog.maybeStartTransactionVerification`, then the
+    /// coordinator): only for a transactional batch with no transaction open for its
+    /// (pid, epoch) on the partition. `Ok(true)` lets the batch through the append guard.
+    fn verify_transactional(
+        &self,
+        transactional_id: Option<&str>,
+        input: &ProduceInput<'_>,
+        header: &BatchHeader,
+    ) -> Result<bool, ProducePartitionResult> {
+        if !header.is_transactional() {
+            return Ok(false);
+        }
+        if !self.rules.transaction_verification {
+            return Ok(true);
+        }
+        let partition = self
+            .partition(input.topic, input.partition)
+            .expect("checked");
+        let entry = partition.producers.entry(header.producer_id);
+        if entry.is_some_and(|e| {
+            e.current_txn_first_offset.is_some() && e.producer_epoch == header.producer_epoch
+        }) {
+            return Ok(true);
+        }
+        // 4.1+ (KAFKA-18042): a stale epoch fails at once, before asking the coordinator.
+        if entry.is_some_and(|e| header.producer_epoch < e.producer_epoch) {
+            return Err(ProducePartitionResult::error(INVALID_PRODUCER_EPOCH));
+        }
+        let transactional_id = transactional_id.expect("checked by the caller");
+        match self.coordinator.verify_partition(
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            input.topic,
+            input.partition,
+        ) {
+            Ok(()) => Ok(true),
+            Err((code, message)) => Err(ProducePartitionResult::error(code).with_message(message)),
+        }
+    }
+}
