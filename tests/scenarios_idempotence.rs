@@ -738,6 +738,72 @@ fn a_bump_at_epoch_32767_drops_the_producer_id_and_nothing_drains_until_a_fresh_
     assert_eq!(acked_offsets(&sim, &c), offsets(10..20));
 }
 
+// The same drop of the producer id, then InitProducerId refused once (CLUSTER_AUTHORIZATION_FAILED,
+// §5.2 / scenario 18: the queued batches fail and the producer stays uninitialized). One of
+// them, on p1, is waiting to retry an attempt whose answer was lost after the append: it is
+// in the log, so it must not be reported as a definite failure, and its stamp must not stay
+// behind in p1's in-flight list, where it would block every later batch of p1 (a stamp of
+// the dropped producer id that no batch owns any more).
+#[test]
+fn init_producer_id_refused_after_the_id_was_dropped_neither_misreports_a_batch_of_unknown_outcome_nor_wedges_its_partition(
+) {
+    let mut sim = Sim::new(setup_with(&[1, 2], |_| {}));
+    sim.install_identity(ProducerIdAndEpoch::new(500, i16::MAX));
+    sim.start();
+    sim.run_for(100 * MS);
+    let a0 = batch(&mut sim, &tp(0));
+    let a1 = batch(&mut sim, &tp(1));
+    settle(&mut sim, SECOND);
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(1)),
+            Fault::DropResponse { close: true },
+        )
+        .times(1),
+    );
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::produce().partition(&tp(0)),
+            Fault::Inject(code::INVALID_RECORD),
+        )
+        .times(1),
+    );
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::InitProducerId),
+            Fault::Inject(code::CLUSTER_AUTHORIZATION_FAILED),
+        )
+        .times(1),
+    );
+    let x = batch(&mut sim, &tp(1));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 0));
+    for id in &b {
+        assert!(
+            matches!(sim.result(*id), Some(Err(_))),
+            "the refused batch: {:?}",
+            sim.result(*id)
+        );
+    }
+    for id in &x {
+        assert!(
+            matches!(
+                sim.result(*id),
+                Some(Ok(_)) | Some(Err(ProduceError::OutcomeUnknown { .. }))
+            ),
+            "a record whose attempt was appended: {:?}",
+            sim.result(*id)
+        );
+    }
+    // p1 goes on under the new producer id.
+    let y = batch(&mut sim, &tp(1));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &a0), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &a1), offsets(0..10));
+    assert_eq!(acked_offsets(&sim, &y), offsets(20..30));
+}
+
 // ---------------------------------------------------------------------------------------------
 // §9 item 8
 // ---------------------------------------------------------------------------------------------
