@@ -67,7 +67,7 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// A stamped batch that ends without an answer leaves the partition's in-flight list.
-    fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
+    pub(super) fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
         if let Some(stamp) = batch.stamp {
             self.partitions[slot_index]
                 .entry

@@ -87,11 +87,21 @@ impl<D: Delivery> Engine<D> {
                     error_code::name(response.error_code)
                 ));
                 for slot_index in 0..self.partitions.len() {
-                    // Nothing is stamped without a producer id, so every queued batch is
-                    // unsent and fails definitely.
+                    // A queued batch is usually unsent and fails definitely. But after a bump at
+                    // epoch 32767 dropped the producer id, batches stamped under the old id may
+                    // be queued: one waiting to retry an attempt of unknown outcome may be in
+                    // the log, so it fails as of unknown outcome; and each stamped one leaves
+                    // its partition's in-flight list, where no batch would own it any more and
+                    // it would hold back the partition's next batches for good.
                     let queued: Vec<_> = self.partitions[slot_index].deque.drain(..).collect();
                     for batch in queued {
-                        self.finish_batch(slot_index, batch, Err(err.clone()));
+                        let result = if batch.outcome_unknown {
+                            Err(self.unknown_outcome_error(slot_index, &err.to_string()))
+                        } else {
+                            Err(err.clone())
+                        };
+                        self.forget_inflight(slot_index, &batch);
+                        self.finish_batch(slot_index, batch, result);
                     }
                 }
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
