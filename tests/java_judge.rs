@@ -24,7 +24,7 @@ use kacrab::testkit::server::{ReferenceCluster, SaslListener, TestCa, TlsListene
 use kacrab::ProducerRecord;
 
 use common::temp_file::TempFile;
-use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
+use common::{assert_read_back_exactly_once, check_exactly_once};
 
 const PARTITIONS: i32 = 3;
 const COUNT: u64 = 3_000;
@@ -145,21 +145,8 @@ fn assert_java_reads_back_once(bootstrap: &str, topic: &str, properties: &str) {
 /// Reads `topic` back with librdkafka on the plaintext listeners and checks that every id
 /// the Java producer sent is there once, in order.
 fn assert_read_back_once(cluster: &ReferenceCluster, topic: &str, extra: &[(&str, &str)]) {
-    let records = read_back_with(
-        &cluster.plaintext_bootstrap_servers(),
-        topic,
-        PARTITIONS,
-        Isolation::ReadUncommitted,
-        Duration::from_secs(60),
-        extra,
-    );
-    let ids = payload_ids(&records);
-    let sent: Vec<u64> = (0..COUNT).collect();
-    let verdict = check_exactly_once(&ids, &sent, &sent);
-    assert!(
-        verdict.starts_with(&format!("{COUNT} records read")),
-        "{verdict}"
-    );
+    let bootstrap = cluster.plaintext_bootstrap_servers();
+    assert_read_back_exactly_once(&bootstrap, topic, PARTITIONS, COUNT, extra);
 }
 
 fn tls_cluster(listener: TlsListener, sasl: Option<SaslListener>, topic: &str) -> ReferenceCluster {
@@ -204,16 +191,18 @@ fn the_java_client_produces_over_sasl_ssl_with_scram_sha_512_and_every_record_re
     );
 }
 
+/// A cluster whose TLS listeners require a client certificate from the returned authority.
+fn client_certificate_cluster(topic: &str) -> (ReferenceCluster, TestCa) {
+    let ca = TestCa::new("judge CA");
+    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
+    let listener = TlsListener::requiring_client_certificates(&server, &ca);
+    (tls_cluster(listener, None, topic), ca)
+}
+
 #[test]
 fn the_java_client_presents_a_pem_client_certificate_over_ssl_and_every_record_reads_back_once() {
     let topic = "judge-ssl-client-cert";
-    let ca = TestCa::new("judge CA");
-    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
-    let cluster = tls_cluster(
-        TlsListener::requiring_client_certificates(&server, &ca),
-        None,
-        topic,
-    );
+    let (cluster, ca) = client_certificate_cluster(topic);
     let truststore = TempFile::new("judge-client-ca.pem", &ca.certificate_pem());
     let keystore = TempFile::new(
         "judge-keystore.pem",
@@ -246,13 +235,7 @@ fn the_java_client_presents_a_pem_client_certificate_over_ssl_and_every_record_r
 #[test]
 fn the_java_client_without_a_client_certificate_is_refused_by_a_listener_that_requires_one() {
     let topic = "judge-ssl-no-cert";
-    let ca = TestCa::new("judge CA");
-    let server = ca.issue_server(&["localhost", "127.0.0.1"], Validity::Current);
-    let cluster = tls_cluster(
-        TlsListener::requiring_client_certificates(&server, &ca),
-        None,
-        topic,
-    );
+    let (cluster, ca) = client_certificate_cluster(topic);
     let truststore = TempFile::new("judge-nocert-ca.pem", &ca.certificate_pem());
     let properties = format!(
         "security.protocol=SSL\n\

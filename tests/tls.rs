@@ -21,7 +21,9 @@ use kacrab::testkit::server::{
 use kacrab::{ProduceError, Producer, ProducerRecord};
 
 use common::temp_file::TempFile;
-use common::{check_exactly_once, payload_ids, read_back_with, Isolation};
+use common::{
+    assert_read_back_exactly_once, check_exactly_once, payload_ids, read_back_with, Isolation,
+};
 
 const PARTITIONS: i32 = 3;
 const USER: &str = "alice";
@@ -99,22 +101,8 @@ fn read_back_exactly_once(
     count: u64,
     extra: &[(&str, &str)],
 ) {
-    let records = read_back_with(
-        &cluster.plaintext_bootstrap_servers(),
-        topic,
-        PARTITIONS,
-        Isolation::ReadUncommitted,
-        Duration::from_secs(30),
-        extra,
-    );
-    let ids = payload_ids(&records);
-    let sent: Vec<u64> = (0..count).collect();
-    // Panics on a duplicate, a gap or a reordering; every id was acknowledged.
-    let verdict = check_exactly_once(&ids, &sent, &sent);
-    assert!(
-        verdict.starts_with(&format!("{count} records read")),
-        "{verdict}"
-    );
+    let bootstrap = cluster.plaintext_bootstrap_servers();
+    assert_read_back_exactly_once(&bootstrap, topic, PARTITIONS, count, extra);
 }
 
 #[test]

@@ -198,6 +198,33 @@ pub fn check_exactly_once(ids: &[Vec<u64>], acked: &[u64], sent: &[u64]) -> Stri
     )
 }
 
+/// Reads `topic` back through `bootstrap` with librdkafka (`extra`: consumer settings) and
+/// checks that ids `0..count` are there, each once, in order per partition, and nothing else.
+pub fn assert_read_back_exactly_once(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    count: u64,
+    extra: &[(&str, &str)],
+) {
+    let records = read_back_with(
+        bootstrap,
+        topic,
+        partitions,
+        Isolation::ReadUncommitted,
+        Duration::from_secs(60),
+        extra,
+    );
+    let ids = payload_ids(&records);
+    let sent: Vec<u64> = (0..count).collect();
+    // Panics on a duplicate, a gap or a reordering; every id was acknowledged.
+    let verdict = check_exactly_once(&ids, &sent, &sent);
+    assert!(
+        verdict.starts_with(&format!("{count} records read")),
+        "{verdict}"
+    );
+}
+
 /// Checks that each acknowledged `(id, partition, offset)` is where the log holds that id:
 /// an acknowledgement's offset is a promise about the log, not only the id's presence.
 pub fn check_acked_offsets(records: &[Vec<ReadRecord>], acked_at: &[(u64, i32, i64)]) {
