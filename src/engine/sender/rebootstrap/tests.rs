@@ -132,3 +132,33 @@ fn under_none_a_rebootstrap_required_answer_is_applied_as_any_answer() {
         Some("elsewhere:9092")
     );
 }
+
+// Java's `hasNodeAvailableOrConnectionReady`: a known broker that is being connected to, or
+// whose reconnect backoff is over, is still available, so a due refresh waits for it and the
+// broker list is not replaced.
+#[test]
+fn a_known_broker_being_connected_is_waited_for_not_rebootstrapped() {
+    let mut rig = Rig::new(&[("metadata.recovery.strategy", "rebootstrap")]);
+    rig.start(12);
+    // Broker 1 is being connected to; the bootstrap connection goes and a refresh is due.
+    rig.now += SECOND;
+    rig.lost(-1);
+    rig.advance(SECOND);
+    assert_eq!(rig.rebootstraps(), 0, "broker 1 is connecting");
+    rig.negotiate(1, 12);
+    rig.take(1, ApiKey::Metadata);
+    assert_eq!(rig.rebootstraps(), 0);
+}
+
+#[test]
+fn a_known_broker_out_of_its_reconnect_backoff_is_tried_again_not_rebootstrapped() {
+    let mut rig = Rig::new(&[("metadata.recovery.strategy", "rebootstrap")]);
+    rig.start(12);
+    // Broker 1 refuses right after the bootstrap answer: no refresh is due yet (the backoff
+    // after the last answer), and by the time one is, broker 1's reconnect backoff is over.
+    rig.lost(1);
+    assert_eq!(rig.rebootstraps(), 0);
+    rig.advance(2 * SECOND);
+    assert_eq!(rig.rebootstraps(), 0, "{:?}", rig.connects);
+    assert_eq!(rig.last_connect(), (1, "old1:9092"));
+}
