@@ -150,7 +150,7 @@ impl ClusterMetadata {
 mod tests {
     use super::*;
     use kafka_protocol::messages::metadata_response::{
-        MetadataResponsePartition, MetadataResponseTopic,
+        MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
     };
     use kafka_protocol::messages::{BrokerId, TopicName};
     use kafka_protocol::protocol::StrBytes;
@@ -181,6 +181,38 @@ mod tests {
             leader: Some(leader),
             leader_epoch,
         })
+    }
+
+    // Java's `Metadata.update` looks each leader up among the answer's brokers: a leader the
+    // answer does not list (librdkafka's mock leaves a broker that is down out of the list
+    // but keeps it as the leader) has no address, so the partition's leader is unknown and
+    // the producer asks again, rather than keeping a leader it cannot reach until
+    // metadata.max.age.ms.
+    #[test]
+    fn a_leader_the_answer_does_not_list_among_its_brokers_is_unknown() {
+        let mut metadata = ClusterMetadata::new(&[]);
+        let brokers = |ids: &[i32]| {
+            ids.iter()
+                .map(|&id| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(StrBytes::from_string(format!("b{id}")))
+                        .with_port(9092)
+                })
+                .collect::<Vec<_>>()
+        };
+        metadata.update(&answer(2, 5).with_brokers(brokers(&[1, 2, 3])));
+        assert_eq!(metadata.leader("t", 0), led_by(2, 5));
+        metadata.update(&answer(2, 5).with_brokers(brokers(&[1, 3])));
+        assert_eq!(
+            metadata.leader("t", 0),
+            Some(PartitionLeader {
+                leader: None,
+                leader_epoch: 5
+            })
+        );
+        metadata.update(&answer(2, 5).with_brokers(brokers(&[1, 2, 3])));
+        assert_eq!(metadata.leader("t", 0), led_by(2, 5));
     }
 
     // Java's Metadata.updateLatestMetadata: an answer from a broker that has not yet seen the
