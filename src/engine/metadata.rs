@@ -88,7 +88,12 @@ impl ClusterMetadata {
                 else {
                     continue;
                 };
+                // Java's `Metadata.update` finds the leader among the answer's brokers: one the
+                // answer does not list has no address, so the leader is unknown and is asked for
+                // again, rather than kept until metadata.max.age.ms.
+                let listed = response.brokers.is_empty() || self.nodes.contains_key(&p.leader_id.0);
                 let has_leader = p.leader_id.0 >= 0
+                    && listed
                     && (p.error_code == code::NONE || p.error_code == code::REPLICA_NOT_AVAILABLE);
                 *slot = PartitionLeader {
                     leader: has_leader.then_some(p.leader_id.0),
