@@ -130,6 +130,14 @@ impl Rig {
         (*node, address)
     }
 
+    /// The pending Metadata refresh, on whichever node it was written (the least loaded).
+    pub fn refresh(&self) -> &Written {
+        self.written
+            .iter()
+            .find(|w| w.api == ApiKey::Metadata.code())
+            .expect("a refresh")
+    }
+
     /// Removes and returns the first request of `api` written on `node`.
     pub fn take(&mut self, node: NodeId, api: ApiKey) -> Written {
         let index = self

@@ -25,12 +25,7 @@ fn asked_for_u(idle_ms: &str) -> Rig {
     rig.now += SECOND;
     rig.engine.request_topic("u");
     rig.poll();
-    let node = rig
-        .written
-        .iter()
-        .find(|w| w.api == ApiKey::Metadata.code())
-        .expect("a refresh")
-        .node;
+    let node = rig.refresh().node;
     rig.metadata(node, 1, "old1", code::NONE);
     assert_eq!(fetched(&rig), ["t", "u"]);
     rig

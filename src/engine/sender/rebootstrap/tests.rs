@@ -99,11 +99,7 @@ fn a_rebootstrap_required_answer_at_metadata_v13_rebootstraps_at_once() {
     // The next refresh is answered REBOOTSTRAP_REQUIRED; the broker it names is not taken.
     rig.engine.request_topic("u");
     rig.poll();
-    let refresh = rig
-        .written
-        .iter()
-        .find(|w| w.api == ApiKey::Metadata.code())
-        .expect("a refresh");
+    let refresh = rig.refresh();
     assert_eq!(refresh.version, 13);
     let node = refresh.node;
     rig.metadata(node, 9, "elsewhere", code::REBOOTSTRAP_REQUIRED);
@@ -124,12 +120,7 @@ fn under_none_a_rebootstrap_required_answer_is_applied_as_any_answer() {
     rig.take(1, ApiKey::Produce);
     rig.engine.request_topic("u");
     rig.poll();
-    let node = rig
-        .written
-        .iter()
-        .find(|w| w.api == ApiKey::Metadata.code())
-        .expect("a refresh")
-        .node;
+    let node = rig.refresh().node;
     rig.metadata(node, 9, "elsewhere", code::REBOOTSTRAP_REQUIRED);
     assert_eq!(rig.rebootstraps(), 0);
     assert!(rig.disconnects.is_empty(), "{:?}", rig.disconnects);
