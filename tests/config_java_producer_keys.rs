@@ -3,7 +3,10 @@
 //! properties file written for (or dumped from) the Java client loads. Three defaults are
 //! refused on purpose, each with the reason in its error (`DELIBERATELY_REFUSED`).
 
-use kacrab::config::{ConfigError, ProducerConfig, ProducerConfigBuilder};
+mod common;
+
+use common::config::{build, invalid};
+use kacrab::config::{ConfigError, ProducerConfigBuilder};
 
 /// The Java producer's keys and their defaults, typed out from apache/kafka's 4.x sources:
 /// `ProducerConfig.java` (its `CONFIG` definitions, which take `bootstrap.servers`,
@@ -164,16 +167,6 @@ const DELIBERATELY_REFUSED: &[(&str, &str)] = &[
     ("ssl.truststore.type", "only PEM stores are read"),
 ];
 
-fn build(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
-    pairs
-        .iter()
-        .fold(
-            ProducerConfigBuilder::new().set("bootstrap.servers", "localhost:9092"),
-            |b, (k, v)| b.set(k, *v),
-        )
-        .build()
-}
-
 fn refusal(key: &str) -> Option<&'static str> {
     DELIBERATELY_REFUSED
         .iter()
@@ -232,13 +225,6 @@ fn the_list_names_each_key_once() {
     let before = keys.len();
     keys.dedup();
     assert_eq!(keys.len(), before);
-}
-
-fn invalid(pairs: &[(&str, &str)]) -> (String, String) {
-    match build(pairs) {
-        Err(ConfigError::InvalidValue { key, rule, .. }) => (key, rule),
-        other => panic!("{pairs:?}: expected an invalid value, got {other:?}"),
-    }
 }
 
 #[test]

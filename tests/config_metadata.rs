@@ -2,28 +2,13 @@
 //! `metadata.recovery.rebootstrap.trigger.ms` (KIP-899, KIP-1102), with Java 4.x's defaults
 //! and checks (`CommonClientConfigs`, `ProducerConfig`).
 
+mod common;
+
 use std::time::Duration;
 
-use kacrab::config::{
-    ConfigError, MetadataRecoveryStrategy, ProducerConfig, ProducerConfigBuilder,
-};
+use kacrab::config::MetadataRecoveryStrategy;
 
-fn build(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
-    pairs
-        .iter()
-        .fold(
-            ProducerConfigBuilder::new().set("bootstrap.servers", "localhost:9092"),
-            |b, (k, v)| b.set(k, *v),
-        )
-        .build()
-}
-
-fn invalid(pairs: &[(&str, &str)]) -> (String, String) {
-    match build(pairs) {
-        Err(ConfigError::InvalidValue { key, rule, .. }) => (key, rule),
-        other => panic!("{pairs:?}: expected an invalid value, got {other:?}"),
-    }
-}
+use common::config::{build, invalid};
 
 #[test]
 fn the_defaults_are_java_4s_rebootstrap_after_five_minutes() {

@@ -2,23 +2,16 @@
 //! errors for the rest, and a password that never shows in an error or `Debug` output;
 //! OAUTHBEARER and its token provider.
 
+mod common;
+
 use std::time::{Duration, SystemTime};
 
+use common::config::build;
 use kacrab::config::{ConfigError, ProducerConfig, SaslMechanism, SecurityProtocol};
 use kacrab::OAuthBearerToken;
 
 const PLAIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 const SCRAM_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
-
-fn build(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
-    pairs
-        .iter()
-        .fold(
-            ProducerConfig::builder().set("bootstrap.servers", "localhost:9092"),
-            |b, (k, v)| b.set(k, *v),
-        )
-        .build()
-}
 
 fn jaas(module: &str, user: &str, password: &str) -> String {
     format!("{module} required username=\"{user}\" password=\"{password}\";")

@@ -8,17 +8,8 @@ mod common;
 use kacrab::config::{ConfigError, ProducerConfig, SecurityProtocol, TrustSource};
 use kacrab::testkit::server::TestCa;
 
+use common::config::build;
 use common::temp_file::TempFile;
-
-fn build(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
-    pairs
-        .iter()
-        .fold(
-            ProducerConfig::builder().set("bootstrap.servers", "localhost:9092"),
-            |b, (k, v)| b.set(k, *v),
-        )
-        .build()
-}
 
 fn ssl(pairs: &[(&str, &str)]) -> Result<ProducerConfig, ConfigError> {
     let mut all = vec![("security.protocol", "SSL")];
