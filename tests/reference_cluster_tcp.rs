@@ -636,6 +636,28 @@ fn broker_down_refuses_connections_and_broker_up_reopens_the_same_port() {
     assert_eq!(cluster.stats().connections_open(), 0);
 }
 
+// `broker_down` marks the broker down before it closes the broker's connections. A request
+// served in between must not be answered: a real broker that dies answers nothing, and the
+// model's NETWORK_EXCEPTION (the lost connection, as the simulator reads it) is not an error
+// code a Produce response carries. librdkafka fails a record answered with it.
+#[test]
+fn a_request_reaching_a_broker_marked_down_is_not_answered_but_its_connection_closed() {
+    let topic = "down-mid-request";
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(topic, &[1]);
+    let mut client = RawClient::connect(&cluster, 1);
+    let pid = client.init_producer_id();
+    cluster.with_cluster(|c| c.set_broker_up(1, false));
+    client.send(ApiKey::Produce, 9, &produce_request(topic, pid, 0, 4, 1));
+    let mut first = [0u8; 1];
+    match client.reader.read(&mut first) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("expected the connection closed without an answer, got {other:?}"),
+    }
+    assert_eq!(log_end(&cluster, topic), 0);
+}
+
 /// The transaction and group-offset APIs at every advertised version, for a transactional id
 /// the coordinator does not know: each decodes and answers INVALID_PRODUCER_ID_MAPPING (or, for
 /// OffsetFetch, no committed offset).
