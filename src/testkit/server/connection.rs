@@ -323,6 +323,13 @@ fn serve_frame(
         wall_clock_ms(),
     );
     drop(taken);
+    // A broker marked down answers nothing. `broker_down` marks it before it closes its
+    // connections, and a request served in between carries the model's NETWORK_EXCEPTION,
+    // which stands for the lost connection (the simulator reads it so) and is no code a real
+    // broker puts in a Produce answer: librdkafka fails the record on it.
+    if !shared.cluster().is_broker_up(broker) {
+        return Step::Close;
+    }
     match (reply, fault) {
         (Reply::Close, _) => Step::Close,
         (_, Some(FaultAction::DropResponseAfterAppend)) => {
