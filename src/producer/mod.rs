@@ -22,7 +22,7 @@ use crate::error::{Error, ProduceError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
-use crate::runtime::inbox::ShardInbox;
+use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus};
@@ -163,7 +163,14 @@ impl Producer {
         };
         let shard_count = cores.len().max(1);
         runtime::io_uring_preflight(shard_count, config.io_memory)?;
-        let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count).map(|_| Arc::default()).collect();
+        let wake = WakePolicy {
+            linger_us: config.linger.as_micros().try_into().unwrap_or(u64::MAX),
+            batch_bytes: config.batch_size,
+            reserved_bytes: config.buffer_memory / 2,
+        };
+        let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count)
+            .map(|_| Arc::new(ShardInbox::new(wake)))
+            .collect();
         let mut receivers = Vec::with_capacity(shard_count);
         let mut control = Vec::with_capacity(shard_count);
         for inbox in &inboxes {
@@ -538,7 +545,9 @@ impl Producer {
             delivery,
             txn_barrier,
         });
-        if let Err(command) = inner.inboxes[shard].push(command) {
+        // The record's own encoded bound, without the batch header `size` also counts.
+        let encoded = size - RECORD_MEMORY_OVERHEAD - RECORD_BATCH_OVERHEAD;
+        if let Err(command) = inner.inboxes[shard].push_record(command, encoded, size) {
             // The shard closed its inbox (the producer is closing): the handle completes the
             // record with `Closed` as it drops, and its memory goes back here.
             drop(command);

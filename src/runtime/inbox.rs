@@ -6,9 +6,20 @@
 //! lock) and, when the shard sleeps, a foreign wake per record. Here a caller pushes the
 //! record by value under a lock held for one `push_back`; the shard takes the whole deque at
 //! once by swapping it with its own empty one, so both sides reuse the same two allocations.
-//! A shard is woken only on the push that finds the inbox empty while the shard is parked:
-//! one wake per burst of records, never one per record. The lock is contended only by calling
-//! threads racing each other and by the shard's swap, which holds it for a pointer exchange.
+//! A shard is woken at most once per burst of records, never once per record, and a record
+//! does not wake it at all when it need not: with `linger.ms` above 0, the first record of a
+//! burst wakes a parked shard only if the shard's own timer (its next linger expiry, timeout or
+//! refresh) would fire after that record's linger has run out; otherwise the records wait in
+//! the inbox for that timer, as Java's accumulator wakes its sender only for a new or full
+//! batch. Records that add up to `batch.size` bytes (a batch's worth ready to send), or to half
+//! of `buffer.memory` (so a caller waiting for room is not kept waiting), wake it at once, and so
+//! does every other command. A park costs the shard a `membarrier` (glommio's sleep protocol,
+//! which interrupts every CPU running one of the process's threads) and the caller an eventfd
+//! write; under load, waking only when there is something to do saves both. The shard appends
+//! the records of a lazy burst as of the first one's arrival (`take_all`), so a batch lingers
+//! `linger.ms` from its first record, not from the shard's wake. The lock is contended only by
+//! calling threads racing each other and by the shard's swap, which holds it for a pointer
+//! exchange.
 //!
 //! Order: the lock gives every push one total order, the order the shard handles them in. So
 //! records from one thread to one partition stay in send order, records from several threads
@@ -23,9 +34,10 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use super::shard::ShardCommand;
 
@@ -40,59 +52,172 @@ const SPARSE_TAKES_BEFORE_SHRINK: u32 = 64;
 
 pub(crate) struct ShardInbox {
     queue: Mutex<Queue>,
-    /// The shard is parked (or about to park) on `waker`: the push that finds the inbox empty
-    /// wakes it. Cleared by whoever wakes it.
+    /// The shard is parked (or about to park) on `waker`: the push that must wake it does.
+    /// Cleared by whoever wakes it.
     parked: AtomicBool,
+    /// When the parked shard wakes on its own (its timer), in µs since `epoch`. Written before
+    /// `parked` is raised, so a caller that sees `parked` reads this park's deadline.
+    parked_until: AtomicU64,
     waker: Mutex<Option<Waker>>,
     /// Takes in a row that used under an eighth of a grown deque; the shard's alone.
     sparse_takes: AtomicU32,
+    /// The clock of `parked_until` and of a burst's arrival; the shard's `now` counts from it.
+    epoch: Instant,
+    wake: WakePolicy,
+}
+
+/// When a record pushed to a parked shard wakes it (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WakePolicy {
+    /// `linger.ms` in µs. 0: the first record of every burst wakes the shard.
+    pub linger_us: u64,
+    /// Encoded record bytes queued since the last take that wake the shard: `batch.size`.
+    pub batch_bytes: usize,
+    /// `buffer.memory` reserved by records queued since the last take that wakes the shard:
+    /// half of `buffer.memory`.
+    pub reserved_bytes: usize,
+}
+
+impl WakePolicy {
+    /// Every burst wakes the shard at once.
+    pub(crate) const EAGER: WakePolicy = WakePolicy {
+        linger_us: 0,
+        batch_bytes: usize::MAX,
+        reserved_bytes: usize::MAX,
+    };
 }
 
 struct Queue {
     commands: VecDeque<ShardCommand>,
     /// Set by the push of the shard's `Close`: nothing is accepted behind it.
     closed: bool,
+    /// When the oldest queued command arrived (µs since `epoch`), or `NOT_TIMED` when the
+    /// policy does not linger in the inbox. Meaningful while `commands` is not empty.
+    oldest_us: u64,
+    /// Encoded bytes and reservations of the records pushed since the last take.
+    bytes: usize,
+    reserved: usize,
+    /// A push since the last take woke the shard (or found it awake) for its bytes.
+    woken_for_bytes: bool,
+}
+
+/// `Queue::oldest_us` when arrivals are not timed.
+const NOT_TIMED: u64 = u64::MAX;
+
+/// What a push asks of the shard.
+enum Wake {
+    No,
+    /// Wake it if it is parked.
+    Now,
+    /// The first record of a burst, arrived at this instant: wake the shard if it is parked
+    /// past the record's linger.
+    Unless(u64),
 }
 
 impl Default for ShardInbox {
     fn default() -> Self {
-        ShardInbox {
-            queue: Mutex::new(Queue {
-                commands: VecDeque::new(),
-                closed: false,
-            }),
-            parked: AtomicBool::new(false),
-            waker: Mutex::new(None),
-            sparse_takes: AtomicU32::new(0),
-        }
+        ShardInbox::new(WakePolicy::EAGER)
     }
 }
 
 impl ShardInbox {
-    /// Queues `command` behind everything pushed before it; gives it back when the shard has
-    /// closed (or is closing) its inbox.
+    pub(crate) fn new(wake: WakePolicy) -> ShardInbox {
+        ShardInbox {
+            queue: Mutex::new(Queue {
+                commands: VecDeque::new(),
+                closed: false,
+                oldest_us: NOT_TIMED,
+                bytes: 0,
+                reserved: 0,
+                woken_for_bytes: false,
+            }),
+            parked: AtomicBool::new(false),
+            parked_until: AtomicU64::new(0),
+            waker: Mutex::new(None),
+            sparse_takes: AtomicU32::new(0),
+            epoch: Instant::now(),
+            wake,
+        }
+    }
+
+    /// The instant the shard's clock and the arrival times count from.
+    pub(crate) fn epoch(&self) -> Instant {
+        self.epoch
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
+    }
+
+    /// Queues `command` (not a record) behind everything pushed before it, and wakes the shard
+    /// if it is parked; gives it back when the shard has closed (or is closing) its inbox.
     // The command comes back by value (no box on this path): the caller drops it, which
     // answers its record.
     #[allow(clippy::result_large_err)]
     pub(crate) fn push(&self, command: ShardCommand) -> Result<(), ShardCommand> {
-        self.push_with(|| command).map_err(|f| f())
-    }
-
-    /// Queues the command `make` builds under the inbox's lock (so that, say, a completion
-    /// slot is handed out in queue order); gives `make` back, not run, when the inbox is closed.
-    pub(crate) fn push_with<F: FnOnce() -> ShardCommand>(&self, make: F) -> Result<(), F> {
-        let was_empty = {
+        {
             let mut queue = self.queue.lock().expect("inbox lock");
             if queue.closed {
-                return Err(make);
+                return Err(command);
             }
-            queue.commands.push_back(make());
-            queue.commands.len() == 1
+            queue.commands.push_back(command);
+            if queue.commands.len() == 1 {
+                queue.oldest_us = self.arrival_us();
+            }
+        }
+        self.wake_shard();
+        Ok(())
+    }
+
+    /// Queues a record's `command` behind everything pushed before it: `encoded` bytes of
+    /// batch, `reserved` bytes of `buffer.memory`. Wakes the shard as the [`WakePolicy`] says.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn push_record(
+        &self,
+        command: ShardCommand,
+        encoded: usize,
+        reserved: usize,
+    ) -> Result<(), ShardCommand> {
+        let wake = {
+            let mut queue = self.queue.lock().expect("inbox lock");
+            if queue.closed {
+                return Err(command);
+            }
+            queue.commands.push_back(command);
+            let first = queue.commands.len() == 1;
+            if first {
+                queue.oldest_us = self.arrival_us();
+                queue.woken_for_bytes = false;
+            }
+            queue.bytes += encoded;
+            queue.reserved += reserved;
+            if !queue.woken_for_bytes
+                && (queue.bytes >= self.wake.batch_bytes
+                    || queue.reserved >= self.wake.reserved_bytes)
+            {
+                queue.woken_for_bytes = true;
+                Wake::Now
+            } else if first {
+                Wake::Unless(queue.oldest_us)
+            } else {
+                Wake::No
+            }
         };
-        if was_empty {
-            self.wake_shard();
+        match wake {
+            Wake::No => {}
+            Wake::Now => self.wake_shard(),
+            Wake::Unless(arrived) => self.wake_shard_unless_due(arrived),
         }
         Ok(())
+    }
+
+    /// The arrival time of a burst's first command, read only when records may wait.
+    fn arrival_us(&self) -> u64 {
+        if self.wake.linger_us == 0 {
+            NOT_TIMED
+        } else {
+            self.now_us()
+        }
     }
 
     /// Queues the shard's last command and closes the inbox behind it; false when it was
@@ -116,6 +241,24 @@ impl ShardInbox {
         self.wake_shard();
     }
 
+    /// Wakes the parked shard unless its own timer fires within the linger of a record that
+    /// arrived at `arrived`.
+    fn wake_shard_unless_due(&self, arrived: u64) {
+        if arrived != NOT_TIMED {
+            // Pairs with the fence in `Parked::poll`, as in `wake_shard`: a shard that is not
+            // seen parked here sees the record before it parks.
+            fence(Ordering::SeqCst);
+            if !self.parked.load(Ordering::Acquire) {
+                return;
+            }
+            let until = self.parked_until.load(Ordering::Acquire);
+            if until <= arrived.saturating_add(self.wake.linger_us) {
+                return;
+            }
+        }
+        self.wake_shard();
+    }
+
     fn wake_shard(&self) {
         // Pairs with the fence in `Parked::poll`: either the shard sees the pushed command
         // when it looks again after raising `parked`, or this sees `parked` raised.
@@ -128,18 +271,27 @@ impl ShardInbox {
     }
 
     /// The shard's side: moves everything queued into `into` (which must be empty) in one
-    /// swap, keeping both allocations.
-    pub(crate) fn take_all(&self, into: &mut VecDeque<ShardCommand>) {
+    /// swap, keeping both allocations. Returns when the oldest of them arrived (µs since
+    /// [`epoch`](Self::epoch)), if arrivals are timed and anything was queued.
+    pub(crate) fn take_all(&self, into: &mut VecDeque<ShardCommand>) -> Option<u64> {
         debug_assert!(into.is_empty());
-        std::mem::swap(&mut self.queue.lock().expect("inbox lock").commands, into);
+        let oldest = {
+            let mut queue = self.queue.lock().expect("inbox lock");
+            std::mem::swap(&mut queue.commands, into);
+            queue.bytes = 0;
+            queue.reserved = 0;
+            queue.woken_for_bytes = false;
+            std::mem::replace(&mut queue.oldest_us, NOT_TIMED)
+        };
+        let oldest = (oldest != NOT_TIMED && !into.is_empty()).then_some(oldest);
         // Only the shard takes, so a relaxed counter is enough.
         let capacity = into.capacity();
         if capacity <= RETAINED_CAPACITY {
-            return;
+            return oldest;
         }
         if into.len() >= capacity / 8 {
             self.sparse_takes.store(0, Ordering::Relaxed);
-            return;
+            return oldest;
         }
         let sparse = self.sparse_takes.load(Ordering::Relaxed) + 1;
         if sparse < SPARSE_TAKES_BEFORE_SHRINK {
@@ -149,6 +301,7 @@ impl ShardInbox {
             into.shrink_to(RETAINED_CAPACITY);
             self.sparse_takes.store(0, Ordering::Relaxed);
         }
+        oldest
     }
 
     /// Closes the inbox without a last command (the shard stopped on its own) and hands back
@@ -160,11 +313,14 @@ impl ShardInbox {
     }
 
     /// Resolves once something is queued or [`nudge`](Self::nudge) was called after this
-    /// future was first polled. The shard's only way to sleep on its inbox.
-    pub(crate) fn parked(&self) -> Parked<'_> {
+    /// future was first polled. The shard's only way to sleep on its inbox. `until`: when the
+    /// shard wakes on its own (µs since [`epoch`](Self::epoch)); a record whose linger runs
+    /// out after that does not wake it (see [`WakePolicy`]).
+    pub(crate) fn parked(&self, until: u64) -> Parked<'_> {
         Parked {
             inbox: self,
             armed: false,
+            until,
         }
     }
 
@@ -178,6 +334,7 @@ impl ShardInbox {
 pub(crate) struct Parked<'a> {
     inbox: &'a ShardInbox,
     armed: bool,
+    until: u64,
 }
 
 impl Future for Parked<'_> {
@@ -201,6 +358,8 @@ impl Future for Parked<'_> {
             }
         } else {
             self.armed = true;
+            // Before `parked` is raised: a caller that sees it raised reads this deadline.
+            inbox.parked_until.store(self.until, Ordering::Relaxed);
             inbox.parked.store(true, Ordering::SeqCst);
         }
         // Pairs with the fence in `wake_shard`: either this sees a command pushed before the
@@ -230,6 +389,134 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    /// Counts the wakes of a parked shard.
+    #[derive(Default)]
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// Parks the shard's side of `inbox` until `until_in` µs from now and polls once. The
+    /// shard stays parked while the returned future lives; the counter says how often pushes
+    /// woke it.
+    fn parked_for(inbox: &ShardInbox, until_in: u64) -> (Pin<Box<Parked<'_>>>, Arc<Wakes>) {
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut parked = Box::pin(inbox.parked(inbox.now_us() + until_in));
+        let polled = parked.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(polled.is_pending(), "nothing is queued yet");
+        (parked, wakes)
+    }
+
+    const LINGER_5_MS: WakePolicy = WakePolicy {
+        linger_us: 5_000,
+        batch_bytes: 1_000,
+        reserved_bytes: 100_000,
+    };
+
+    fn record(inbox: &ShardInbox, topic: &Arc<str>, encoded: usize, reserved: usize) {
+        let command = ShardCommand::RequestTopic(topic.clone());
+        assert!(inbox.push_record(command, encoded, reserved).is_ok());
+    }
+
+    #[test]
+    fn a_record_lingering_past_the_shards_own_timer_does_not_wake_it_and_is_taken_as_of_its_arrival(
+    ) {
+        let inbox = ShardInbox::new(LINGER_5_MS);
+        let topic: Arc<str> = Arc::from("t");
+        let before = inbox.now_us();
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        record(&inbox, &topic, 10, 100);
+        record(&inbox, &topic, 10, 100);
+        assert_eq!(
+            wakes.count(),
+            0,
+            "the shard's timer fires within the linger"
+        );
+        let mut local = VecDeque::new();
+        let arrived = inbox.take_all(&mut local).expect("timed arrival");
+        assert_eq!(local.len(), 2);
+        assert!(arrived >= before && arrived <= inbox.now_us());
+        local.clear();
+        assert_eq!(inbox.take_all(&mut local), None, "nothing left");
+    }
+
+    #[test]
+    fn a_record_whose_linger_ends_before_the_shards_timer_wakes_it() {
+        let inbox = ShardInbox::new(LINGER_5_MS);
+        let topic: Arc<str> = Arc::from("t");
+        let (_parked, wakes) = parked_for(&inbox, 60_000_000);
+        record(&inbox, &topic, 10, 100);
+        assert_eq!(wakes.count(), 1);
+    }
+
+    #[test]
+    fn records_adding_up_to_a_batch_or_to_half_the_buffer_wake_the_shard() {
+        let inbox = ShardInbox::new(LINGER_5_MS);
+        let topic: Arc<str> = Arc::from("t");
+        let mut local = VecDeque::new();
+        {
+            let (_parked, wakes) = parked_for(&inbox, 1_000);
+            for _ in 0..99 {
+                record(&inbox, &topic, 10, 100);
+            }
+            assert_eq!(wakes.count(), 0, "990 bytes: under a batch");
+            record(&inbox, &topic, 10, 100);
+            assert_eq!(wakes.count(), 1, "1,000 bytes: a batch's worth");
+        }
+        inbox.take_all(&mut local);
+        local.clear();
+        {
+            let (_parked, wakes) = parked_for(&inbox, 1_000);
+            for _ in 0..99 {
+                record(&inbox, &topic, 10, 100);
+            }
+            assert_eq!(wakes.count(), 0, "a take starts the count again");
+        }
+        inbox.take_all(&mut local);
+        local.clear();
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        record(&inbox, &topic, 10, 60_000);
+        assert_eq!(wakes.count(), 0);
+        record(&inbox, &topic, 10, 40_000);
+        assert_eq!(wakes.count(), 1, "half of buffer.memory reserved");
+    }
+
+    #[test]
+    fn a_command_behind_lingering_records_wakes_the_shard() {
+        let inbox = ShardInbox::new(LINGER_5_MS);
+        let topic: Arc<str> = Arc::from("t");
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        record(&inbox, &topic, 10, 100);
+        assert_eq!(wakes.count(), 0);
+        assert!(inbox
+            .push(ShardCommand::RequestTopic(topic.clone()))
+            .is_ok());
+        assert_eq!(wakes.count(), 1);
+    }
+
+    #[test]
+    fn without_linger_the_first_record_of_a_burst_wakes_the_shard_and_arrivals_are_not_timed() {
+        let inbox = ShardInbox::new(WakePolicy::EAGER);
+        let topic: Arc<str> = Arc::from("t");
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        record(&inbox, &topic, 10, 100);
+        record(&inbox, &topic, 10, 100);
+        assert_eq!(wakes.count(), 1);
+        let mut local = VecDeque::new();
+        assert_eq!(inbox.take_all(&mut local), None);
+        assert_eq!(local.len(), 2);
+    }
 
     fn burst(inbox: &ShardInbox, topic: &Arc<str>, n: usize) {
         for _ in 0..n {

@@ -291,8 +291,14 @@ pub(crate) async fn run_shard(
     let _release = release_sink::FlushOnDrop(&ctx.memory);
     // Commands taken from the inbox and not yet handled (at most one inbox's worth).
     let mut local: VecDeque<ShardCommand> = VecDeque::new();
-    let start = Instant::now();
+    // The inbox's clock: arrival times of lazy bursts (`ShardInbox::take_all`) and the
+    // shard's park deadline are on it.
+    let start = inbox.epoch();
     let now = move || start.elapsed().as_micros() as u64;
+    // When the oldest command in `local` arrived: the records of a burst that waited in the
+    // inbox for this shard's timer are appended as of then, so their batch's linger counts
+    // from its first record, as Java's does.
+    let mut local_since = 0u64;
     let mut engine: Engine<DeliveryHandle> = Engine::new(config);
     let attachment = ctx.tickets.attach(shard);
     let mut replica = IdentityReplica::new(shard);
@@ -322,6 +328,7 @@ pub(crate) async fn run_shard(
         let turn_now = now();
         let mut handled = 0usize;
         let handle_command = |cmd: ShardCommand,
+                              append_at: u64,
                               engine: &mut Engine<DeliveryHandle>,
                               txn: &mut TxnDriver,
                               flushes: &mut Vec<(u64, Arc<Latch>)>,
@@ -336,7 +343,7 @@ pub(crate) async fn run_shard(
                     record.delivery.entering_engine();
                     let headers = wire_headers(&record.headers);
                     engine.append(
-                        turn_now,
+                        append_at,
                         &record.tp,
                         record.timestamp,
                         record.key.as_deref(),
@@ -382,7 +389,9 @@ pub(crate) async fn run_shard(
         }
         drain_control(&mut engine, &mut txn, None);
         if local.is_empty() {
-            inbox.take_all(&mut local);
+            local_since = inbox
+                .take_all(&mut local)
+                .map_or(turn_now, |t| t.min(turn_now));
             metrics.handoff(local.len());
         }
         while handled < COMMANDS_PER_TURN {
@@ -392,6 +401,7 @@ pub(crate) async fn run_shard(
             }
             handle_command(
                 cmd,
+                local_since,
                 &mut engine,
                 &mut txn,
                 &mut flushes,
@@ -565,8 +575,9 @@ pub(crate) async fn run_shard(
             }
             Wake::Timer
         };
+        let until = t + sleep_for.map_or(0, |d| d.as_micros() as u64);
         let command = async {
-            inbox.parked().await;
+            inbox.parked(until).await;
             Wake::Inbox
         };
         let control_command = async { Wake::Control(control.recv().await) };

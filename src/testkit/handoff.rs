@@ -45,7 +45,7 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                 while appended < total {
                     inbox.take_all(&mut local);
                     if local.is_empty() {
-                        inbox.parked().await;
+                        inbox.parked(u64::MAX).await;
                         continue;
                     }
                     let now = epoch.elapsed().as_micros() as u64;
@@ -99,7 +99,7 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                         delivery,
                         txn_barrier: 0,
                     });
-                    if inbox.push(command).is_err() {
+                    if inbox.push_record(command, size, size).is_err() {
                         unreachable!("the inbox is never closed here");
                     }
                 }
