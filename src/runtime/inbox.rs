@@ -452,6 +452,35 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_is_timed_from_its_first_command_on_the_inbox_clock() {
+        let inbox = ShardInbox::new(LINGER_5_MS);
+        let topic: Arc<str> = Arc::from("t");
+        // Let the inbox's clock move off its start, so a time not read from it shows.
+        while inbox.epoch().elapsed() < std::time::Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        let mut local = VecDeque::new();
+        for first_is_a_record in [true, false] {
+            let before = inbox.epoch().elapsed().as_micros() as u64;
+            if first_is_a_record {
+                record(&inbox, &topic, 10, 100);
+            } else {
+                assert!(inbox
+                    .push(ShardCommand::RequestTopic(topic.clone()))
+                    .is_ok());
+            }
+            record(&inbox, &topic, 10, 100);
+            let after = inbox.epoch().elapsed().as_micros() as u64;
+            let arrived = inbox.take_all(&mut local).expect("timed arrival");
+            assert!(
+                (before..=after).contains(&arrived),
+                "{arrived} µs not within the push's {before}..={after} µs"
+            );
+            local.clear();
+        }
+    }
+
+    #[test]
     fn a_record_whose_linger_ends_before_the_shards_timer_wakes_it() {
         let inbox = ShardInbox::new(LINGER_5_MS);
         let topic: Arc<str> = Arc::from("t");
