@@ -27,6 +27,12 @@ pub(super) fn serve(
     closed: &AtomicBool,
 ) {
     let _ = stream.set_nodelay(true);
+    let idle = shared.connections_max_idle();
+    // A read that waits longer than the idle limit ends the connection (the socket's receive
+    // timeout covers every clone of it, and the TLS stream over it).
+    if stream.set_read_timeout(idle).is_err() {
+        return;
+    }
     let Ok(control) = stream.try_clone() else {
         return;
     };
@@ -75,7 +81,14 @@ fn serve_on(
                 continue;
             }
         }
+        let waiting_since = Instant::now();
         let Some(mut frame) = read_frame(&mut reader) else {
+            if shared
+                .connections_max_idle()
+                .is_some_and(|idle| waiting_since.elapsed() >= idle)
+            {
+                shared.stats().count_idle_closed(broker);
+            }
             break;
         };
         requests += 1;

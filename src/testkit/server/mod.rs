@@ -71,6 +71,9 @@ pub(crate) struct Shared {
     api_versions: Mutex<BTreeMap<i32, Arc<ApiVersionTable>>>,
     brokers: Vec<BrokerSlot>,
     next_connection: AtomicU64,
+    /// Kafka's `connections.max.idle.ms` for connections accepted from now on, in ms; 0 keeps
+    /// connections however long they idle.
+    connections_max_idle_ms: AtomicU64,
     /// Set for a SASL cluster (`SASL_PLAINTEXT`, or `SASL_SSL` with `tls`): every connection
     /// authenticates first.
     sasl: Option<Arc<SaslListener>>,
@@ -114,6 +117,14 @@ struct OpenConnection {
 }
 
 impl Shared {
+    /// `connections.max.idle.ms` for a connection accepted now.
+    pub(crate) fn connections_max_idle(&self) -> Option<Duration> {
+        match self.connections_max_idle_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
     /// The state of a cluster served without sockets (the simulator's in-memory peer):
     /// `brokers` name each broker's advertised address; nothing listens on them.
     pub(crate) fn in_memory(cluster: Cluster, brokers: &[(i32, SocketAddr)]) -> Shared {
@@ -138,6 +149,7 @@ impl Shared {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            connections_max_idle_ms: AtomicU64::new(0),
             sasl: None,
             sasl_nonces: AtomicU64::new(0),
             tls: None,
@@ -294,6 +306,7 @@ impl ReferenceCluster {
                 })
                 .collect(),
             next_connection: AtomicU64::new(0),
+            connections_max_idle_ms: AtomicU64::new(0),
             sasl: sasl.map(Arc::new),
             sasl_nonces: AtomicU64::new(0),
             tls: tls.map(Arc::new),
@@ -393,6 +406,20 @@ impl ReferenceCluster {
         {
             Arc::make_mut(table).set(api, range);
         }
+    }
+
+    /// Closes connections accepted from now on once they go `idle` without a request (`None`:
+    /// never, the default here), as a Kafka broker's `SocketServer` does past
+    /// `connections.max.idle.ms` (default 10 minutes; `Selector` closes the connection that
+    /// has been idle longest, without a word to the client). A client request that crosses
+    /// the close on the wire is never read.
+    pub fn set_connections_max_idle(&self, idle: Option<Duration>) {
+        let ms = idle.map_or(0, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        self.shared
+            .connections_max_idle_ms
+            .store(ms, Ordering::Relaxed);
     }
 
     /// Takes a broker down: closes its listener (new connections are refused) and every open

@@ -26,6 +26,8 @@ pub struct ServerStats {
     authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
     ended_sessions_closed: AtomicU64,
     reauthentications: AtomicU64,
+    /// broker → connections closed for idling past `connections.max.idle.ms`.
+    idle_closed: Mutex<BTreeMap<i32, u64>>,
     /// broker → TLS handshakes completed, and failed, on its TLS listener.
     tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
     /// TLS sessions by the version their handshake settled on, every broker.
@@ -127,6 +129,22 @@ impl ServerStats {
     /// Connections a SASL listener closed because a request came after the session ended.
     pub fn ended_sessions_closed(&self) -> u64 {
         self.ended_sessions_closed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_idle_closed(&self, broker: i32) {
+        *self.idle_closed.lock().unwrap().entry(broker).or_default() += 1;
+        self.signal_connections();
+    }
+
+    /// Connections closed for idling past `connections.max.idle.ms`, every broker.
+    pub fn idle_closed(&self) -> u64 {
+        self.idle_closed.lock().unwrap().values().sum()
+    }
+
+    /// Waits, woken by each connection closed, until at least `at_least` connections were
+    /// closed for idling; false if `timeout` passed first.
+    pub fn wait_for_idle_closed(&self, at_least: u64, timeout: Duration) -> bool {
+        self.wait_until(timeout, |_| self.idle_closed() >= at_least)
     }
 
     pub(crate) fn count_reauthentication(&self) {
