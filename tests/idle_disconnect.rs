@@ -1,0 +1,116 @@
+//! A Kafka broker closes a connection that has been idle longer than its
+//! `connections.max.idle.ms` (default 10 minutes), without a word to the client. Kafka's
+//! `Selector` does it for the connection idle longest. A producer that sends after such a close
+//! must reconnect and lose nothing. A request that crosses the close on the wire is never read
+//! by the broker, so its batch is retried, and it must land once.
+//!
+//! The reference cluster closes idle connections at a limit the test sets. librdkafka's
+//! consumer reads the log back.
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::ReferenceCluster;
+use kacrab::{DeliveryFuture, Producer, ProducerRecord};
+
+use common::assert_read_back_exactly_once;
+
+const PARTITIONS: i32 = 3;
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cluster_closing_idle_connections_after(topic: &str, idle: Duration) -> ReferenceCluster {
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 2, 3]);
+    cluster.set_connections_max_idle(Some(idle));
+    cluster
+}
+
+fn producer(cluster: &ReferenceCluster) -> Producer {
+    common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[("reconnect.backoff.ms", "1"), ("retry.backoff.ms", "5")],
+    )
+}
+
+fn send(producer: &Producer, topic: &str, id: u64, partition: i32) -> DeliveryFuture {
+    let record = ProducerRecord::new(topic, Bytes::from(id.to_be_bytes().to_vec()))
+        .with_partition(partition);
+    producer.send(record)
+}
+
+fn spread(id: u64) -> i32 {
+    (id % PARTITIONS as u64) as i32
+}
+
+fn acknowledged(deliveries: Vec<(u64, DeliveryFuture)>) {
+    for (id, delivery) in deliveries {
+        let outcome = delivery.wait_timeout(WAIT).expect("the record resolves");
+        outcome.unwrap_or_else(|e| panic!("record {id} failed: {e}"));
+    }
+}
+
+#[test]
+fn a_connection_the_broker_closed_for_idling_is_reopened_and_no_record_is_lost_or_doubled() {
+    let topic = "idle-closed";
+    let cluster = cluster_closing_idle_connections_after(topic, Duration::from_millis(300));
+    let producer = producer(&cluster);
+    acknowledged(
+        (0..300)
+            .map(|id| (id, send(&producer, topic, id, spread(id))))
+            .collect(),
+    );
+    // Every broker leads a partition, so each closes at least the producer's connection to it.
+    assert!(
+        cluster.stats().wait_for_idle_closed(3, WAIT),
+        "the brokers closed the idle connections ({} closed)",
+        cluster.stats().idle_closed()
+    );
+    let accepted = cluster.stats().connections_accepted();
+    acknowledged(
+        (300..600)
+            .map(|id| (id, send(&producer, topic, id, spread(id))))
+            .collect(),
+    );
+    assert!(
+        cluster.stats().connections_accepted() > accepted,
+        "the producer connected again"
+    );
+    drop(producer);
+    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, 600, &[]);
+}
+
+// Records sent one at a time to one partition, about as far apart as the idle limit: some are
+// written just as its leader closes the connection, so their requests are never read and their
+// batches are retried on a new connection.
+#[test]
+fn records_sent_across_a_brokers_idle_closes_land_exactly_once() {
+    let topic = "idle-crossing";
+    let idle = Duration::from_millis(40);
+    let cluster = cluster_closing_idle_connections_after(topic, idle);
+    let producer = producer(&cluster);
+    let started = Instant::now();
+    let mut deliveries = Vec::new();
+    let mut id = 0u64;
+    // Gaps from 30 to 50 ms, around the 40 ms limit, in a fixed pattern.
+    while started.elapsed() < Duration::from_secs(4) {
+        deliveries.push((id, send(&producer, topic, id, 0)));
+        let gap_ms = 30 + (id * 7) % 21;
+        id += 1;
+        // Pacing only: what the test checks does not depend on when a record goes out.
+        std::thread::sleep(Duration::from_millis(gap_ms));
+    }
+    acknowledged(deliveries);
+    let closed = cluster.stats().idle_closed();
+    assert!(
+        closed >= 10,
+        "the brokers closed idle connections {closed} times"
+    );
+    let retried = producer.metrics().record_retry_total;
+    drop(producer);
+    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, id, &[]);
+    println!("{id} records, {closed} idle closes, {retried} records retried");
+}
