@@ -353,7 +353,10 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 ///
 /// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
 /// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
-/// - `connections.max.idle.ms`: connections are kept for the life of the producer.
+/// - `connections.max.idle.ms`: connections are kept for the life of the producer. A broker
+///   that closes one for idling (its own `connections.max.idle.ms`, 10 minutes by default)
+///   costs a reconnect on the next request, and a request that crosses the close is retried
+///   (`tests/idle_disconnect.rs`).
 /// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
 ///   built-in partitioner does not weigh partitions by queue length.
 /// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.
