@@ -31,6 +31,7 @@ pub const RECONNECT_BACKOFF_MS: &str = "reconnect.backoff.ms";
 pub const RECONNECT_BACKOFF_MAX_MS: &str = "reconnect.backoff.max.ms";
 /// `socket.connection.setup.timeout.ms`
 pub const SOCKET_CONNECTION_SETUP_TIMEOUT_MS: &str = "socket.connection.setup.timeout.ms";
+pub const CONNECTIONS_MAX_IDLE_MS: &str = "connections.max.idle.ms";
 /// `buffer.memory`
 pub const BUFFER_MEMORY: &str = "buffer.memory";
 /// `max.block.ms`
@@ -131,6 +132,7 @@ pub(super) const RECOGNIZED: &[&str] = &[
     RECONNECT_BACKOFF_MS,
     RECONNECT_BACKOFF_MAX_MS,
     SOCKET_CONNECTION_SETUP_TIMEOUT_MS,
+    CONNECTIONS_MAX_IDLE_MS,
     BUFFER_MEMORY,
     MAX_BLOCK_MS,
     MAX_REQUEST_SIZE,
@@ -206,8 +208,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
     // CommonClientConfigs.SEND_BUFFER_LOWER_BOUND / RECEIVE_BUFFER_LOWER_BOUND are -1 (OS default).
     ("send.buffer.bytes", Check::Int(-1, i32::MAX)),
     ("receive.buffer.bytes", Check::Int(-1, i32::MAX)),
-    // Java defines it without a validator; -1 disables idle expiry in `Selector`.
-    ("connections.max.idle.ms", Check::Long(i64::MIN, i64::MAX)),
     ("partitioner.adaptive.partitioning.enable", Check::Bool),
     (
         "partitioner.availability.timeout.ms",
@@ -353,10 +353,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 ///
 /// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
 /// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
-/// - `connections.max.idle.ms`: connections are kept for the life of the producer. A broker
-///   that closes one for idling (its own `connections.max.idle.ms`, 10 minutes by default)
-///   costs a reconnect on the next request, and a request that crosses the close is retried
-///   (`tests/idle_disconnect.rs`).
 /// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
 ///   built-in partitioner does not weigh partitions by queue length.
 /// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.

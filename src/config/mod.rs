@@ -165,6 +165,11 @@ pub struct ProducerConfig {
     pub reconnect_backoff_max: Duration,
     /// `socket.connection.setup.timeout.ms`, default 10000.
     pub socket_connection_setup_timeout: Duration,
+    /// `connections.max.idle.ms`, default 540000: a connection with nothing in flight and no
+    /// traffic for this long is closed, before the broker's own idle limit (600000 by default)
+    /// can close it under a request. `None` (a negative value, as in Java's `Selector`):
+    /// never.
+    pub connections_max_idle: Option<Duration>,
     /// `buffer.memory`, default 33554432 (32 MiB).
     pub buffer_memory: usize,
     /// `max.block.ms`, default 60000.
@@ -355,6 +360,7 @@ struct Explicit {
     reconnect_backoff_ms: Option<i64>,
     reconnect_backoff_max_ms: Option<i64>,
     socket_connection_setup_timeout_ms: Option<i64>,
+    connections_max_idle_ms: Option<i64>,
     buffer_memory: Option<usize>,
     max_block_ms: Option<i64>,
     max_request_size: Option<usize>,
@@ -408,6 +414,11 @@ impl Explicit {
             }
             SOCKET_CONNECTION_SETUP_TIMEOUT_MS => {
                 self.socket_connection_setup_timeout_ms = Some(parse::millis_long(key, raw)?)
+            }
+            // Java defines it without a validator; a negative value disables idle expiry.
+            CONNECTIONS_MAX_IDLE_MS => {
+                self.connections_max_idle_ms =
+                    Some(parse::long(key, raw, i64::MIN, i64::MAX, Unit::Millis)?)
             }
             BUFFER_MEMORY => {
                 self.buffer_memory = Some(parse::size(key, raw, 0, i64::MAX, Unit::Bytes)?)
@@ -805,6 +816,10 @@ impl ProducerConfigBuilder {
             socket_connection_setup_timeout: ms(e
                 .socket_connection_setup_timeout_ms
                 .unwrap_or(10_000)),
+            connections_max_idle: match e.connections_max_idle_ms.unwrap_or(540_000) {
+                idle if idle < 0 => None,
+                idle => Some(ms(idle)),
+            },
             buffer_memory: e.buffer_memory.unwrap_or(32 * 1024 * 1024),
             max_block: ms(e.max_block_ms.unwrap_or(60_000)),
             max_request_size: e.max_request_size.unwrap_or(1024 * 1024),

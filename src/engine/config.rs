@@ -30,6 +30,9 @@ pub struct EngineConfig {
     pub reconnect_backoff: Micros,
     pub reconnect_backoff_max: Micros,
     pub connection_setup_timeout: Micros,
+    /// `connections.max.idle.ms`: a `Ready` connection with nothing in flight and no traffic
+    /// this long is closed. `None`: never.
+    pub connections_max_idle: Option<Micros>,
     pub max_request_size: usize,
     pub metadata_max_age: Micros,
     /// `metadata.max.idle.ms`: a topic unused this long is no longer fetched.
@@ -73,6 +76,7 @@ impl EngineConfig {
             reconnect_backoff: micros(config.reconnect_backoff),
             reconnect_backoff_max: micros(config.reconnect_backoff_max),
             connection_setup_timeout: micros(config.socket_connection_setup_timeout),
+            connections_max_idle: config.connections_max_idle.map(micros),
             max_request_size: config.max_request_size,
             metadata_max_age: micros(config.metadata_max_age),
             metadata_max_idle: micros(config.metadata_max_idle),

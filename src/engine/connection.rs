@@ -54,6 +54,9 @@ pub struct Connection<R> {
     pub sasl: Option<SaslClient>,
     /// When a `Ready` connection starts `Expiring`: before the broker's SASL session ends.
     pub session_reauthenticate_at: Option<Micros>,
+    /// The last time the socket came up, carried a request or an answer: the start of its
+    /// idle time (`connections.max.idle.ms`).
+    pub last_activity: Micros,
 }
 
 impl<R> Connection<R> {
@@ -68,6 +71,7 @@ impl<R> Connection<R> {
             failures: 0,
             sasl: None,
             session_reauthenticate_at: None,
+            last_activity: 0,
         }
     }
 

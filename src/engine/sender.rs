@@ -91,6 +91,8 @@ pub struct EngineStats {
     pub epoch_bumps_requested: u64,
     pub sequence_rewrites: u64,
     pub disconnects: u64,
+    /// Connections closed for idling past `connections.max.idle.ms` (not in `disconnects`).
+    pub idle_disconnects: u64,
     pub protocol_errors: u64,
     /// Times the broker list was replaced by `bootstrap.servers` (KIP-899, KIP-1102).
     pub rebootstraps: u64,
@@ -277,6 +279,7 @@ impl<D: Delivery> Engine<D> {
             return self.protocol_violation(now, node, generation);
         }
         let (header, request) = conn.in_flight.pop_front().expect("front checked");
+        conn.last_activity = now;
         let result = match request {
             RequestBody::ApiVersions => self.handle_api_versions(now, node, header, body),
             RequestBody::Metadata => self.handle_metadata(now, header, body),
@@ -349,6 +352,9 @@ impl<D: Delivery> Engine<D> {
                 }
                 ConnectionState::Ready => {
                     if let Some(at) = conn.session_reauthenticate_at {
+                        consider(at);
+                    }
+                    if let Some(at) = self.idle_deadline(conn) {
                         consider(at);
                     }
                 }

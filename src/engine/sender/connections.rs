@@ -29,6 +29,7 @@ impl<D: Delivery> Engine<D> {
             return;
         }
         conn.failures = 0;
+        conn.last_activity = now;
         self.send_api_versions(now, node, ApiKey::ApiVersions.supported().max);
     }
 
@@ -130,6 +131,7 @@ impl<D: Delivery> Engine<D> {
                     .connections
                     .get_mut(&node)
                     .expect("sending on a known connection");
+                conn.last_activity = now;
                 conn.in_flight.push_back((
                     InFlightHeader {
                         correlation_id,
@@ -317,7 +319,36 @@ impl<D: Delivery> Engine<D> {
                 .push_back(Action::Disconnect { node, generation });
             self.on_disconnected(now, node, generation);
         }
+        self.close_idle_connections(now);
         self.reauthenticate_expiring_sessions(now);
+    }
+
+    /// When a `Ready` connection with nothing in flight reaches `connections.max.idle.ms`.
+    pub(super) fn idle_deadline(&self, conn: &Connection<RequestBody<D>>) -> Option<Micros> {
+        let idle = self.config.connections_max_idle?;
+        (conn.state == ConnectionState::Ready && conn.in_flight.is_empty())
+            .then(|| conn.last_activity.saturating_add(idle))
+    }
+
+    /// Java's `Selector` closes a connection idle past `connections.max.idle.ms` (9 minutes
+    /// for clients, under the broker's 10), so that the broker's own idle close never meets a
+    /// request on the wire. Nothing is in flight, so nothing is lost or put in doubt; the next
+    /// request connects again at once (no backoff: nothing failed), and no metadata refresh
+    /// is asked for (the broker did not go away).
+    fn close_idle_connections(&mut self, now: Micros) {
+        let idle: Vec<(NodeId, u64)> = self
+            .connections
+            .values()
+            .filter(|conn| self.idle_deadline(conn).is_some_and(|at| now >= at))
+            .map(|conn| (conn.node, conn.generation))
+            .collect();
+        for (node, generation) in idle {
+            self.actions
+                .push_back(Action::Disconnect { node, generation });
+            let conn = self.connections.get_mut(&node).expect("listed above");
+            conn.state = ConnectionState::Idle { retry_at: now };
+            self.stats.idle_disconnects += 1;
+        }
     }
 
     pub(super) fn connect_to_needed_leaders(&mut self, now: Micros) {
@@ -337,3 +368,6 @@ impl<D: Delivery> Engine<D> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -273,6 +273,8 @@ pub fn default_engine_config() -> EngineConfig {
         reconnect_backoff: 50 * MS,
         reconnect_backoff_max: SECOND,
         connection_setup_timeout: 10 * SECOND,
+        // Never, as for `metadata_max_idle`: the recorded seeds' runs stay as they were.
+        connections_max_idle: None,
         max_request_size: 1_048_576,
         metadata_max_age: 300 * SECOND,
         // Never: as for `rebootstrap_trigger`, the recorded seeds' runs stay as they were.
