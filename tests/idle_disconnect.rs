@@ -4,6 +4,10 @@
 //! must reconnect and lose nothing. A request that crosses the close on the wire is never read
 //! by the broker, so its batch is retried, and it must land once.
 //!
+//! Like Java's client, kacrab closes its own connections after `connections.max.idle.ms`
+//! (9 minutes by default) with nothing in flight, under the broker's limit, so that race is
+//! rare; the tests also run with the client's limit above the broker's.
+//!
 //! The reference cluster closes idle connections at a limit the test sets. librdkafka's
 //! consumer reads the log back.
 #![cfg(feature = "testkit")]
@@ -29,10 +33,15 @@ fn cluster_closing_idle_connections_after(topic: &str, idle: Duration) -> Refere
     cluster
 }
 
-fn producer(cluster: &ReferenceCluster) -> Producer {
+/// A producer whose own idle limit (`connections.max.idle.ms`) is `client_idle_ms`.
+fn producer(cluster: &ReferenceCluster, client_idle_ms: &str) -> Producer {
     common::kacrab_producer(
         &cluster.bootstrap_servers(),
-        &[("reconnect.backoff.ms", "1"), ("retry.backoff.ms", "5")],
+        &[
+            ("reconnect.backoff.ms", "1"),
+            ("retry.backoff.ms", "5"),
+            ("connections.max.idle.ms", client_idle_ms),
+        ],
     )
 }
 
@@ -57,7 +66,7 @@ fn acknowledged(deliveries: Vec<(u64, DeliveryFuture)>) {
 fn a_connection_the_broker_closed_for_idling_is_reopened_and_no_record_is_lost_or_doubled() {
     let topic = "idle-closed";
     let cluster = cluster_closing_idle_connections_after(topic, Duration::from_millis(300));
-    let producer = producer(&cluster);
+    let producer = producer(&cluster, "540000");
     acknowledged(
         (0..300)
             .map(|id| (id, send(&producer, topic, id, spread(id))))
@@ -91,7 +100,7 @@ fn records_sent_across_a_brokers_idle_closes_land_exactly_once() {
     let topic = "idle-crossing";
     let idle = Duration::from_millis(40);
     let cluster = cluster_closing_idle_connections_after(topic, idle);
-    let producer = producer(&cluster);
+    let producer = producer(&cluster, "540000");
     let started = Instant::now();
     let mut deliveries = Vec::new();
     let mut id = 0u64;
@@ -113,4 +122,32 @@ fn records_sent_across_a_brokers_idle_closes_land_exactly_once() {
     drop(producer);
     assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, id, &[]);
     println!("{id} records, {closed} idle closes, {retried} records retried");
+}
+
+#[test]
+fn the_producer_closes_connections_idle_past_its_connections_max_idle_ms_and_reopens_them() {
+    let topic = "client-idle";
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 2, 3]);
+    let producer = producer(&cluster, "200");
+    acknowledged(
+        (0..300)
+            .map(|id| (id, send(&producer, topic, id, spread(id))))
+            .collect(),
+    );
+    assert!(
+        cluster.stats().wait_for_connections_open(0, WAIT),
+        "the producer closed every idle connection ({} open)",
+        cluster.stats().connections_open()
+    );
+    assert_eq!(cluster.stats().idle_closed(), 0, "the brokers closed none");
+    let accepted = cluster.stats().connections_accepted();
+    acknowledged(
+        (300..600)
+            .map(|id| (id, send(&producer, topic, id, spread(id))))
+            .collect(),
+    );
+    assert!(cluster.stats().connections_accepted() > accepted);
+    drop(producer);
+    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, 600, &[]);
 }
