@@ -31,6 +31,7 @@ pub const RECONNECT_BACKOFF_MS: &str = "reconnect.backoff.ms";
 pub const RECONNECT_BACKOFF_MAX_MS: &str = "reconnect.backoff.max.ms";
 /// `socket.connection.setup.timeout.ms`
 pub const SOCKET_CONNECTION_SETUP_TIMEOUT_MS: &str = "socket.connection.setup.timeout.ms";
+/// `connections.max.idle.ms`
 pub const CONNECTIONS_MAX_IDLE_MS: &str = "connections.max.idle.ms";
 /// `buffer.memory`
 pub const BUFFER_MEMORY: &str = "buffer.memory";
