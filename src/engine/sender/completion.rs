@@ -19,18 +19,11 @@ impl<D: Delivery> Engine<D> {
     /// `OutcomeUnknown`.
     pub fn abort_all(&mut self, error: ProduceError) {
         for slot_index in 0..self.partitions.len() {
-            while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
-                let result = if batch.outcome_unknown {
-                    Err(self.unknown_outcome_error(
-                        slot_index,
-                        "ended while the retry of an attempt of unknown outcome waited",
-                    ))
-                } else {
-                    Err(error.clone())
-                };
-                self.forget_inflight(slot_index, &batch);
-                self.finish_batch(slot_index, batch, result);
-            }
+            self.fail_queued(
+                slot_index,
+                &error,
+                "ended while the retry of an attempt of unknown outcome waited",
+            );
         }
         let nodes: Vec<NodeId> = self.connections.keys().copied().collect();
         for node in nodes {
@@ -66,8 +59,23 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
+    /// Fails every queued batch of a partition with `error`, or as of unknown outcome
+    /// (`reason`) when an earlier attempt of it may have landed; each stamped one leaves the
+    /// partition's in-flight list, where no batch would own it any more.
+    pub(super) fn fail_queued(&mut self, slot_index: usize, error: &ProduceError, reason: &str) {
+        while let Some(batch) = self.partitions[slot_index].deque.pop_front() {
+            let result = if batch.outcome_unknown {
+                Err(self.unknown_outcome_error(slot_index, reason))
+            } else {
+                Err(error.clone())
+            };
+            self.forget_inflight(slot_index, &batch);
+            self.finish_batch(slot_index, batch, result);
+        }
+    }
+
     /// A stamped batch that ends without an answer leaves the partition's in-flight list.
-    pub(super) fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
+    fn forget_inflight(&mut self, slot_index: usize, batch: &ProducerBatch<D>) {
         if let Some(stamp) = batch.stamp {
             self.partitions[slot_index]
                 .entry

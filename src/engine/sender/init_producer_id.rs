@@ -86,23 +86,14 @@ impl<D: Delivery> Engine<D> {
                     "InitProducerId failed: {}",
                     error_code::name(response.error_code)
                 ));
+                // A queued batch is usually unsent and fails definitely. But after a bump at
+                // epoch 32767 dropped the producer id, batches stamped under the old id may be
+                // queued: one waiting to retry an attempt of unknown outcome may be in the log,
+                // so it fails as of unknown outcome; and each stamped one leaves its partition's
+                // in-flight list, or it would hold back the partition's next batches for good.
+                let reason = err.to_string();
                 for slot_index in 0..self.partitions.len() {
-                    // A queued batch is usually unsent and fails definitely. But after a bump at
-                    // epoch 32767 dropped the producer id, batches stamped under the old id may
-                    // be queued: one waiting to retry an attempt of unknown outcome may be in
-                    // the log, so it fails as of unknown outcome; and each stamped one leaves
-                    // its partition's in-flight list, where no batch would own it any more and
-                    // it would hold back the partition's next batches for good.
-                    let queued: Vec<_> = self.partitions[slot_index].deque.drain(..).collect();
-                    for batch in queued {
-                        let result = if batch.outcome_unknown {
-                            Err(self.unknown_outcome_error(slot_index, &err.to_string()))
-                        } else {
-                            Err(err.clone())
-                        };
-                        self.forget_inflight(slot_index, &batch);
-                        self.finish_batch(slot_index, batch, result);
-                    }
+                    self.fail_queued(slot_index, &err, &reason);
                 }
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
