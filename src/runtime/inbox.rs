@@ -244,10 +244,10 @@ impl ShardInbox {
     /// Wakes the parked shard unless its own timer fires within the linger of a record that
     /// arrived at `arrived`.
     fn wake_shard_unless_due(&self, arrived: u64) {
+        // Pairs with the fence in `Parked::poll`, as in `wake_shard`: a shard that is not seen
+        // parked here sees the record before it parks.
+        fence(Ordering::SeqCst);
         if arrived != NOT_TIMED {
-            // Pairs with the fence in `Parked::poll`, as in `wake_shard`: a shard that is not
-            // seen parked here sees the record before it parks.
-            fence(Ordering::SeqCst);
             if !self.parked.load(Ordering::Acquire) {
                 return;
             }
@@ -256,13 +256,18 @@ impl ShardInbox {
                 return;
             }
         }
-        self.wake_shard();
+        self.wake_if_parked();
     }
 
     fn wake_shard(&self) {
         // Pairs with the fence in `Parked::poll`: either the shard sees the pushed command
         // when it looks again after raising `parked`, or this sees `parked` raised.
         fence(Ordering::SeqCst);
+        self.wake_if_parked();
+    }
+
+    /// Wakes the shard if it is parked; the caller has fenced after its push.
+    fn wake_if_parked(&self) {
         if self.parked.swap(false, Ordering::AcqRel) {
             if let Some(waker) = self.waker.lock().expect("inbox waker lock").take() {
                 waker.wake();
