@@ -42,13 +42,21 @@ pub(super) fn serve(
                 shared
                     .stats()
                     .count_tls_handshake(broker, Some(socket.version()));
-                serve_on(shared, broker, listener, socket.clone(), socket, closed);
+                serve_on(
+                    shared,
+                    broker,
+                    listener,
+                    socket.clone(),
+                    socket,
+                    idle,
+                    closed,
+                );
             }
             Err(_) => shared.stats().count_tls_handshake(broker, None),
         },
         _ => {
             if let Ok(write_half) = control.try_clone() {
-                serve_on(shared, broker, listener, stream, write_half, closed);
+                serve_on(shared, broker, listener, stream, write_half, idle, closed);
             }
         }
     }
@@ -56,13 +64,15 @@ pub(super) fn serve(
 }
 
 /// Serves a connection's requests over `input` and `output` (the two halves of a socket, or
-/// one TLS stream twice) until it ends.
+/// one TLS stream twice) until it ends. `idle`: the connection's `connections.max.idle.ms`, the
+/// receive timeout its socket was given.
 fn serve_on(
     shared: &Shared,
     broker: i32,
     listener: Listener,
     input: impl Read,
     output: impl Write,
+    idle: Option<Duration>,
     closed: &AtomicBool,
 ) {
     let mut reader = BufReader::with_capacity(BUFFER_BYTES, input);
@@ -83,11 +93,8 @@ fn serve_on(
         }
         let waiting_since = Instant::now();
         let Some(mut frame) = read_frame(&mut reader) else {
-            if shared
-                .connections_max_idle()
-                .is_some_and(|idle| waiting_since.elapsed() >= idle)
-            {
-                shared.stats().count_idle_closed(broker);
+            if idle.is_some_and(|idle| waiting_since.elapsed() >= idle) {
+                shared.stats().count_idle_closed();
             }
             break;
         };

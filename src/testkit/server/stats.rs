@@ -26,8 +26,8 @@ pub struct ServerStats {
     authentications: Mutex<BTreeMap<(i32, String), (u64, u64)>>,
     ended_sessions_closed: AtomicU64,
     reauthentications: AtomicU64,
-    /// broker → connections closed for idling past `connections.max.idle.ms`.
-    idle_closed: Mutex<BTreeMap<i32, u64>>,
+    /// Connections closed for idling past `connections.max.idle.ms`, every broker.
+    idle_closed: AtomicU64,
     /// broker → TLS handshakes completed, and failed, on its TLS listener.
     tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
     /// TLS sessions by the version their handshake settled on, every broker.
@@ -131,14 +131,14 @@ impl ServerStats {
         self.ended_sessions_closed.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn count_idle_closed(&self, broker: i32) {
-        *self.idle_closed.lock().unwrap().entry(broker).or_default() += 1;
+    pub(crate) fn count_idle_closed(&self) {
+        self.idle_closed.fetch_add(1, Ordering::Relaxed);
         self.signal_connections();
     }
 
     /// Connections closed for idling past `connections.max.idle.ms`, every broker.
     pub fn idle_closed(&self) -> u64 {
-        self.idle_closed.lock().unwrap().values().sum()
+        self.idle_closed.load(Ordering::Relaxed)
     }
 
     /// Waits, woken by each connection closed, until at least `at_least` connections were
