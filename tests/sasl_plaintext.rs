@@ -24,7 +24,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use common::{check_exactly_once, payload_ids, produce_across_sessions, read_back_with, Isolation};
+use common::{
+    assert_ids_exactly_once, check_exactly_once, payload_ids, produce_across_sessions,
+    read_back_with, Isolation,
+};
 
 const PARTITIONS: i32 = 3;
 const USER: &str = "alice";
@@ -105,14 +108,7 @@ fn produce_and_read_back(mechanism: &str) {
             ("sasl.password", PASSWORD),
         ],
     );
-    let ids = payload_ids(&records);
-    let sent: Vec<u64> = (0..count).collect();
-    // Panics on a duplicate, a gap or a reordering; every id was acknowledged.
-    let verdict = check_exactly_once(&ids, &sent, &sent);
-    assert!(
-        verdict.starts_with(&format!("{count} records read")),
-        "{verdict}"
-    );
+    assert_ids_exactly_once(&records, count);
     assert!(
         stats.authentications_succeeded("PLAIN") >= 1,
         "the reader authenticated"

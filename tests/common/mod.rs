@@ -216,7 +216,13 @@ pub fn assert_read_back_exactly_once(
         Duration::from_secs(60),
         extra,
     );
-    let ids = payload_ids(&records);
+    assert_ids_exactly_once(&records, count);
+}
+
+/// Checks that `records` (as read back) hold ids `0..count`, each once, in order per
+/// partition, and nothing else.
+pub fn assert_ids_exactly_once(records: &[Vec<ReadRecord>], count: u64) {
+    let ids = payload_ids(records);
     let sent: Vec<u64> = (0..count).collect();
     // Panics on a duplicate, a gap or a reordering; every id was acknowledged.
     let verdict = check_exactly_once(&ids, &sent, &sent);
