@@ -53,6 +53,7 @@ struct Totals {
     unreachable_brokers: u64,
     idle_broker_failures: u64,
     state_losses: u64,
+    client_idle_closes: u64,
     events: u64,
     faults: FaultCounts,
 }
@@ -73,6 +74,7 @@ impl Totals {
         self.unreachable_brokers += r.unreachable_brokers;
         self.idle_broker_failures += r.idle_broker_failures;
         self.state_losses += r.state_losses;
+        self.client_idle_closes += r.client_idle_closes;
         self.events += r.events;
         self.faults.add(&r.faults);
     }
@@ -95,7 +97,7 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
             "{} {} seeds ({}..{}) in {elapsed:.1?}: {} records ({} per run), {} acked, {} failed \
              definitely, {} outcome unknown ({} of them in the log), {} epoch bumps, {} retries, \
              {} disconnects, {} leader moves, {} broker failures ({} more while idle), {} \
-             producer-state losses, {} events, {} failed",
+             producer-state losses, {} idle closes by the producer, {} events, {} failed",
             range.label(),
             range.count,
             range.first,
@@ -113,6 +115,7 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
             totals.broker_failures,
             totals.idle_broker_failures,
             totals.state_losses,
+            totals.client_idle_closes,
             totals.events,
             failures.len()
         );
@@ -158,6 +161,11 @@ fn assert_coverage_floors(totals: &Totals) {
         ("unreachable brokers", totals.unreachable_brokers, 100),
         ("producer-state losses (legacy)", totals.state_losses, 150),
         ("epoch bumps", totals.epoch_bumps, 1_600),
+        (
+            "idle closes by the producer",
+            totals.client_idle_closes,
+            1_000,
+        ),
     ];
     for (name, seen, floor) in outcomes {
         if seen < per_thousand(floor) {
@@ -195,6 +203,8 @@ fn fault_class_floor(name: &str) -> u64 {
         "expiries_in_flight" => 400,
         "late_appends" => 250,
         "wrap_starts" => 50,
+        "idle_closes" => 1_200,
+        "idle_crossings" => 15,
         other => panic!("no floor for fault class {other}"),
     }
 }

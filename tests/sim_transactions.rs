@@ -64,6 +64,9 @@ struct Totals {
     offsets_checked: u64,
     late_markers: u64,
     coordinator_moves: u64,
+    idle_closes: u64,
+    idle_crossings: u64,
+    client_idle_closes: u64,
     events: u64,
 }
 
@@ -92,6 +95,9 @@ impl Totals {
         self.offsets_checked += r.txn.offsets_checked;
         self.late_markers += r.late_markers;
         self.coordinator_moves += r.coordinator_moves;
+        self.idle_closes += r.idle_closes;
+        self.idle_crossings += r.idle_crossings;
+        self.client_idle_closes += r.client_idle_closes;
         self.events += r.events;
     }
 }
@@ -143,8 +149,14 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         println!(
             "committed consumer offsets checked against the transactions that sent them: {} \
              group partitions; {} transactions had their markers written after EndTxn was \
-             answered; {} coordinator moves",
-            totals.offsets_checked, totals.late_markers, totals.coordinator_moves
+             answered; {} coordinator moves; {} idle closes by the brokers ({} requests \
+             crossed one), {} by the producer",
+            totals.offsets_checked,
+            totals.late_markers,
+            totals.coordinator_moves,
+            totals.idle_closes,
+            totals.idle_crossings,
+            totals.client_idle_closes
         );
         if !failures.is_empty() {
             reports.push(failure_report(
@@ -174,6 +186,8 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
                 ("leader moves", totals.leader_moves),
                 ("broker failures", totals.broker_failures),
                 ("unreachable brokers", totals.unreachable_brokers),
+                ("idle closes by the brokers", totals.idle_closes),
+                ("idle closes by the producer", totals.client_idle_closes),
                 (
                     "calls repeated after a caller timeout",
                     totals.repeated_calls,

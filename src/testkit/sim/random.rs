@@ -24,7 +24,7 @@ use crate::testkit::broker::{BrokerRules, KafkaBehaviour};
 use super::checker::{CheckerStats, Verdict};
 use super::rng::Rng;
 use super::world::{
-    default_engine_config, Chaos, FaultCounts, QuietFaults, Sim, SimSetup, MS, SECOND,
+    default_engine_config, Chaos, FaultCounts, IdleLimits, QuietFaults, Sim, SimSetup, MS, SECOND,
 };
 
 /// Records sent in the chaos phase of a default run.
@@ -61,6 +61,8 @@ pub struct RandomPlan {
     pub chaos: Chaos,
     /// Snapshot reloads, expiry in flight, late appends, sequence wrap.
     pub quiet: QuietFaults,
+    /// Idle connections closed by the brokers or the producer (`connections.max.idle.ms`).
+    pub idle: IdleLimits,
 }
 
 /// A broker failure while the producer is idle: `broker` goes down (for the rest of the
@@ -110,7 +112,9 @@ impl RandomPlan {
             rules.max_message_bytes = *rng.pick(&[1_500, 3_000, 6_000]);
         }
 
+        let idle = IdleLimits::draw(seed);
         let mut engine = default_engine_config();
+        engine.connections_max_idle = idle.client;
         engine.linger = rng.range(0, 10) * MS;
         engine.batch_size = *rng.pick(&[1_024, 4_096, 16_384]);
         engine.max_in_flight = if rng.chance(0.7) {
@@ -206,6 +210,7 @@ impl RandomPlan {
                 idle_for: rng.range(0, 3 * SECOND),
             }),
             quiet: QuietFaults::draw(seed, !legacy, setup.engine.request_timeout),
+            idle,
             setup,
             chaos,
         }
@@ -232,6 +237,8 @@ pub struct RunReport {
     /// Broker failures while the producer was idle (phase 3).
     pub idle_broker_failures: u64,
     pub state_losses: u64,
+    /// Connections the producer closed for idleness (the brokers' closes are in `faults`).
+    pub client_idle_closes: u64,
     pub faults: FaultCounts,
 }
 
@@ -275,6 +282,7 @@ pub fn run_plan(plan: &RandomPlan) -> RunReport {
 fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
     sim.set_chaos(Some(plan.chaos.clone()));
     sim.set_quiet_faults(plan.quiet.clone());
+    sim.set_connections_max_idle(plan.idle.broker);
     let mut rng = Rng::new(plan.seed.rotate_left(17) ^ 0xd1ce);
     let partitions: Vec<TopicPartition> = sim.partitions().to_vec();
     let brokers = plan.setup.brokers.clone();
@@ -533,6 +541,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         unreachable_brokers,
         idle_broker_failures,
         state_losses,
+        client_idle_closes: 0,
         faults: sim.fault_counts().clone(),
     };
     for shard in 0..sim.shard_count() {
@@ -542,6 +551,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         report.produce_requests += stats.produce_requests;
         report.retries += stats.retries;
         report.disconnects += stats.disconnects;
+        report.client_idle_closes += stats.idle_disconnects;
     }
     report
 }

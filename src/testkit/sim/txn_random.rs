@@ -16,7 +16,7 @@ use crate::testkit::broker::BrokerRules;
 use super::checker::CheckerStats;
 use super::rng::Rng;
 use super::txn_checker::TxnStats;
-use super::world::{default_engine_config, Chaos, Sim, SimSetup, MS, SECOND};
+use super::world::{default_engine_config, Chaos, IdleLimits, Sim, SimSetup, MS, SECOND};
 
 /// Transactions in a default run.
 pub const DEFAULT_TRANSACTIONS: usize = 12;
@@ -50,6 +50,8 @@ pub struct TxnPlan {
     /// Mean time between moves of the transaction coordinator (an election of its
     /// `__transaction_state` partition), also while markers are unwritten.
     pub coordinator_move_every: Option<Micros>,
+    /// Idle connections closed by the brokers or the producer (`connections.max.idle.ms`).
+    pub idle: IdleLimits,
     pub setup: SimSetup,
     pub chaos: Chaos,
 }
@@ -63,7 +65,9 @@ impl TxnPlan {
         let leaders = (0..partitions)
             .map(|i| brokers[(i + offset) % brokers.len()])
             .collect();
+        let idle = IdleLimits::draw(seed);
         let mut engine = default_engine_config();
+        engine.connections_max_idle = idle.client;
         engine.transactional_id = Some(format!("sim-tx-{}", seed % 7));
         engine.linger = rng.range(0, 20) * MS;
         engine.batch_size = *rng.pick(&[1_024, 16_384]);
@@ -132,6 +136,7 @@ impl TxnPlan {
             broker_down_for: (50 * MS, rng.range(1, 5) * SECOND),
             marker_write_gap: None,
             coordinator_move_every: None,
+            idle,
             setup,
             chaos,
         };
@@ -164,6 +169,11 @@ pub struct TxnRunReport {
     /// Transactions whose markers were written after their EndTxn was answered.
     pub late_markers: u64,
     pub coordinator_moves: u64,
+    /// Connections the brokers closed for idleness, and requests that crossed such a close.
+    pub idle_closes: u64,
+    pub idle_crossings: u64,
+    /// Connections the producer closed for idleness.
+    pub client_idle_closes: u64,
 }
 
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
@@ -452,6 +462,7 @@ impl<'a> Runner<'a> {
             .collect();
         assert!(sim.cluster().create_topic(INPUT_TOPIC, &leaders));
         sim.set_chaos(Some(self.plan.chaos.clone()));
+        sim.set_connections_max_idle(self.plan.idle.broker);
         if self.plan.marker_write_gap.is_some() {
             sim.cluster().hold_transaction_markers(true);
         }
@@ -517,6 +528,11 @@ impl<'a> Runner<'a> {
             timed_out: sim.txn_world().timed_out,
             late_markers: self.late_markers,
             coordinator_moves: self.coordinator_moves,
+            idle_closes: sim.fault_counts().idle_closes,
+            idle_crossings: sim.fault_counts().idle_crossings,
+            client_idle_closes: (0..sim.shard_count())
+                .map(|shard| sim.engine(shard).stats().idle_disconnects)
+                .sum(),
         }
     }
 }

@@ -43,10 +43,12 @@ use super::rng::Rng;
 
 mod checks;
 mod faults;
+mod idle;
 mod network;
 mod quiet;
 mod txn;
 pub use faults::{Chaos, Fault, FaultRule, RequestMatch};
+pub use idle::IdleLimits;
 pub use quiet::{FaultCounts, QuietFaults};
 pub use txn::{TxnWorld, OWNER};
 
@@ -225,6 +227,12 @@ struct SimConn {
     answers: VecDeque<PendingAnswer>,
     /// Requests written and not yet arrived.
     in_transit: usize,
+    /// When the broker last read or wrote on it (`idle`).
+    last_activity: Micros,
+    /// An `Event::IdleCheck` for it is scheduled.
+    idle_check_pending: bool,
+    /// The broker closed it for idleness.
+    idle_closed: bool,
 }
 
 impl SimConn {
@@ -256,6 +264,8 @@ enum Event {
         generation: u64,
     },
     Identity(usize),
+    /// The broker looks whether a connection has been idle past its limit (`idle`).
+    IdleCheck(u64),
     /// Let a shard run (after the driver handed it a transactional command).
     Drive(usize),
     Script(Script),
@@ -331,6 +341,8 @@ pub struct Sim {
     log_bytes_seen: usize,
     txn: TxnWorld,
     quiet: quiet::QuietWorld,
+    /// The brokers' `connections.max.idle.ms` (`idle`).
+    broker_idle_limit: Option<Micros>,
 }
 
 fn broker_address(id: i32) -> SocketAddr {
@@ -412,6 +424,7 @@ impl Sim {
             log_bytes_seen: 0,
             txn: TxnWorld::default(),
             quiet: quiet::QuietWorld::default(),
+            broker_idle_limit: None,
             setup,
         }
     }
@@ -926,6 +939,7 @@ impl Sim {
                 self.adopt_identity(shard);
                 self.drive(shard);
             }
+            Event::IdleCheck(id) => self.idle_check(id),
             Event::Drive(shard) => self.drive(shard),
             Event::Script(f) => f(self),
         }

@@ -33,6 +33,9 @@ impl Sim {
                 last_arrival: self.now,
                 answers: VecDeque::new(),
                 in_transit: 0,
+                last_activity: self.now,
+                idle_check_pending: false,
+                idle_closed: false,
             },
         );
         let latency = self.latency();
@@ -60,6 +63,7 @@ impl Sim {
             (conn.engine, conn.node, conn.generation, conn.broker);
         if self.shared.cluster().is_broker_up(broker) {
             self.conns.get_mut(&id).expect("known").state = ConnState::Open;
+            self.note_activity(id);
             self.shards[shard]
                 .engine
                 .on_connected(self.now, node, generation);
@@ -153,16 +157,22 @@ impl Sim {
     }
 
     pub(super) fn on_request(&mut self, id: u64, frame: Bytes, trace: Option<usize>) {
-        let (state, broker) = {
+        let (state, broker, idle_closed) = {
             let conn = self
                 .conns
                 .get_mut(&id)
                 .expect("a connection with a request in transit");
             conn.in_transit -= 1;
-            (conn.state, conn.broker)
+            (conn.state, conn.broker, conn.idle_closed)
         };
-        if state != ConnState::Open {
+        if state == ConnState::Open {
+            self.note_activity(id);
+        } else {
             self.forget_if_done(id);
+        }
+        if state == ConnState::ClosedByBroker && idle_closed {
+            // Written before the client learnt of the broker's idle close: never read.
+            self.quiet.counts.idle_crossings += 1;
         }
         let late_serve = self.chaos.as_ref().map_or(0.0, |c| c.late_serve);
         match state {
@@ -361,6 +371,7 @@ impl Sim {
         if let Some(t) = answer.trace {
             self.record_answer(t, &answer.body);
         }
+        self.note_activity(id);
         self.shards[shard]
             .engine
             .on_frame(self.now, node, generation, answer.body);

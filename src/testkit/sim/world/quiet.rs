@@ -102,6 +102,10 @@ pub struct FaultCounts {
     pub expiries_in_flight: u64,
     pub late_appends: u64,
     pub wrap_starts: u64,
+    /// Connections the broker closed for idleness (`idle`).
+    pub idle_closes: u64,
+    /// Requests that arrived after the broker's idle close of their connection, unread.
+    pub idle_crossings: u64,
 }
 
 impl FaultCounts {
@@ -112,7 +116,7 @@ impl FaultCounts {
     }
 
     /// Every class by name, for reports and floors.
-    pub fn classes(&self) -> [(&'static str, u64); 15] {
+    pub fn classes(&self) -> [(&'static str, u64); 17] {
         [
             ("drop_request", self.drop_request),
             ("reset_before_processing", self.reset_before_processing),
@@ -129,10 +133,12 @@ impl FaultCounts {
             ("expiries_in_flight", self.expiries_in_flight),
             ("late_appends", self.late_appends),
             ("wrap_starts", self.wrap_starts),
+            ("idle_closes", self.idle_closes),
+            ("idle_crossings", self.idle_crossings),
         ]
     }
 
-    fn fields_mut(&mut self) -> [&mut u64; 15] {
+    fn fields_mut(&mut self) -> [&mut u64; 17] {
         [
             &mut self.drop_request,
             &mut self.reset_before_processing,
@@ -149,6 +155,8 @@ impl FaultCounts {
             &mut self.expiries_in_flight,
             &mut self.late_appends,
             &mut self.wrap_starts,
+            &mut self.idle_closes,
+            &mut self.idle_crossings,
         ]
     }
 
