@@ -247,6 +247,63 @@ mod tests {
         assert_eq!(metadata.leader("t", 0), led_by(3, 0));
     }
 
+    /// An answer for `t` with `partitions`, each `(leader, error_code)`.
+    fn answer_with_partitions(partitions: &[(i32, i16)]) -> MetadataResponse {
+        let partitions = partitions
+            .iter()
+            .enumerate()
+            .map(|(i, &(leader, error))| {
+                MetadataResponsePartition::default()
+                    .with_partition_index(i as i32)
+                    .with_leader_id(BrokerId(leader))
+                    .with_leader_epoch(3)
+                    .with_error_code(error)
+            })
+            .collect();
+        MetadataResponse::default().with_topics(vec![MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+            .with_partitions(partitions)])
+    }
+
+    // Kafka's metadata cache answers REPLICA_NOT_AVAILABLE for a partition whose leader is up
+    // but some replica is not, with that leader, and LEADER_NOT_AVAILABLE when no leader
+    // serves it (an election). The first keeps its leader; any other error leaves the
+    // partition without one until the next answer.
+    #[test]
+    fn a_partition_answered_replica_not_available_keeps_its_leader_and_one_in_an_election_has_none()
+    {
+        let mut metadata = ClusterMetadata::new(&[]);
+        metadata.update(&answer_with_partitions(&[
+            (1, code::NONE),
+            (2, code::REPLICA_NOT_AVAILABLE),
+            (3, code::LEADER_NOT_AVAILABLE),
+        ]));
+        assert_eq!(metadata.leader("t", 0), led_by(1, 3));
+        assert_eq!(metadata.leader("t", 1), led_by(2, 3));
+        assert_eq!(
+            metadata.leader("t", 2),
+            Some(PartitionLeader {
+                leader: None,
+                leader_epoch: 3
+            })
+        );
+    }
+
+    #[test]
+    fn a_topics_partition_count_is_its_answered_partitions_and_unknown_without_any() {
+        let mut metadata = ClusterMetadata::new(&[]);
+        assert_eq!(metadata.partition_count("t"), None);
+        metadata.update(&answer_with_partitions(&[]));
+        assert_eq!(
+            metadata.partition_count("t"),
+            None,
+            "a topic without partitions"
+        );
+        metadata.update(&answer_with_partitions(&[(1, code::NONE); 3]));
+        assert_eq!(metadata.partition_count("t"), Some(3));
+        assert_eq!(metadata.partition_count("u"), None);
+    }
+
     // Java resets the last seen epoch when the topic id changes: a deleted and re-created
     // topic starts its epochs again.
     #[test]
