@@ -370,4 +370,6 @@ impl<D: Delivery> Engine<D> {
 }
 
 #[cfg(test)]
+mod lifecycle_tests;
+#[cfg(test)]
 mod tests;
