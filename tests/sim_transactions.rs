@@ -45,7 +45,8 @@ struct Totals {
     runs: u64,
     fatal_runs: u64,
     /// The first few seeds whose run ended fatal, to replay.
-    fatal_seeds: Vec<u64>,
+    /// The first runs that ended fatal, with their transaction manager's error.
+    fatal_seeds: Vec<(u64, Option<String>)>,
     records: u64,
     acked: u64,
     failed: u64,
@@ -75,7 +76,7 @@ impl Totals {
         self.runs += 1;
         self.fatal_runs += u64::from(r.fatal);
         if r.fatal && self.fatal_seeds.len() < 10 {
-            self.fatal_seeds.push(r.seed);
+            self.fatal_seeds.push((r.seed, r.fatal_error.clone()));
         }
         self.records += r.checker.sent;
         self.acked += r.checker.acked;
@@ -115,7 +116,13 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
         let (totals, failures) = run_range(&range, run_txn_seed, Totals::add);
         let elapsed = started.elapsed();
         if !totals.fatal_seeds.is_empty() {
-            println!("runs that ended fatal (first 10): {:?}", totals.fatal_seeds);
+            println!("runs that ended fatal (first 10):");
+            for (seed, error) in &totals.fatal_seeds {
+                println!(
+                    "  {seed}: {}",
+                    error.as_deref().unwrap_or("no error recorded")
+                );
+            }
         }
         println!(
             "{} {} seeds ({}..{}) in {elapsed:.1?}: {} transactions committed, {} aborted, {} \

@@ -21,6 +21,6 @@ pub use checker::{Checker, CheckerStats, RecordId, Verdict};
 pub use random::{run_plan, run_seed, RandomPlan, RunReport, DEFAULT_RECORDS};
 pub use rng::Rng;
 pub use world::{
-    default_engine_config, Chaos, Fault, FaultCounts, FaultRule, ProduceTrace, QuietFaults,
-    RequestMatch, Sim, SimDelivery, SimSetup, TracedBatch, EPOCH_MS, MS, SECOND,
+    default_engine_config, Chaos, Fault, FaultCounts, FaultRule, IdleLimits, ProduceTrace,
+    QuietFaults, RequestMatch, Sim, SimDelivery, SimSetup, TracedBatch, EPOCH_MS, MS, SECOND,
 };

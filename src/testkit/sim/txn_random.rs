@@ -159,6 +159,8 @@ pub struct TxnRunReport {
     pub events: u64,
     /// The producer ended fenced or fatal (its later transactions were not run).
     pub fatal: bool,
+    /// The transaction manager's error when it ended fatal.
+    pub fatal_error: Option<String>,
     pub repeated_calls: u64,
     pub leader_moves: u64,
     pub broker_failures: u64,
@@ -521,6 +523,7 @@ impl<'a> Runner<'a> {
             txn,
             events: sim.events_handled(),
             fatal,
+            fatal_error: if fatal { sim.txn_last_error() } else { None },
             repeated_calls: self.repeated_calls,
             leader_moves: self.leader_moves,
             broker_failures: self.broker_failures,

@@ -52,6 +52,15 @@ impl Sim {
             .map(|tm| tm.state())
     }
 
+    /// What made the transaction manager fail, if it did.
+    pub fn txn_last_error(&self) -> Option<String> {
+        self.shards[OWNER]
+            .engine
+            .transaction_manager()
+            .and_then(|tm| tm.last_error())
+            .map(|e| e.to_string())
+    }
+
     /// The coordinator's periodic `abortTimedOutTransactions` on the virtual clock: at the
     /// first event after each interval, as a broker's scheduler would have run it by then.
     /// Nothing can observe the broker between two events, so the run is the same.
