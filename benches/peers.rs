@@ -151,6 +151,10 @@ struct Outcome {
     max_us: f64,
     cpu_s: f64,
     rss_bytes: u64,
+    /// Bytes the client wrote to the brokers (every request, warm-up included), by its own
+    /// count: kacrab's `outgoing-byte-total`, librdkafka's `tx_bytes` statistic. 0: the client
+    /// does not report it.
+    wire_bytes: u64,
     /// Filled in by the orchestrator.
     broker_cpu_s: f64,
 }
@@ -170,6 +174,7 @@ impl Outcome {
             max_us: us(h.max()),
             cpu_s: cpu.as_secs_f64(),
             rss_bytes: procstat::peak_rss_bytes(),
+            wire_bytes: 0,
             broker_cpu_s: 0.0,
         }
     }
@@ -177,7 +182,7 @@ impl Outcome {
     fn to_line(&self) -> String {
         format!(
             "result records={} elapsed_s={} errors={} avg_us={} p50_us={} p99_us={} p999_us={} \
-             max_us={} cpu_s={} rss_bytes={}",
+             max_us={} cpu_s={} rss_bytes={} wire_bytes={}",
             self.records,
             self.elapsed_s,
             self.errors,
@@ -187,7 +192,8 @@ impl Outcome {
             self.p999_us,
             self.max_us,
             self.cpu_s,
-            self.rss_bytes
+            self.rss_bytes,
+            self.wire_bytes
         )
     }
 
@@ -216,6 +222,8 @@ impl Outcome {
             max_us: f("max_us")?,
             cpu_s: f("cpu_s")?,
             rss_bytes: f("rss_bytes")? as u64,
+            // Optional: the Java harness does not report it.
+            wire_bytes: f("wire_bytes").map_or(0, |b| b as u64),
             broker_cpu_s: 0.0,
         })
     }
@@ -397,16 +405,38 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     if let Some(e) = &d.first_error {
         eprintln!("kacrab: {} errors, first: {e}", d.errors);
     }
-    let outcome = Outcome::from_histogram(spec.records, elapsed, d.errors, cpu);
+    let mut outcome = Outcome::from_histogram(spec.records, elapsed, d.errors, cpu);
+    outcome.wire_bytes = producer.metrics().outgoing_byte_total;
     producer.close(Duration::from_secs(10));
     Ok(outcome)
 }
 
 static RD_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// librdkafka's `tx_bytes` statistic from its latest statistics callback, and how many
+/// callbacks came.
+static RD_TX_BYTES: AtomicU64 = AtomicU64::new(0);
+static RD_STATS: AtomicU64 = AtomicU64::new(0);
 
 struct RdContext;
 
-impl rdkafka::ClientContext for RdContext {}
+impl rdkafka::ClientContext for RdContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        RD_TX_BYTES.store(statistics.tx_bytes.max(0) as u64, Ordering::Relaxed);
+        RD_STATS.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// librdkafka's `tx_bytes` as of a statistics callback produced wholly after this call: the
+/// second callback from now (the first may have been produced before). The statistics
+/// interval is 500 ms, so this waits about a second, after the measured run.
+fn librdkafka_tx_bytes_now() -> u64 {
+    let seen = RD_STATS.load(Ordering::Acquire);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while RD_STATS.load(Ordering::Acquire) < seen + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    RD_TX_BYTES.load(Ordering::Relaxed)
+}
 
 impl rdkafka::producer::ProducerContext for RdContext {
     type DeliveryOpaque = usize;
@@ -440,6 +470,7 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
         .set("linger.ms", spec.linger_ms.to_string())
         .set("batch.size", spec.batch_size.to_string())
         .set("batch.num.messages", "1000000")
+        .set("statistics.interval.ms", "500")
         .set("compression.type", spec.compression.as_str())
         .set(
             "message.max.bytes",
@@ -524,12 +555,14 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
     }
     let elapsed = start.elapsed();
     let cpu = procstat::process_cpu() - cpu0;
-    Ok(Outcome::from_histogram(
+    let mut outcome = Outcome::from_histogram(
         spec.records,
         elapsed,
         RD_ERRORS.load(Ordering::Relaxed),
         cpu,
-    ))
+    );
+    outcome.wire_bytes = librdkafka_tx_bytes_now();
+    Ok(outcome)
 }
 
 fn run_rskafka(spec: &RunSpec) -> Result<Outcome> {
@@ -1148,9 +1181,9 @@ fn summarize(
     );
     let _ = writeln!(
         out,
-        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s per M records | peak RSS MiB | broker CPU s |"
+        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let med = |label: &str, f: &dyn Fn(&Outcome) -> f64| {
         median(
             results
@@ -1162,12 +1195,18 @@ fn summarize(
     for (label, _, _, _) in clients {
         let runs = results.get(label).map_or(0, Vec::len);
         if runs == 0 {
-            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | |");
+            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | | |");
             continue;
         }
+        let wire = med(label, &|o| o.wire_bytes as f64 / o.records.max(1) as f64);
+        let wire = if wire > 0.0 {
+            format!("{wire:.1}")
+        } else {
+            "n/a".to_string()
+        };
         let _ = writeln!(
             out,
-            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} |",
+            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} | {wire} |",
             med(label, &|o| o.records_per_sec()),
             med(label, &|o| o.records_per_sec() * scenario.size as f64 / 1048576.0),
             med(label, &|o| o.p50_us / 1e3),
@@ -1203,6 +1242,10 @@ fn summarize(
             ratio(label, base, &|o| o.p99_us),
             ratio(label, base, &|o| o.p999_us),
         );
+        let wire = ratio(label, base, &|o| o.wire_bytes as f64);
+        if wire.is_finite() && wire > 0.0 {
+            let _ = writeln!(out, "  wire bytes {wire:.2}x");
+        }
     }
     if results.contains_key("loopback TCP") {
         let _ = writeln!(
