@@ -498,6 +498,54 @@ mod tests {
         );
     }
 
+    // Java's `estimateSizeInBytesUpperBound`: every varint at its widest (5 bytes for a length,
+    // 10 for the timestamp delta), so the bound holds whatever the record's position in its
+    // batch.
+    #[test]
+    fn a_records_upper_bound_counts_every_varint_at_its_widest_and_holds_for_the_record() {
+        let headers = [
+            Header {
+                key: "ab",
+                value: Some(b"wxyz"),
+            },
+            Header {
+                key: "c",
+                value: None,
+            },
+        ];
+        let bound = record_size_upper_bound(Some(b"key"), Some(b"value"), &headers);
+        assert_eq!(bound, 36 + 3 + 5 + (10 + 2 + 4) + (10 + 1));
+        assert_eq!(record_size_upper_bound(None, None, &[]), 36);
+        let mut b = ProducerBatch::new(0, 10, 1024);
+        let empty = b.size_in_bytes();
+        b.try_append(10, Some(b"key"), Some(b"value"), &headers, ())
+            .unwrap();
+        let encoded = b.size_in_bytes() - empty;
+        assert!(encoded <= bound, "{encoded} > {bound}");
+    }
+
+    // `RA.batchReady`'s fullness: an open batch is full when 16 more bytes would not fit.
+    #[test]
+    fn an_open_batch_is_full_once_within_16_bytes_of_batch_size() {
+        const MAX: usize = 200;
+        let mut b = ProducerBatch::new(0, 10, MAX);
+        assert!(!b.is_full(), "an empty batch");
+        let mut appended = 0;
+        while b.try_append(10, None, Some(b"v"), &[], ()).is_ok() {
+            appended += 1;
+            assert_eq!(
+                b.is_full(),
+                b.size_in_bytes() + 16 >= MAX,
+                "after {appended} records, {} bytes",
+                b.size_in_bytes()
+            );
+        }
+        // The last records brought it within 16 bytes of MAX, where `is_full` turns.
+        let size = b.size_in_bytes();
+        assert!(size <= MAX && size + 16 >= MAX, "{size} bytes of {MAX}");
+        assert!(b.is_full());
+    }
+
     #[test]
     fn a_sealed_batch_takes_no_records_and_keeps_its_size() {
         let mut b = batch(false);
