@@ -91,9 +91,13 @@ fn serve_on(
                 continue;
             }
         }
-        let waiting_since = Instant::now();
+        // The clock is read only when a limit can end the wait.
+        let waiting_since = idle.map(|_| Instant::now());
         let Some(mut frame) = read_frame(&mut reader) else {
-            if idle.is_some_and(|idle| waiting_since.elapsed() >= idle) {
+            if idle
+                .zip(waiting_since)
+                .is_some_and(|(idle, since)| since.elapsed() >= idle)
+            {
                 shared.stats().count_idle_closed();
             }
             break;
