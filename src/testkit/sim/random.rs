@@ -541,7 +541,7 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         unreachable_brokers,
         idle_broker_failures,
         state_losses,
-        client_idle_closes: 0,
+        client_idle_closes: sim.producer_idle_closes(),
         faults: sim.fault_counts().clone(),
     };
     for shard in 0..sim.shard_count() {
@@ -551,7 +551,6 @@ fn run_phases(plan: &RandomPlan, sim: &mut Sim) -> RunReport {
         report.produce_requests += stats.produce_requests;
         report.retries += stats.retries;
         report.disconnects += stats.disconnects;
-        report.client_idle_closes += stats.idle_disconnects;
     }
     report
 }

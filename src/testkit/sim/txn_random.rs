@@ -533,9 +533,7 @@ impl<'a> Runner<'a> {
             coordinator_moves: self.coordinator_moves,
             idle_closes: sim.fault_counts().idle_closes,
             idle_crossings: sim.fault_counts().idle_crossings,
-            client_idle_closes: (0..sim.shard_count())
-                .map(|shard| sim.engine(shard).stats().idle_disconnects)
-                .sum(),
+            client_idle_closes: sim.producer_idle_closes(),
         }
     }
 }

@@ -63,6 +63,14 @@ impl Sim {
             .max()
     }
 
+    /// Connections the producer's engines closed for idleness, every shard.
+    pub fn producer_idle_closes(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.engine.stats().idle_disconnects)
+            .sum()
+    }
+
     /// A connection's activity as the broker sees it: the idle clock restarts.
     pub(super) fn note_activity(&mut self, id: u64) {
         let Some(limit) = self.broker_idle_limit else {
