@@ -193,18 +193,7 @@ impl Rig {
     /// Answers the Metadata request on `node`: one broker `id` at `host`:9092 leading `t`-0.
     pub fn metadata(&mut self, node: NodeId, id: i32, host: &str, error_code: i16) {
         let request = self.take(node, ApiKey::Metadata);
-        let response = MetadataResponse::default()
-            .with_error_code(error_code)
-            .with_brokers(vec![MetadataResponseBroker::default()
-                .with_node_id(BrokerId(id))
-                .with_host(StrBytes::from_string(host.to_string()))
-                .with_port(9092)])
-            .with_topics(vec![MetadataResponseTopic::default()
-                .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
-                .with_partitions(vec![MetadataResponsePartition::default()
-                    .with_partition_index(0)
-                    .with_leader_id(BrokerId(id))
-                    .with_leader_epoch(0)])]);
+        let response = metadata_answer(&[(id, host)], id).with_error_code(error_code);
         self.answer(&request, &response);
     }
 
@@ -235,4 +224,27 @@ impl Rig {
     pub fn rebootstraps(&self) -> u64 {
         self.engine.stats().rebootstraps
     }
+}
+
+/// A Metadata answer listing `brokers` (id and host, port 9092), with `t`-0 led by `leader` at
+/// leader epoch 0.
+pub fn metadata_answer(brokers: &[(i32, &str)], leader: i32) -> MetadataResponse {
+    MetadataResponse::default()
+        .with_brokers(
+            brokers
+                .iter()
+                .map(|&(id, host)| {
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(id))
+                        .with_host(StrBytes::from_string(host.to_string()))
+                        .with_port(9092)
+                })
+                .collect(),
+        )
+        .with_topics(vec![MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
+            .with_partitions(vec![MetadataResponsePartition::default()
+                .with_partition_index(0)
+                .with_leader_id(BrokerId(leader))
+                .with_leader_epoch(0)])])
 }

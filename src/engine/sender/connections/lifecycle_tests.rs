@@ -3,16 +3,12 @@
 //! (Java's `NetworkClient` and `ClusterConnectionStates`).
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
-use kafka_protocol::messages::metadata_response::{
-    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
-};
-use kafka_protocol::messages::{ApiVersionsResponse, BrokerId, MetadataResponse, TopicName};
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::messages::ApiVersionsResponse;
 
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::code;
 
-use super::super::scripted_rig::{Rig, Written, MS, SECOND};
+use super::super::scripted_rig::{metadata_answer, Rig, Written, MS, SECOND};
 
 /// Bootstrapped, and connecting to broker 1 (its connection not up yet). A batch waits
 /// `retry.backoff.ms` (10 ms) to be sent again, a connection `reconnect.backoff.ms` (50 ms) to
@@ -190,21 +186,7 @@ fn two_brokers(leader: i32) -> Rig {
     rig.poll();
     rig.negotiate(-1, 12);
     let request = rig.take(-1, ApiKey::Metadata);
-    let broker = |id: i32| {
-        MetadataResponseBroker::default()
-            .with_node_id(BrokerId(id))
-            .with_host(StrBytes::from_string(format!("b{id}")))
-            .with_port(9092)
-    };
-    let response = MetadataResponse::default()
-        .with_brokers(vec![broker(1), broker(2)])
-        .with_topics(vec![MetadataResponseTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_static_str("t"))))
-            .with_partitions(vec![MetadataResponsePartition::default()
-                .with_partition_index(0)
-                .with_leader_id(BrokerId(leader))
-                .with_leader_epoch(0)])]);
-    rig.answer(&request, &response);
+    rig.answer(&request, &metadata_answer(&[(1, "b1"), (2, "b2")], leader));
     assert_eq!(rig.last_connect(), (leader, &*format!("b{leader}:9092")));
     rig.now += SECOND;
     rig
