@@ -70,6 +70,14 @@ fn acknowledged(deliveries: Vec<(u64, DeliveryFuture)>) {
     }
 }
 
+/// Reads `topic` back with librdkafka, which must find records 0..count once each. The
+/// reader's connections are not under test, and librdkafka reports an idle close to its poll
+/// as an error, so the brokers' idle limit is turned off first.
+fn read_back_with_idle_limit_off(cluster: &ReferenceCluster, topic: &str, count: u64) {
+    cluster.set_connections_max_idle(None);
+    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, count, &[]);
+}
+
 #[test]
 fn a_connection_the_broker_closed_for_idling_is_reopened_and_no_record_is_lost_or_doubled() {
     let topic = "idle-closed";
@@ -89,10 +97,7 @@ fn a_connection_the_broker_closed_for_idling_is_reopened_and_no_record_is_lost_o
         "the producer connected again"
     );
     drop(producer);
-    // The reader's connections are not under test: librdkafka reports an idle close to
-    // its poll as an error.
-    cluster.set_connections_max_idle(None);
-    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, 600, &[]);
+    read_back_with_idle_limit_off(&cluster, topic, 600);
 }
 
 // Records sent one at a time to one partition, about as far apart as the idle limit: some are
@@ -123,10 +128,7 @@ fn records_sent_across_a_brokers_idle_closes_land_exactly_once() {
     );
     let retried = producer.metrics().record_retry_total;
     drop(producer);
-    // The reader's connections are not under test: librdkafka reports an idle close to
-    // its poll as an error.
-    cluster.set_connections_max_idle(None);
-    assert_read_back_exactly_once(&cluster.bootstrap_servers(), topic, PARTITIONS, id, &[]);
+    read_back_with_idle_limit_off(&cluster, topic, id);
     println!("{id} records, {closed} idle closes, {retried} records retried");
 }
 
