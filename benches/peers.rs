@@ -384,9 +384,7 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     for f in warm {
         f.wait()?;
     }
-    let reserve = kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD
-        + kacrab::engine::batch::record_size_upper_bound(None, Some(&vec![0; spec.size]), &[]);
-    Tracker::install(producer.config().buffer_memory / reserve + 2);
+    Tracker::install();
     let mut payloads = Payloads::new(spec.size);
     let pacer = spec.pacer();
     let cpu0 = procstat::process_cpu();
@@ -483,7 +481,7 @@ fn run_librdkafka(spec: &RunSpec) -> Result<Outcome> {
             spec.max_outstanding().to_string(),
         )
         .create_with_context(RdContext)?;
-    let tracker = Tracker::install(1024);
+    let tracker = Tracker::install();
     let call = Duration::from_secs(30);
     let txn = spec.txn_ms > 0;
     if txn {
@@ -604,7 +602,7 @@ fn run_rskafka(spec: &RunSpec) -> Result<Outcome> {
         for producer in &producers {
             producer.produce(record(vec![0u8; 8])).await?;
         }
-        let tracker = Tracker::install(1024);
+        let tracker = Tracker::install();
         let template = Payloads::new(spec.size).template().to_vec();
         let pacer = spec.pacer();
         let errors = AtomicU64::new(0);
@@ -685,7 +683,7 @@ fn run_loopback(spec: &RunSpec) -> Result<Outcome> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let chunk = vec![0x5au8; 64 << 10];
-    Tracker::install(1024);
+    Tracker::install();
     let cpu0 = procstat::process_cpu();
     let start = Instant::now();
     let mut sent = 0u64;
@@ -732,7 +730,7 @@ fn run_loopback_rtt(spec: &RunSpec) -> Result<Outcome> {
     s.set_nodelay(true)?;
     let out = vec![0x5au8; size];
     let mut back = vec![0u8; size];
-    let tracker = Tracker::install(1024);
+    let tracker = Tracker::install();
     let cpu0 = procstat::process_cpu();
     let start = Instant::now();
     for _ in 0..rounds {

@@ -1,14 +1,15 @@
-//! Per-record latency: a send timestamp per in-flight record, taken just before `send`, and a
-//! completion timestamp taken by the thread that completes the record (the waker runs on the
-//! shard, right after the result is set). Latencies go into a lock-free log-linear histogram.
+//! Per-record latency: a send timestamp per record, taken just before `send`, and a completion
+//! timestamp taken by the thread that completes the record (the waker runs on the shard, right
+//! after the result is set). Latencies go into a lock-free log-linear histogram.
 //!
-//! Each in-flight record owns one slot of a ring; the slot holds its send time (+1, so 0 means
-//! free). The waker handed to the record's `DeliveryFuture` carries the slot index, reads the
-//! send time, records the latency and frees the slot. The sender waits for a slot to be free
-//! before reusing it, so the ring bounds nothing that `buffer.memory` does not already bound
-//! when it is sized from it.
+//! The send time travels in the waker itself (its data word), as librdkafka's delivery opaque
+//! carries it in the peer benchmark: completing a record touches no memory the sending thread
+//! writes. The histogram is striped by recording thread, so two shards completing records at
+//! once do not contend for one set of counters; readers sum the stripes. Without both, the
+//! harness's own cache-line traffic between cores was charged to the client it measures.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::task::{RawWaker, RawWakerVTable, Waker};
 use std::time::Instant;
@@ -19,24 +20,66 @@ const SUB: usize = 1 << SUB_BITS;
 /// Values up to 2^42 ns (73 minutes).
 const MAX_BITS: u32 = 42;
 const BUCKETS: usize = (MAX_BITS - SUB_BITS + 1) as usize * SUB;
+/// Recording threads get stripes round-robin; past this many, threads share stripes (still
+/// correct: every counter is atomic).
+const STRIPES: usize = 16;
 
-/// A concurrent log-linear histogram of nanosecond values.
-pub struct Histogram {
+/// One thread's counters. Aligned so that two stripes never share a cache line.
+#[repr(align(128))]
+struct Stripe {
     counts: Box<[AtomicU64]>,
     total: AtomicU64,
     sum: AtomicU64,
     max: AtomicU64,
+    /// Since the last progress line (`Tracker::take_window`).
+    window_count: AtomicU64,
+    window_sum: AtomicU64,
+    window_max: AtomicU64,
+}
+
+impl Stripe {
+    fn new() -> Stripe {
+        Stripe {
+            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            total: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            max: AtomicU64::new(0),
+            window_count: AtomicU64::new(0),
+            window_sum: AtomicU64::new(0),
+            window_max: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A concurrent log-linear histogram of nanosecond values, striped by recording thread.
+pub struct Histogram {
+    stripes: [OnceLock<Box<Stripe>>; STRIPES],
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Histogram {
-            counts: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
-            total: AtomicU64::new(0),
-            sum: AtomicU64::new(0),
-            max: AtomicU64::new(0),
+            stripes: std::array::from_fn(|_| OnceLock::new()),
         }
     }
+}
+
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's stripe index, taken on its first record.
+    static STRIPE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn stripe_index() -> usize {
+    STRIPE.with(|s| match s.get() {
+        Some(i) => i,
+        None => {
+            let i = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
+            s.set(Some(i));
+            i
+        }
+    })
 }
 
 fn bucket_of(v: u64) -> usize {
@@ -61,26 +104,49 @@ fn bucket_high(b: usize) -> u64 {
 }
 
 impl Histogram {
+    fn stripe(&self) -> &Stripe {
+        self.stripes[stripe_index()].get_or_init(|| Box::new(Stripe::new()))
+    }
+
+    fn each(&self) -> impl Iterator<Item = &Stripe> {
+        self.stripes.iter().filter_map(|s| s.get().map(|s| &**s))
+    }
+
     pub fn record(&self, v: u64) {
-        self.counts[bucket_of(v)].fetch_add(1, Ordering::Relaxed);
-        self.total.fetch_add(1, Ordering::Relaxed);
-        self.sum.fetch_add(v, Ordering::Relaxed);
-        self.max.fetch_max(v, Ordering::Relaxed);
+        let s = self.stripe();
+        s.counts[bucket_of(v)].fetch_add(1, Ordering::Relaxed);
+        s.total.fetch_add(1, Ordering::Relaxed);
+        s.sum.fetch_add(v, Ordering::Relaxed);
+        s.max.fetch_max(v, Ordering::Relaxed);
+    }
+
+    /// Records `v` in the histogram and in the progress window.
+    fn record_windowed(&self, v: u64) {
+        self.record(v);
+        let s = self.stripe();
+        s.window_count.fetch_add(1, Ordering::Relaxed);
+        s.window_sum.fetch_add(v, Ordering::Relaxed);
+        s.window_max.fetch_max(v, Ordering::Relaxed);
     }
 
     /// Forgets everything recorded (not concurrently with `record`).
     #[allow(dead_code)] // the peer benchmark's
     pub fn reset(&self) {
-        for c in self.counts.iter() {
-            c.store(0, Ordering::Relaxed);
+        for s in self.each() {
+            for c in s.counts.iter() {
+                c.store(0, Ordering::Relaxed);
+            }
+            for c in [&s.total, &s.sum, &s.max] {
+                c.store(0, Ordering::Relaxed);
+            }
+            for c in [&s.window_count, &s.window_sum, &s.window_max] {
+                c.store(0, Ordering::Relaxed);
+            }
         }
-        self.total.store(0, Ordering::Relaxed);
-        self.sum.store(0, Ordering::Relaxed);
-        self.max.store(0, Ordering::Relaxed);
     }
 
     pub fn count(&self) -> u64 {
-        self.total.load(Ordering::Relaxed)
+        self.each().map(|s| s.total.load(Ordering::Relaxed)).sum()
     }
 
     pub fn mean(&self) -> f64 {
@@ -88,12 +154,16 @@ impl Histogram {
         if n == 0 {
             0.0
         } else {
-            self.sum.load(Ordering::Relaxed) as f64 / n as f64
+            let sum: u64 = self.each().map(|s| s.sum.load(Ordering::Relaxed)).sum();
+            sum as f64 / n as f64
         }
     }
 
     pub fn max(&self) -> u64 {
-        self.max.load(Ordering::Relaxed)
+        self.each()
+            .map(|s| s.max.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The value at quantile `q` (0..=1): the upper bound of the bucket holding that rank,
@@ -105,63 +175,44 @@ impl Histogram {
         }
         let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
         let mut seen = 0;
-        for (b, c) in self.counts.iter().enumerate() {
-            seen += c.load(Ordering::Relaxed);
+        for b in 0..BUCKETS {
+            seen += self
+                .each()
+                .map(|s| s.counts[b].load(Ordering::Relaxed))
+                .sum::<u64>();
             if seen >= rank {
                 return bucket_high(b).min(self.max());
             }
         }
         self.max()
     }
-}
 
-/// Latency of the records completed since the last progress line.
-#[derive(Default)]
-pub struct Window {
-    count: AtomicU64,
-    sum: AtomicU64,
-    max: AtomicU64,
-}
-
-impl Window {
-    fn record(&self, v: u64) {
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum.fetch_add(v, Ordering::Relaxed);
-        self.max.fetch_max(v, Ordering::Relaxed);
-    }
-
-    /// (count, sum ns, max ns) since the last take.
-    pub fn take(&self) -> (u64, u64, u64) {
-        (
-            self.count.swap(0, Ordering::Relaxed),
-            self.sum.swap(0, Ordering::Relaxed),
-            self.max.swap(0, Ordering::Relaxed),
-        )
+    /// (count, sum ns, max ns) recorded through the window since the last take.
+    fn take_window(&self) -> (u64, u64, u64) {
+        self.each().fold((0, 0, 0), |(n, sum, max), s| {
+            (
+                n + s.window_count.swap(0, Ordering::Relaxed),
+                sum + s.window_sum.swap(0, Ordering::Relaxed),
+                max.max(s.window_max.swap(0, Ordering::Relaxed)),
+            )
+        })
     }
 }
 
-/// The ring of send times, the histogram and the progress window.
+/// The histogram, and the clock that send and completion times are read from.
 pub struct Tracker {
     epoch: Instant,
-    slots: Box<[AtomicU64]>,
-    mask: usize,
     pub histogram: Histogram,
-    pub window: Window,
 }
 
 static TRACKER: OnceLock<Tracker> = OnceLock::new();
 
 impl Tracker {
-    /// Installs the process-wide tracker with at least `capacity` slots (rounded up to a power
-    /// of two). Call once.
-    pub fn install(capacity: usize) -> &'static Tracker {
-        let capacity = capacity.max(1024).next_power_of_two();
+    /// Installs the process-wide tracker. Call once.
+    pub fn install() -> &'static Tracker {
         let tracker = Tracker {
             epoch: Instant::now(),
-            slots: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
-            mask: capacity - 1,
             histogram: Histogram::default(),
-            window: Window::default(),
         };
         if TRACKER.set(tracker).is_err() {
             panic!("latency tracker installed twice");
@@ -173,43 +224,33 @@ impl Tracker {
         TRACKER.get().expect("latency tracker installed")
     }
 
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
-    /// Nanoseconds since the tracker was installed (never 0 after the first nanosecond).
+    /// Nanoseconds since the tracker was installed.
     #[inline]
     pub fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// Whether slot `seq`'s previous user has completed.
+    /// The waker that completes a record sent at `sent` (from [`Tracker::now`]). Each waker
+    /// handed to a record's future is woken at most once (`CompletionBlock` takes it out of
+    /// its slot to wake it), so each record is recorded once.
     #[inline]
-    pub fn slot_free(&self, seq: u64) -> bool {
-        self.slots[seq as usize & self.mask].load(Ordering::Acquire) == 0
+    pub fn start(&self, sent: u64) -> Waker {
+        // SAFETY: the data word is the send time; the vtable's functions only read it as an
+        // integer, never dereference it.
+        unsafe { Waker::from_raw(RawWaker::new(sent as usize as *const (), &VTABLE)) }
     }
 
-    /// Marks record `seq` as sent at `sent` (from [`Tracker::now`]) and returns the waker that
-    /// completes it.
+    /// Completes a record sent at `sent` now.
     #[inline]
-    pub fn start(&self, seq: u64, sent: u64) -> Waker {
-        let index = seq as usize & self.mask;
-        self.slots[index].store(sent + 1, Ordering::Release);
-        // SAFETY: the vtable's functions only read `index` from the data pointer, never
-        // dereference it.
-        unsafe { Waker::from_raw(RawWaker::new(index as *const (), &VTABLE)) }
+    pub fn complete(&self, sent: u64) {
+        let latency = self.now().saturating_sub(sent);
+        self.histogram.record_windowed(latency);
     }
 
-    /// Completes the record in `index` now.
-    #[inline]
-    pub fn complete_index(&self, index: usize) {
-        let now = self.now();
-        let sent = self.slots[index].swap(0, Ordering::AcqRel);
-        if sent != 0 {
-            let latency = now.saturating_sub(sent - 1);
-            self.histogram.record(latency);
-            self.window.record(latency);
-        }
+    /// (count, sum ns, max ns) of the records completed since the last take.
+    #[allow(dead_code)] // kacrab-perf's progress lines
+    pub fn take_window(&self) -> (u64, u64, u64) {
+        self.histogram.take_window()
     }
 }
 
@@ -220,7 +261,7 @@ fn clone(data: *const ()) -> RawWaker {
 }
 
 fn wake(data: *const ()) {
-    Tracker::get().complete_index(data as usize);
+    Tracker::get().complete(data as usize as u64);
 }
 
 fn forget(_: *const ()) {}

@@ -161,22 +161,15 @@ pub fn drive_kacrab(
         if let Some(p) = pacer {
             p.wait_for(seq);
         }
-        while !tracker.slot_free(seq) {
-            // The ring wrapped onto a record still in flight: retire in order until it is done.
-            match pending.pop_front() {
-                Some(f) => check(&mut out, f.wait()),
-                None => std::thread::yield_now(),
-            }
-        }
         let mut record = ProducerRecord::new(topic.clone(), payloads.next(seq));
         record.partition = partition(seq);
         let sent = tracker.now();
-        let waker = tracker.start(seq, sent);
+        let waker = tracker.start(sent);
         let mut future = producer.send(record);
         let mut cx = Context::from_waker(&waker);
         match std::pin::Pin::new(&mut future).poll(&mut cx) {
             Poll::Ready(result) => {
-                tracker.complete_index(seq as usize & (tracker.capacity() - 1));
+                tracker.complete(sent);
                 check(&mut out, result);
             }
             Poll::Pending => pending.push_back(future),

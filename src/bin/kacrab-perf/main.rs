@@ -28,8 +28,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use kacrab::engine::batch::record_size_upper_bound;
-use kacrab::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use kacrab::{ConfigError, Producer, ProducerConfigBuilder};
 
 use args::{Args, Mode};
@@ -194,10 +192,7 @@ fn run(a: &Args) -> Result<()> {
         ));
     }
 
-    // One ring slot per record that buffer.memory lets be in flight at once.
-    let reserve =
-        RECORD_BATCH_OVERHEAD + record_size_upper_bound(None, Some(&vec![0; a.record_size]), &[]);
-    let tracker = Tracker::install(config.buffer_memory / reserve + 2);
+    let tracker = Tracker::install();
     // Fetch-based verification reads from each partition's end before the run.
     let mut fetch_start = if a.verify && (broker.is_none() || a.verify_fetch) {
         let mut reader =
@@ -382,7 +377,7 @@ fn spawn_reporter(
             let tracker = Tracker::get();
             let interval = Duration::from_millis(interval_ms);
             let mut last = Instant::now();
-            tracker.window.take();
+            tracker.take_window();
             loop {
                 let deadline = last + interval;
                 while !stop.load(Ordering::Acquire) {
@@ -396,7 +391,7 @@ fn spawn_reporter(
                     return;
                 }
                 let now = Instant::now();
-                let (count, sum, max) = tracker.window.take();
+                let (count, sum, max) = tracker.take_window();
                 let secs = (now - last).as_secs_f64();
                 last = now;
                 let rate = count as f64 / secs;
