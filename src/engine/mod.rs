@@ -14,6 +14,7 @@ pub mod identity;
 pub mod metadata;
 pub mod metrics;
 pub mod partition;
+pub mod partition_index;
 pub mod sender;
 pub mod transaction;
 pub mod txn_requests;

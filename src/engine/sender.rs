@@ -46,6 +46,7 @@ use super::identity::ProducerIdAndEpoch;
 use super::metadata::ClusterMetadata;
 use super::metrics::EngineMetrics;
 use super::partition::{PartitionSlot, TopicPartition};
+use super::partition_index::PartitionIndex;
 use super::transaction::{TransactionManager, TxnAction};
 use super::{Action, Delivery, Micros, NodeId};
 
@@ -105,11 +106,9 @@ pub struct Engine<D> {
     client_id: StrBytes,
     metadata: ClusterMetadata,
     partitions: Vec<PartitionSlot<D>>,
-    partition_index: HashMap<TopicPartition, usize>,
-    /// The slot `slot_index` found last: consecutive appends mostly go to one partition (a
-    /// sticky partitioner's batch, a burst of one key), and comparing against it costs less than
-    /// hashing the topic. Slots are never removed, so the index stays valid.
-    last_slot: Option<usize>,
+    /// Each partition's index in `partitions`, looked up without hashing the topic's name on
+    /// every append (`partition_index`).
+    partition_index: PartitionIndex,
     connections: HashMap<NodeId, Connection<RequestBody<D>>>,
     actions: VecDeque<Action>,
     identity: ProducerIdAndEpoch,
@@ -183,8 +182,7 @@ impl<D: Delivery> Engine<D> {
             config,
             metadata,
             partitions: Vec::new(),
-            partition_index: HashMap::new(),
-            last_slot: None,
+            partition_index: PartitionIndex::default(),
             connections: HashMap::new(),
             actions: VecDeque::new(),
             identity: ProducerIdAndEpoch::NONE,
@@ -431,15 +429,7 @@ impl<D: Delivery> Engine<D> {
     }
 
     fn slot_index(&mut self, tp: &TopicPartition) -> usize {
-        if let Some(i) = self.last_slot {
-            let last = &self.partitions[i].tp;
-            // `Arc<str>` equality checks the pointer before the bytes.
-            if last.partition == tp.partition && last.topic == tp.topic {
-                return i;
-            }
-        }
-        if let Some(&i) = self.partition_index.get(tp) {
-            self.last_slot = Some(i);
+        if let Some(i) = self.partition_index.get(tp) {
             return i;
         }
         let mut slot = PartitionSlot::new(tp.clone());
@@ -463,8 +453,7 @@ impl<D: Delivery> Engine<D> {
         self.partitions.push(slot);
         let i = self.partitions.len() - 1;
         self.metrics.add_slot(i, &tp.topic);
-        self.partition_index.insert(tp.clone(), i);
-        self.last_slot = Some(i);
+        self.partition_index.insert(tp, i);
         i
     }
 
@@ -554,7 +543,7 @@ impl<D: Delivery> Engine<D> {
 
     /// Per-partition state, for tests and the simulator's checker.
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
-        self.partition_index.get(tp).map(|&i| &self.partitions[i])
+        self.partition_index.peek(tp).map(|i| &self.partitions[i])
     }
 }
 

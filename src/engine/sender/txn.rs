@@ -141,7 +141,7 @@ impl<D: Delivery> Engine<D> {
     /// Participant: these partitions are in the transaction.
     pub fn txn_partitions_added(&mut self, partitions: &[TopicPartition]) {
         for tp in partitions {
-            if let Some(&i) = self.partition_index.get(tp) {
+            if let Some(i) = self.partition_index.get(tp) {
                 if self.participant.requested.remove(&i) {
                     self.participant.added.insert(i);
                 }
