@@ -167,5 +167,17 @@ mod tests {
         index.insert(&edge, 9);
         assert_eq!(index.get(&edge), Some(9));
         assert_eq!(index.tables[0].1.len(), MAX_DENSE_PARTITION as usize + 1);
+        assert_eq!(index.sparse.len(), 2);
+    }
+
+    #[test]
+    fn a_topic_of_thousands_of_partitions_is_indexed_by_number_not_hashed() {
+        let mut index = PartitionIndex::default();
+        for p in [4_000, 0, 1] {
+            index.insert(&TopicPartition::new("wide", p), p as usize);
+        }
+        assert!(index.sparse.is_empty(), "every partition is in the table");
+        assert_eq!(index.tables[0].1.len(), 4_001);
+        assert_eq!(index.get(&TopicPartition::new("wide", 4_000)), Some(4_000));
     }
 }
