@@ -242,18 +242,11 @@ impl Rig {
         }
     }
 
+    /// `per_partition` records to every partition: all of one partition's, then the next's.
     fn append_records(&mut self, per_partition: usize, value: &[u8]) {
-        for tp in &self.tps {
+        for p in 0..self.tps.len() {
             for i in 0..per_partition {
-                self.engine.append(
-                    self.now,
-                    tp,
-                    BASE_TIMESTAMP + i as i64,
-                    None,
-                    Some(value),
-                    &[],
-                    NoDelivery,
-                );
+                self.append_one(p, i, value);
             }
         }
     }
@@ -262,18 +255,23 @@ impl Rig {
     /// the one before (keyed traffic: consecutive records rarely share a partition).
     fn append_interleaved(&mut self, per_partition: usize, value: &[u8]) {
         for i in 0..per_partition {
-            for tp in &self.tps {
-                self.engine.append(
-                    self.now,
-                    tp,
-                    BASE_TIMESTAMP + i as i64,
-                    None,
-                    Some(value),
-                    &[],
-                    NoDelivery,
-                );
+            for p in 0..self.tps.len() {
+                self.append_one(p, i, value);
             }
         }
+    }
+
+    /// Record `i` of partition `self.tps[p]`.
+    fn append_one(&mut self, p: usize, i: usize, value: &[u8]) {
+        self.engine.append(
+            self.now,
+            &self.tps[p],
+            BASE_TIMESTAMP + i as i64,
+            None,
+            Some(value),
+            &[],
+            NoDelivery,
+        );
     }
 }
 
