@@ -21,12 +21,12 @@ use super::partition::TopicPartition;
 pub const MAX_DENSE_PARTITION: i32 = 1 << 16;
 
 /// No slot for this partition yet.
-const NONE: u32 = u32::MAX;
+const NONE: usize = usize::MAX;
 
 #[derive(Debug, Default)]
 pub struct PartitionIndex {
     /// Each topic's slots by partition number (`NONE` where there is none).
-    tables: Vec<(Arc<str>, Vec<u32>)>,
+    tables: Vec<(Arc<str>, Vec<usize>)>,
     /// A topic's position in `tables`.
     by_topic: HashMap<Arc<str>, usize>,
     /// The table the last lookup used.
@@ -53,8 +53,8 @@ impl PartitionIndex {
         let table = self.table_of(&tp.topic)?;
         match self.tables[table].1.get(dense) {
             Some(&slot) if slot != NONE => {
-                self.last_slot = Some((tp.partition, slot as usize));
-                Some(slot as usize)
+                self.last_slot = Some((tp.partition, slot));
+                Some(slot)
             }
             _ => None,
         }
@@ -67,16 +67,16 @@ impl PartitionIndex {
         };
         let table = *self.by_topic.get(&tp.topic)?;
         match self.tables[table].1.get(dense) {
-            Some(&slot) if slot != NONE => Some(slot as usize),
+            Some(&slot) if slot != NONE => Some(slot),
             _ => None,
         }
     }
 
     /// Records that `tp` lives in `slot`.
     pub fn insert(&mut self, tp: &TopicPartition, slot: usize) {
+        debug_assert_ne!(slot, NONE, "a slot index, not the empty marker");
         self.last_slot = None;
-        let slot32 = u32::try_from(slot).ok().filter(|&s| s != NONE);
-        let (Some(dense), Some(slot32)) = (dense(tp.partition), slot32) else {
+        let Some(dense) = dense(tp.partition) else {
             self.sparse.insert(tp.clone(), slot);
             return;
         };
@@ -95,7 +95,7 @@ impl PartitionIndex {
         if slots.len() <= dense {
             slots.resize(dense + 1, NONE);
         }
-        slots[dense] = slot32;
+        slots[dense] = slot;
     }
 
     fn table_of(&mut self, topic: &Arc<str>) -> Option<usize> {
