@@ -44,8 +44,7 @@ const DEFAULT_WINDOW: u64 = 250;
 struct Totals {
     runs: u64,
     fatal_runs: u64,
-    /// The first few seeds whose run ended fatal, to replay.
-    /// The first runs that ended fatal, with their transaction manager's error.
+    /// The first runs that ended fatal, with their transaction manager's error, to replay.
     fatal_seeds: Vec<(u64, Option<String>)>,
     records: u64,
     acked: u64,
