@@ -822,3 +822,66 @@ fn a_batch_that_times_out_on_the_wire_inside_the_transaction_makes_it_abortable_
         "an unknown outcome needs the bump"
     );
 }
+
+/// An AddPartitionsToTxn meets `fault`, and its retry cannot reach the coordinator before
+/// delivery.timeout.ms ends the batch: the transaction goes abortable without the producer
+/// knowing whether the coordinator holds it. The abort must end it either way, bump the epoch
+/// (a batch failed), and leave the producer able to commit the next transaction.
+fn abort_after_an_add_partitions_to_txn_of_unknown_outcome(fault: Fault) {
+    let mut sim = in_transaction(|_| {});
+    let before = sim.identity();
+    let coordinator = sim.cluster().transaction_coordinator("tx-sim");
+    let partition = (0..2)
+        .map(tp)
+        .find(|p| sim.leader(p) != coordinator)
+        .expect("a partition led by another broker");
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::AddPartitionsToTxn),
+        fault,
+    ));
+    let id = sim.send_in_transaction(&partition, 0).unwrap();
+    let limit = sim.now() + SECOND;
+    assert!(sim.run_while_not(limit, |s| s.pending_faults() == 0));
+    // The coordinator is up, and FindCoordinator names it, but every connection attempt to it
+    // hangs.
+    sim.cut_off_from(coordinator, true);
+    run_until_resolved(&mut sim, &[id], 40 * SECOND);
+    assert!(
+        matches!(sim.result(id), Some(Err(_))),
+        "{:?}",
+        sim.result(id)
+    );
+    assert_eq!(sim.txn_state(), Some(TransactionState::AbortableError));
+    sim.cut_off_from(coordinator, false);
+    let handle = sim.abort_transaction().unwrap();
+    let limit = sim.now() + 30 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(sim.identity().producer_id, before.producer_id);
+    assert_eq!(
+        sim.identity().epoch,
+        before.epoch + 1,
+        "a failed batch needs the bump"
+    );
+    sim.begin_transaction().unwrap();
+    acked_in_transaction(&mut sim, &partition);
+    let handle = sim.commit_transaction().unwrap();
+    let limit = sim.now() + 10 * SECOND;
+    assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+}
+
+/// The coordinator added the partition (the transaction is ongoing there) and its answer was
+/// lost with the connection. InitProducerId alone would meet that ongoing transaction, and
+/// Kafka's coordinator fences the epoch then (`prepareFenceProducerEpoch`): the producer
+/// would be fatal.
+#[test]
+fn an_abort_after_the_answer_to_add_partitions_to_txn_was_lost_ends_the_coordinators_transaction_and_is_not_fenced(
+) {
+    abort_after_an_add_partitions_to_txn_of_unknown_outcome(Fault::DropResponse { close: true });
+}
+
+/// The connection was reset before the coordinator read the request: no transaction is
+/// ongoing there, and the producer cannot tell this case from the one above.
+#[test]
+fn an_abort_after_add_partitions_to_txn_was_lost_unread_is_not_fatal() {
+    abort_after_an_add_partitions_to_txn_of_unknown_outcome(Fault::ResetBeforeProcessing);
+}
