@@ -856,6 +856,11 @@ fn abort_after_an_add_partitions_to_txn_of_unknown_outcome(fault: Fault) {
     let handle = sim.abort_transaction().unwrap();
     let limit = sim.now() + 30 * SECOND;
     assert_eq!(sim.wait_txn(handle, limit), Some(Ok(())));
+    assert_eq!(
+        sim.requests_served(ApiKey::EndTxn),
+        1,
+        "the abort ends whatever the coordinator may hold"
+    );
     assert_eq!(sim.identity().producer_id, before.producer_id);
     assert_eq!(
         sim.identity().epoch,

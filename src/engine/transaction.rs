@@ -49,7 +49,12 @@
 //! committing, and so does a definite failure of a batch whose partition had later batches on
 //! the wire (their sequences are moved down, while the broker may hold them under the old
 //! ones); and when one of those later batches is of unknown outcome, no sequence moves at all
-//! (Java's `adjustSequencesDueToFailedBatch` would re-stamp it).
+//! (Java's `adjustSequencesDueToFailedBatch` would re-stamp it). And an abort sends EndTxn
+//! also when no add was answered but one lost its answer (`start_outcome_unknown`): Java
+//! skips EndTxn then, and when the lost add had started the transaction at the coordinator,
+//! the abort's KIP-360 InitProducerId meets it ongoing, and the coordinator fences the epoch
+//! (`prepareFenceProducerEpoch`). That EndTxn's INVALID_TXN_STATE means no transaction was
+//! ongoing, which is what the abort needed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -189,6 +194,10 @@ pub struct TransactionManager {
     pub pending_txn_offset_commits: BTreeMap<TopicPartition, OffsetAndMetadata>,
     /// Anything was added broker-side (`transactionStarted`).
     pub transaction_started: bool,
+    /// An AddPartitionsToTxn or AddOffsetsToTxn of this transaction lost its answer: the
+    /// coordinator may hold the transaction ongoing while `transaction_started` is false, so
+    /// an abort still sends EndTxn (see the module's deviations).
+    pub start_outcome_unknown: bool,
     /// `clientSideEpochBumpRequired`: the abort ends with InitProducerId(current id, epoch).
     pub epoch_bump_required: bool,
     /// The transaction coordinator speaks InitProducerId v3+ (KIP-360): a bump is possible.
@@ -222,6 +231,7 @@ impl TransactionManager {
             partitions_in_transaction: BTreeSet::new(),
             pending_txn_offset_commits: BTreeMap::new(),
             transaction_started: false,
+            start_outcome_unknown: false,
             epoch_bump_required: false,
             coordinator_supports_bumping_epoch: true,
             transaction_coordinator: None,
@@ -525,6 +535,17 @@ impl TransactionManager {
         }
     }
 
+    /// The in-flight request's answer is lost (its connection closed, or the answer could not
+    /// be read). An add may have started the transaction at the coordinator.
+    pub fn on_answer_lost(&mut self, request: &QueuedRequest) {
+        if matches!(
+            request.request,
+            TxnRequest::AddPartitions | TxnRequest::AddOffsets { .. }
+        ) {
+            self.start_outcome_unknown = true;
+        }
+    }
+
     /// AddPartitionsToTxn succeeded for every pending partition.
     pub fn on_partitions_added(&mut self) {
         let added: Vec<TopicPartition> = std::mem::take(&mut self.pending_partitions)
@@ -614,6 +635,7 @@ impl TransactionManager {
         self.partitions_in_transaction.clear();
         self.pending_txn_offset_commits.clear();
         self.transaction_started = false;
+        self.start_outcome_unknown = false;
         self.actions.push_back(TxnAction::Ended);
     }
 

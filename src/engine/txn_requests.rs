@@ -445,11 +445,15 @@ pub fn end_txn_request(
 }
 
 /// `EndTxnHandler.handleResponse`. TRANSACTION_ABORTABLE while aborting is fatal so an abort
-/// cannot loop (KAFKA-19250).
-pub fn classify_end_txn(error: i16, commit: bool) -> TxnOutcome {
+/// cannot loop (KAFKA-19250). `started`: an add of the transaction was answered. An abort sent
+/// without one (an add lost its answer) is answered INVALID_TXN_STATE when the coordinator
+/// holds no ongoing transaction for the epoch (Kafka's `endTransaction`: Empty, CompleteCommit,
+/// PrepareCommit): nothing is left to abort, so the abort is done.
+pub fn classify_end_txn(error: i16, commit: bool, started: bool) -> TxnOutcome {
     const API: &str = "EndTxn";
     match error {
         code::NONE => TxnOutcome::Done,
+        code::INVALID_TXN_STATE if !commit && !started => TxnOutcome::Done,
         code::COORDINATOR_NOT_AVAILABLE | code::NOT_COORDINATOR => {
             TxnOutcome::LookupCoordinator(CoordinatorType::Transaction)
         }

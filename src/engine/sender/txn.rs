@@ -443,6 +443,7 @@ impl<D: Delivery> Engine<D> {
         let Some(request) = tm.in_flight.take() else {
             return;
         };
+        tm.on_answer_lost(&request);
         if let Some(kind) = request.request.coordinator() {
             let key = coordinator_key(tm, &request.request, kind);
             tm.lookup_coordinator(kind, key);
@@ -612,7 +613,8 @@ impl<D: Delivery> Engine<D> {
             }
             TxnRequest::EndTxn { commit } => {
                 let response = decode!(EndTxnResponse);
-                match requests::classify_end_txn(response.error_code, commit) {
+                let started = self.tm.as_ref().expect("owner").transaction_started;
+                match requests::classify_end_txn(response.error_code, commit, started) {
                     TxnOutcome::Done => self.tm.as_mut().expect("owner").on_end_txn(&request),
                     outcome => self.apply_txn_outcome(now, request, outcome),
                 }

@@ -147,7 +147,7 @@ impl TransactionManager {
     /// `TM.nextRequest`: the next request to send now, popped from the queue, or `None`.
     /// Requests dequeued in an error state fail with `last_error` unsent (§5.8); an EndTxn
     /// waits for the flush of its round; an EndTxn with nothing started completes unsent
-    /// (KAFKA-18401).
+    /// (KAFKA-18401), unless an add lost its answer and may have started it.
     pub fn next_request(&mut self, now: Micros) -> Option<QueuedRequest> {
         if self.in_flight.is_some() {
             return None;
@@ -184,7 +184,7 @@ impl TransactionManager {
                 }
                 continue;
             }
-            if is_end && !self.transaction_started {
+            if is_end && !self.transaction_started && !self.start_outcome_unknown {
                 let request = self.queue.swap_remove(index);
                 if let Some(op) = request.op {
                     self.complete(op, Ok(()));

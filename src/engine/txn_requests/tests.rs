@@ -94,33 +94,33 @@ fn add_partitions_table() {
 
 #[test]
 fn end_txn_table() {
-    assert_eq!(classify_end_txn(code::NONE, true), TxnOutcome::Done);
+    assert_eq!(classify_end_txn(code::NONE, true, true), TxnOutcome::Done);
     assert_eq!(
-        classify_end_txn(code::CONCURRENT_TRANSACTIONS, true),
+        classify_end_txn(code::CONCURRENT_TRANSACTIONS, true, true),
         TxnOutcome::Retry { short: false }
     );
     assert_eq!(
-        classify_end_txn(code::COORDINATOR_NOT_AVAILABLE, false),
+        classify_end_txn(code::COORDINATOR_NOT_AVAILABLE, false, true),
         TxnOutcome::LookupCoordinator(CoordinatorType::Transaction)
     );
     assert!(matches!(
-        classify_end_txn(code::PRODUCER_FENCED, true),
+        classify_end_txn(code::PRODUCER_FENCED, true, true),
         TxnOutcome::Fatal(TransactionError::Fenced(_))
     ));
     assert!(matches!(
-        classify_end_txn(code::TRANSACTION_ABORTABLE, true),
+        classify_end_txn(code::TRANSACTION_ABORTABLE, true, true),
         TxnOutcome::Abortable(_)
     ));
     assert!(matches!(
-        classify_end_txn(code::TRANSACTION_ABORTABLE, false),
+        classify_end_txn(code::TRANSACTION_ABORTABLE, false, true),
         TxnOutcome::Fatal(TransactionError::Fatal(_))
     ));
     assert!(matches!(
-        classify_end_txn(code::UNKNOWN_PRODUCER_ID, false),
+        classify_end_txn(code::UNKNOWN_PRODUCER_ID, false, true),
         TxnOutcome::AbortableIfPossible(_)
     ));
     assert!(matches!(
-        classify_end_txn(code::INVALID_REQUEST, false),
+        classify_end_txn(code::INVALID_REQUEST, false, true),
         TxnOutcome::Fatal(_)
     ));
 }
@@ -252,7 +252,7 @@ fn only_kafkas_retriable_exceptions_are_retriable() {
 #[test]
 fn an_error_outcome_names_the_api_and_the_kafka_error() {
     assert_eq!(
-        classify_end_txn(code::INVALID_TXN_STATE, true),
+        classify_end_txn(code::INVALID_TXN_STATE, true, true),
         TxnOutcome::Fatal(TransactionError::Fatal(
             "EndTxn failed: INVALID_TXN_STATE".to_string()
         ))
@@ -432,13 +432,56 @@ fn add_offsets_follows_javas_handler_error_by_error() {
 }
 
 #[test]
+fn an_abort_sent_after_an_add_lost_its_answer_takes_invalid_txn_state_as_nothing_to_abort() {
+    assert_eq!(
+        classify_end_txn(code::INVALID_TXN_STATE, false, false),
+        TxnOutcome::Done
+    );
+    // Only that: a commit, or an abort of a transaction the coordinator confirmed, is fatal.
+    assert!(is_fatal(&classify_end_txn(
+        code::INVALID_TXN_STATE,
+        true,
+        false
+    )));
+    assert!(is_fatal(&classify_end_txn(
+        code::INVALID_TXN_STATE,
+        false,
+        true
+    )));
+    // Every other answer reads as it does for a started transaction.
+    for error in [
+        code::NONE,
+        code::NOT_COORDINATOR,
+        code::CONCURRENT_TRANSACTIONS,
+        code::PRODUCER_FENCED,
+        code::INVALID_PRODUCER_EPOCH,
+        code::TRANSACTION_ABORTABLE,
+        code::UNKNOWN_PRODUCER_ID,
+        code::INVALID_PRODUCER_ID_MAPPING,
+    ] {
+        assert_eq!(
+            classify_end_txn(error, false, false),
+            classify_end_txn(error, false, true),
+            "{error}"
+        );
+    }
+}
+
+#[test]
 fn end_txn_follows_javas_handler_error_by_error() {
     for commit in [true, false] {
-        assert_eq!(classify_end_txn(code::NOT_COORDINATOR, commit), LOOKUP);
-        assert_eq!(classify_end_txn(code::REQUEST_TIMED_OUT, commit), RETRY);
+        assert_eq!(
+            classify_end_txn(code::NOT_COORDINATOR, commit, true),
+            LOOKUP
+        );
+        assert_eq!(
+            classify_end_txn(code::REQUEST_TIMED_OUT, commit, true),
+            RETRY
+        );
         assert!(is_fenced(&classify_end_txn(
             code::INVALID_PRODUCER_EPOCH,
-            commit
+            commit,
+            true
         )));
         for error in [
             code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -446,11 +489,12 @@ fn end_txn_follows_javas_handler_error_by_error() {
             code::INVALID_PRODUCER_ID_MAPPING,
             code::UNKNOWN_SERVER_ERROR,
         ] {
-            assert!(is_fatal(&classify_end_txn(error, commit)), "{error}");
+            assert!(is_fatal(&classify_end_txn(error, commit, true)), "{error}");
         }
     }
     assert!(is_abortable_if_possible(&classify_end_txn(
         code::UNKNOWN_PRODUCER_ID,
+        true,
         true
     )));
 }
