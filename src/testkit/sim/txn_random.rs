@@ -504,6 +504,16 @@ impl<'a> Runner<'a> {
 
         // Liveness: a healthy producer commits one more transaction touching every partition.
         let fatal = !alive || Self::fatal(sim);
+        // No other producer shares the transactional id, so only the coordinator's own timeout
+        // fences this one: it aborts the transaction and bumps the epoch
+        // (`abortTimedOutTransactions`), and the producer's next request meets the new epoch.
+        // Any other fatal end is the producer's doing.
+        assert!(
+            !fatal || sim.txn_world().timed_out > 0,
+            "the producer ended fatal with no transaction aborted by the coordinator's timeout: \
+             {:?}",
+            sim.txn_last_error()
+        );
         if !fatal {
             assert!(
                 self.transaction(sim, true),
