@@ -6,7 +6,8 @@
 //! in the log, every send resolved) and at its end under read_committed: committed
 //! transactions are visible whole, once and in order; aborted ones never; one of unknown
 //! outcome (fenced, fatal) all or nothing; nothing else is visible. A healthy producer must
-//! then commit one more transaction over every partition.
+//! then commit one more transaction over every partition, and a run may end fatal only after
+//! the coordinator's own timeout aborted a transaction (and so fenced the producer's epoch).
 //!
 //! The seeds (`sim_seeds` module doc):
 //! - by default the fixed seeds `0..750` and a moving window of 250 seeds whose start is
