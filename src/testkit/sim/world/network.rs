@@ -5,18 +5,6 @@
 use super::*;
 
 impl Sim {
-    /// A network partition between the producer and a broker that stays up (it still serves
-    /// other clients and keeps its roles, a coordinator's included): while `cut`, a new
-    /// connection attempt to it hangs until the engine's `socket.connection.setup.timeout.ms`
-    /// ends it. Open connections are left alone.
-    pub fn cut_off_from(&mut self, broker: i32, cut: bool) {
-        if cut {
-            self.unreachable.insert(broker);
-        } else {
-            self.unreachable.remove(&broker);
-        }
-    }
-
     pub(super) fn connect(&mut self, shard: usize, node: NodeId, generation: u64, address: &str) {
         let broker = *self
             .addresses
