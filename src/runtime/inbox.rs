@@ -46,8 +46,11 @@ use super::shard::ShardCommand;
 /// used under an eighth of it. Shrinking after every burst made a producer under sustained load
 /// (whose inbox is always past this size) reallocate, copy and page-fault a fresh deque on
 /// every take. What stays allocated is bounded by `buffer.memory`, which charges each queued
-/// record for a slot in both deques (`producer::RECORD_MEMORY_OVERHEAD`).
-const RETAINED_CAPACITY: usize = 1 << 14;
+/// record for a slot in both deques (`producer::RECORD_MEMORY_OVERHEAD`). Keeping four times
+/// as many slots per deque (two deques per shard, a `ShardCommand` of 168 bytes each) raised
+/// the peak RSS and bought no records/s; keeping a quarter as many saved no more memory
+/// (`BENCHMARKS.md`).
+const RETAINED_CAPACITY: usize = 1 << 12;
 const SPARSE_TAKES_BEFORE_SHRINK: u32 = 64;
 
 pub(crate) struct ShardInbox {
