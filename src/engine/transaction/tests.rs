@@ -319,3 +319,49 @@ fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
     assert_eq!(tm.state(), AbortingTransaction);
     assert_eq!(tm.last_error(), None);
 }
+
+/// An add that lost its answer may have started the transaction at the coordinator: the abort
+/// then sends EndTxn although no add was answered. With nothing lost it completes unsent.
+#[test]
+fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
+    let offsets = BTreeMap::from([(tp(9), OffsetAndMetadata::new(5))]);
+    for lost in [None, Some("AddPartitionsToTxn"), Some("AddOffsetsToTxn")] {
+        let mut tm = ready();
+        tm.begin_transaction().unwrap();
+        let offsets_call = match lost {
+            Some("AddOffsetsToTxn") => Some(
+                tm.send_offsets_to_transaction(offsets.clone(), GroupMetadata::new("g"))
+                    .unwrap(),
+            ),
+            _ => {
+                assert!(tm.add_partitions(&[tp(0)]).is_empty());
+                None
+            }
+        };
+        let add = tm.next_request(0).unwrap();
+        if lost.is_some() {
+            assert_eq!(add.request.name(), lost.unwrap());
+            tm.on_answer_lost(&add);
+        }
+        tm.requeue(add, 0);
+        tm.transition_to_abortable(TransactionError::Abortable("a batch failed".into()));
+        // In the error state the queued add is dropped unsent.
+        assert!(tm.next_request(0).is_none());
+        if let Some(call) = offsets_call {
+            assert!(matches!(tm.take_result(call), Some(Err(_))));
+        }
+        assert!(!tm.transaction_started);
+        let abort = tm.abort_transaction().unwrap();
+        tm.all_flushed(1);
+        match tm.next_request(0) {
+            Some(end) => {
+                assert!(lost.is_some(), "EndTxn sent with nothing lost");
+                assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+            }
+            None => {
+                assert!(lost.is_none(), "{lost:?} lost, and EndTxn was skipped");
+                assert_eq!(tm.take_result(abort), Some(Ok(())));
+            }
+        }
+    }
+}
