@@ -339,8 +339,8 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
             }
         };
         let add = tm.next_request(0).unwrap();
-        if lost.is_some() {
-            assert_eq!(add.request.name(), lost.unwrap());
+        if let Some(name) = lost {
+            assert_eq!(add.request.name(), name);
             tm.on_answer_lost(&add);
         }
         tm.requeue(add, 0);
