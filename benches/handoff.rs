@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
-use kacrab::testkit::handoff::send_to_encoded;
+use kacrab::testkit::handoff::{send_to_encoded, txn_send_checks};
 
 const RECORDS: u64 = 200_000;
 
@@ -31,6 +31,23 @@ fn bench_send_to_encoded(c: &mut Criterion) {
     group.finish();
 }
 
+/// The transactional check every `send` makes, from one and two calling threads.
+fn bench_txn_send_check(c: &mut Criterion) {
+    let mut group = c.benchmark_group("txn_send_check");
+    for threads in [1usize, 2] {
+        let per_thread = RECORDS / threads as u64;
+        group.throughput(Throughput::Elements(per_thread * threads as u64));
+        group.bench_function(format!("{threads}_threads"), |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| txn_send_checks(threads, per_thread))
+                    .sum()
+            })
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)
@@ -41,6 +58,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_send_to_encoded
+    targets = bench_send_to_encoded, bench_txn_send_check
 }
 criterion_main!(benches);

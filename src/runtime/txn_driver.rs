@@ -321,6 +321,14 @@ impl TxnStatus {
         state.settled = state.settled.max(token);
     }
 
+    /// A status with a transaction open, as the owner publishes it (the `handoff` bench).
+    #[cfg(feature = "testkit")]
+    pub(crate) fn open_for_bench() -> Self {
+        let status = TxnStatus::default();
+        status.publish(Ok(()), 0, Ongoing::Open);
+        status
+    }
+
     /// Whether the owner's transaction manager has a transaction open or ending.
     pub(crate) fn ongoing(&self) -> Ongoing {
         self.state.lock().expect("txn status lock").ongoing

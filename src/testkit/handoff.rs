@@ -111,3 +111,28 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
     }
     shard.join().expect("shard")
 }
+
+/// `threads` threads each make the transactional check `send` makes before it queues a record
+/// (`TxnStatus::check_send`, an open transaction) `per_thread` times; returns the time until
+/// the last thread is done.
+pub fn txn_send_checks(threads: usize, per_thread: u64) -> Duration {
+    let status = Arc::new(crate::runtime::txn_driver::TxnStatus::open_for_bench());
+    let start = Arc::new(Barrier::new(threads + 1));
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (status, start) = (status.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for _ in 0..per_thread {
+                    std::hint::black_box(status.check_send().expect("open transaction"));
+                }
+            })
+        })
+        .collect();
+    start.wait();
+    let began = Instant::now();
+    for worker in workers {
+        worker.join().expect("checking thread");
+    }
+    began.elapsed()
+}
