@@ -14,38 +14,43 @@ use kacrab::testkit::handoff::{send_to_encoded, txn_send_checks};
 
 const RECORDS: u64 = 200_000;
 
-fn bench_send_to_encoded(c: &mut Criterion) {
-    let mut group = c.benchmark_group("send_to_encoded");
-    let value = Bytes::from_static(b"0123456789");
+/// One bench of `group` per count of calling threads (1 and 2), `RECORDS` in all: `run(threads,
+/// per_thread)` times one pass.
+fn by_calling_threads(
+    c: &mut Criterion,
+    group: &str,
+    name: impl Fn(usize) -> String,
+    run: impl Fn(usize, u64) -> Duration,
+) {
+    let mut group = c.benchmark_group(group);
     for threads in [1usize, 2] {
         let per_thread = RECORDS / threads as u64;
         group.throughput(Throughput::Elements(per_thread * threads as u64));
-        group.bench_function(format!("10B_16_partitions_{threads}_threads"), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| send_to_encoded(threads, per_thread, 16, value.clone()))
-                    .sum()
-            })
+        group.bench_function(name(threads), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| run(threads, per_thread)).sum())
         });
     }
     group.finish();
 }
 
+fn bench_send_to_encoded(c: &mut Criterion) {
+    let value = Bytes::from_static(b"0123456789");
+    by_calling_threads(
+        c,
+        "send_to_encoded",
+        |threads| format!("10B_16_partitions_{threads}_threads"),
+        |threads, per_thread| send_to_encoded(threads, per_thread, 16, value.clone()),
+    );
+}
+
 /// The transactional check every `send` makes, from one and two calling threads.
 fn bench_txn_send_check(c: &mut Criterion) {
-    let mut group = c.benchmark_group("txn_send_check");
-    for threads in [1usize, 2] {
-        let per_thread = RECORDS / threads as u64;
-        group.throughput(Throughput::Elements(per_thread * threads as u64));
-        group.bench_function(format!("{threads}_threads"), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| txn_send_checks(threads, per_thread))
-                    .sum()
-            })
-        });
-    }
-    group.finish();
+    by_calling_threads(
+        c,
+        "txn_send_check",
+        |threads| format!("{threads}_threads"),
+        txn_send_checks,
+    );
 }
 
 fn config() -> Criterion {
