@@ -51,13 +51,9 @@ impl PartitionIndex {
             return self.sparse.get(tp).copied();
         };
         let table = self.table_of(&tp.topic)?;
-        match self.tables[table].1.get(dense) {
-            Some(&slot) if slot != NONE => {
-                self.last_slot = Some((tp.partition, slot));
-                Some(slot)
-            }
-            _ => None,
-        }
+        let slot = self.slot_at(table, dense)?;
+        self.last_slot = Some((tp.partition, slot));
+        Some(slot)
     }
 
     /// The slot of `tp` without moving the last-table shortcut (for readers holding `&self`).
@@ -66,10 +62,16 @@ impl PartitionIndex {
             return self.sparse.get(tp).copied();
         };
         let table = *self.by_topic.get(&tp.topic)?;
-        match self.tables[table].1.get(dense) {
-            Some(&slot) if slot != NONE => Some(slot),
-            _ => None,
-        }
+        self.slot_at(table, dense)
+    }
+
+    /// The slot at partition `dense` of table `table`, if one was inserted there.
+    fn slot_at(&self, table: usize, dense: usize) -> Option<usize> {
+        self.tables[table]
+            .1
+            .get(dense)
+            .copied()
+            .filter(|&slot| slot != NONE)
     }
 
     /// Records that `tp` lives in `slot`.
@@ -87,7 +89,6 @@ impl PartitionIndex {
                 let t = self.tables.len() - 1;
                 self.by_topic.insert(tp.topic.clone(), t);
                 self.last_table = Some(t);
-                self.last_slot = None;
                 t
             }
         };
