@@ -31,13 +31,12 @@ impl Sim {
     pub fn broker_down(&mut self, broker: i32) {
         self.shared.cluster().set_broker_up(broker, false);
         self.quiet_on_broker_down(broker);
-        let ids: Vec<u64> = self
+        let mut ids: Vec<u64> = self
             .conns
             .iter()
             .filter(|(_, c)| c.broker == broker && !c.is_closed())
             .map(|(&id, _)| id)
             .collect();
-        let mut ids = ids;
         ids.sort_unstable();
         for id in ids {
             self.close_by_broker(id);
@@ -50,11 +49,11 @@ impl Sim {
     /// [`broker_up`](Self::broker_up).
     pub fn broker_unreachable(&mut self, broker: i32) {
         self.broker_down(broker);
-        self.unreachable.insert(broker);
+        self.cut_off_from(broker, true);
     }
 
     pub fn broker_up(&mut self, broker: i32) {
-        self.unreachable.remove(&broker);
+        self.cut_off_from(broker, false);
         self.broker_down_until.remove(&broker);
         self.shared.cluster().set_broker_up(broker, true);
         self.quiet_on_broker_up(broker);
