@@ -5,6 +5,8 @@
 pub mod config;
 pub mod forwarder;
 pub mod logs;
+#[cfg(feature = "testkit")]
+pub mod stuck_buffer;
 pub mod temp_file;
 
 use std::collections::HashMap;
