@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 use crate::protocol::compression::Codec;
 use crate::protocol::record_batch::{self, Header, RecordBatchBuilder, RECORD_BATCH_OVERHEAD};
 
+use super::batch_memory::BatchCharge;
 use super::compression_ratio::{estimated_bytes_written, CompressionRatioEstimate};
 use super::identity::ProducerIdAndEpoch;
 use super::Micros;
@@ -114,6 +115,9 @@ pub struct ProducerBatch<D> {
     estimated_ratio: f32,
     /// The ratio the records compressed with, once they are (Java's `compressionRatio`).
     observed_ratio: Option<f32>,
+    /// The share of `buffer.memory` the buffer takes beyond what its records reserved
+    /// (`batch_memory`); given back when the batch is dropped.
+    charge: Option<BatchCharge>,
 }
 
 impl<D> ProducerBatch<D> {
@@ -170,7 +174,18 @@ impl<D> ProducerBatch<D> {
             compression,
             estimated_ratio,
             observed_ratio: None,
+            charge: None,
         }
+    }
+
+    /// Makes the batch hold `charge` for its buffer's unused capacity (see `batch_memory`).
+    pub fn set_charge(&mut self, charge: BatchCharge) {
+        self.charge = Some(charge);
+    }
+
+    /// The bytes of `buffer.memory` the batch holds beyond its records' own reservations.
+    pub fn charged_bytes(&self) -> usize {
+        self.charge.as_ref().map_or(0, BatchCharge::bytes)
     }
 
     pub fn is_open(&self) -> bool {
@@ -250,6 +265,14 @@ impl<D> ProducerBatch<D> {
         Ok(())
     }
 
+    /// The batch stopped taking records: its charge shrinks to the capacity its records leave
+    /// unused (every record reserved at least its encoded size, and the first one the header).
+    fn settle_charge(&mut self, builder: &RecordBatchBuilder) {
+        if let Some(charge) = &mut self.charge {
+            charge.shrink_to(builder.capacity().saturating_sub(builder.size_in_bytes()));
+        }
+    }
+
     /// Whether another record is unlikely to fit: the readiness test of `RA.batchReady`.
     pub fn is_full(&self) -> bool {
         match &self.data {
@@ -268,6 +291,7 @@ impl<D> ProducerBatch<D> {
                 unreachable!()
             };
             self.compress(&mut builder);
+            self.settle_charge(&builder);
             self.data = BatchData::Sealed(builder);
         }
     }
@@ -284,6 +308,7 @@ impl<D> ProducerBatch<D> {
             unreachable!("not closed")
         };
         self.compress(&mut builder);
+        self.settle_charge(&builder);
         self.data = BatchData::Closed(builder.close().freeze());
     }
 
@@ -294,6 +319,7 @@ impl<D> ProducerBatch<D> {
         match std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new())) {
             BatchData::Open(mut builder) | BatchData::Sealed(mut builder) => {
                 self.compress(&mut builder);
+                self.settle_charge(&builder);
                 builder.set_producer_state(
                     stamp.producer.producer_id,
                     stamp.producer.epoch,

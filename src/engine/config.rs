@@ -19,8 +19,11 @@ pub struct EngineConfig {
     pub transaction_timeout_ms: i32,
     pub linger: Micros,
     pub batch_size: usize,
-    /// `buffer.memory`: bounds the batch buffers an engine keeps for reuse.
+    /// `buffer.memory`.
     pub buffer_memory: usize,
+    /// Bytes of idle batch buffers the engine keeps for reuse: an eighth of `buffer.memory`
+    /// for the producer, shared among its engines.
+    pub buffer_pool_idle: usize,
     pub max_in_flight: usize,
     pub delivery_timeout: Micros,
     pub request_timeout: Micros,
@@ -67,6 +70,7 @@ impl EngineConfig {
             linger: micros(config.linger),
             batch_size: config.batch_size.max(1),
             buffer_memory: config.buffer_memory,
+            buffer_pool_idle: config.buffer_memory / 8,
             max_in_flight: config.max_in_flight_requests_per_connection,
             delivery_timeout: micros(config.delivery_timeout),
             request_timeout: micros(config.request_timeout),

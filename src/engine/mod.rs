@@ -5,6 +5,7 @@
 //! inside the deterministic simulator, and inside unit tests.
 
 pub mod batch;
+pub mod batch_memory;
 pub mod buffer_pool;
 pub mod compression_ratio;
 pub mod config;

@@ -39,6 +39,7 @@ use crate::protocol::error_code::code;
 use crate::protocol::wire;
 
 use super::batch::{BatchCompression, ProducerBatch};
+use super::batch_memory::{BatchMemory, Unbounded};
 use super::buffer_pool::BufferPool;
 use super::compression_ratio::CompressionRatioEstimate;
 use super::connection::{Connection, ConnectionState, InFlightHeader};
@@ -97,12 +98,17 @@ pub struct EngineStats {
     pub protocol_errors: u64,
     /// Times the broker list was replaced by `bootstrap.servers` (KIP-899, KIP-1102).
     pub rebootstraps: u64,
+    /// Batches opened with a buffer of one record's size, because `buffer.memory` and its
+    /// slack had no room for a whole batch's (`batch_memory`).
+    pub batches_without_room: u64,
 }
 
 pub struct Engine<D> {
     config: EngineConfig,
     /// Batch buffers of finished batches, for the next ones (`accumulator`, `completion`).
     buffer_pool: BufferPool,
+    /// Where a new batch charges its buffer's unused capacity (`batch_memory`).
+    batch_memory: Arc<dyn BatchMemory>,
     client_id: StrBytes,
     metadata: ClusterMetadata,
     partitions: Vec<PartitionSlot<D>>,
@@ -166,14 +172,16 @@ impl<D: Delivery> Engine<D> {
             )),
             _ => None,
         };
-        // An engine keeps at most a quarter of `buffer.memory` in idle buffers: the buffers it
-        // reuses were all in use at once before, so this bounds only what stays after a burst.
+        // Idle buffers are outside `buffer.memory`'s count (a charge held by an idle buffer
+        // could keep a blocked caller waiting with nothing in flight to free it), so their
+        // bound is part of the producer's memory bound (`tuning/README.md`).
         let buffer_pool = BufferPool::new(
             config.batch_size.min(config.max_request_size),
-            config.buffer_memory / 4,
+            config.buffer_pool_idle,
         );
         Engine {
             buffer_pool,
+            batch_memory: Arc::new(Unbounded),
             tm,
             participant: TxnParticipant::default(),
             txn_actions: VecDeque::new(),
@@ -209,6 +217,13 @@ impl<D: Delivery> Engine<D> {
             stats: EngineStats::default(),
             metrics: EngineMetrics::default(),
         }
+    }
+
+    /// Charges each new batch's unused buffer capacity to `memory` (the producer's
+    /// `buffer.memory`) instead of to nothing.
+    pub fn with_batch_memory(mut self, memory: Arc<dyn BatchMemory>) -> Self {
+        self.batch_memory = memory;
+        self
     }
 
     pub fn config(&self) -> &EngineConfig {

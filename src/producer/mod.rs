@@ -204,7 +204,8 @@ impl Producer {
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
-            let engine_config = EngineConfig::from_producer_config(&config, index == 0);
+            let mut engine_config = EngineConfig::from_producer_config(&config, index == 0);
+            engine_config.buffer_pool_idle /= shard_count;
             let ctx = ctx.clone();
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cores[index]))
                 .name(&format!("kacrab-shard-{index}"))
@@ -252,7 +253,9 @@ impl Producer {
         &self.inner.cores
     }
 
-    /// Bytes of records accepted and not yet completed (bounded by `buffer.memory`).
+    /// Bytes of `buffer.memory` in use: records accepted and not yet completed, and the
+    /// capacity their batch buffers leave unused (bounded by `buffer.memory` plus an eighth of
+    /// it, which only batches use).
     pub fn buffered_bytes(&self) -> usize {
         self.inner.memory.used()
     }

@@ -6,6 +6,7 @@ use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::engine::batch_memory::{batch_slack, BatchMemory};
 use crate::error::ProduceError;
 
 use super::async_wait::WaitList;
@@ -48,9 +49,14 @@ impl BufferMemory {
 
     /// Takes `bytes` if they fit now.
     pub(crate) fn try_reserve(&self, bytes: usize) -> bool {
+        self.try_take(bytes, self.limit)
+    }
+
+    /// Takes `bytes` if the count stays within `ceiling`.
+    fn try_take(&self, bytes: usize, ceiling: usize) -> bool {
         let mut used = self.used.load(Ordering::Relaxed);
         loop {
-            if used + bytes > self.limit {
+            if used + bytes > ceiling {
                 return false;
             }
             match self.used.compare_exchange_weak(
@@ -151,6 +157,26 @@ impl BufferMemory {
 
     pub(crate) fn limit(&self) -> usize {
         self.limit
+    }
+}
+
+/// Batches charge the unused capacity of their buffers to the same count as records, into a
+/// slack above `buffer.memory` that callers never use (`engine::batch_memory`).
+impl BatchMemory for BufferMemory {
+    fn try_charge(&self, bytes: usize) -> bool {
+        let ceiling = self.limit.saturating_add(batch_slack(self.limit));
+        if self.try_take(bytes, ceiling) {
+            return true;
+        }
+        // What this turn's completions freed is still in the shard's sink: give it back first.
+        release_sink::flush_to(self);
+        self.try_take(bytes, ceiling)
+    }
+
+    /// Through the thread's release sink: a shard drops batches only on its own thread, and
+    /// gives back what they held once per turn with its records'.
+    fn release(&self, bytes: usize) {
+        release_sink::release(bytes);
     }
 }
 

@@ -299,7 +299,8 @@ pub(crate) async fn run_shard(
     // inbox for this shard's timer are appended as of then, so their batch's linger counts
     // from its first record, as Java's does.
     let mut local_since = 0u64;
-    let mut engine: Engine<DeliveryHandle> = Engine::new(config);
+    let mut engine: Engine<DeliveryHandle> =
+        Engine::new(config).with_batch_memory(ctx.memory.clone());
     let attachment = ctx.tickets.attach(shard);
     let mut replica = IdentityReplica::new(shard);
     adopt_tickets(&ctx.tickets, &mut replica, &mut engine);

@@ -178,6 +178,7 @@ impl RuntimeStats {
             total.disconnects += e.disconnects;
             total.protocol_errors += e.protocol_errors;
             total.rebootstraps += e.rebootstraps;
+            total.batches_without_room += e.batches_without_room;
         }
         total
     }

@@ -76,8 +76,12 @@ pub fn fill(buffer_memory: usize, batch_size: usize, record_size: usize) -> Stuc
     let buffered = producer.buffered_bytes();
     eprintln!(
         "{} records of {record_size} bytes accepted, {buffered} bytes buffered, resident set \
-         grew {grown} bytes",
+         grew {grown} bytes, {} batches opened without room",
         futures.len(),
+        producer
+            .runtime_stats()
+            .engine_totals()
+            .batches_without_room
     );
     StuckBuffer {
         cluster,

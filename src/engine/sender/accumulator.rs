@@ -2,10 +2,13 @@
 //! partition's open batch, readiness of an unstamped head (`RA.batchReady`), and the ledger
 //! of incomplete batches behind `flush` and `close`.
 
+use bytes::BytesMut;
+
 use crate::error::ProduceError;
 use crate::protocol::record_batch::{self, Header};
 
 use super::super::batch::{record_size_upper_bound, ProducerBatch};
+use super::super::batch_memory::BatchCharge;
 use super::super::partition::{PartitionSlot, TopicPartition};
 use super::super::{Delivery, Micros};
 use super::Engine;
@@ -60,15 +63,35 @@ impl<D: Delivery> Engine<D> {
             .min(self.config.max_request_size)
             .max(upper_bound);
         let compression = self.partitions[slot_index].compression.clone();
-        let buffer = self
-            .buffer_pool
-            .allocate(max_size.max(record_batch::RECORD_BATCH_OVERHEAD));
+        // The buffer's capacity beyond this record's reservation is charged to `buffer.memory`
+        // (`batch_memory`). When that does not fit, the batch gets a buffer of just this
+        // record's size and is closed after it: it takes no other record and is sent at once.
+        let buffer = self.buffer_pool.allocate(max_size);
+        let unused = buffer.capacity().saturating_sub(upper_bound);
+        let mut charge = None;
+        let buffer = if unused == 0 {
+            buffer
+        } else if let Some(taken) = BatchCharge::try_take(&self.batch_memory, unused) {
+            charge = Some(taken);
+            buffer
+        } else {
+            self.buffer_pool.deallocate(buffer);
+            BytesMut::with_capacity(upper_bound)
+        };
+        let without_room = unused > 0 && charge.is_none();
         let mut batch = ProducerBatch::with_buffer(buffer, now, timestamp, max_size, compression);
+        if let Some(charge) = charge {
+            batch.set_charge(charge);
+        }
         if batch
             .try_append(timestamp, key, value, headers, delivery)
             .is_err()
         {
             unreachable!("an empty batch takes one record")
+        }
+        if without_room {
+            batch.close();
+            self.stats.batches_without_room += 1;
         }
         batch.id = self.next_batch_id;
         self.next_batch_id += 1;
@@ -277,5 +300,109 @@ mod tests {
                 "{codec}: topic b's first batch {first_b} bytes"
             );
         }
+    }
+
+    /// A delivery whose completion does not matter here.
+    struct Quiet;
+
+    impl super::Delivery for Quiet {
+        fn complete(self, _result: Result<RecordMetadata, ProduceError>) {}
+    }
+
+    /// `buffer.memory` as a count with a ceiling, as the producer's is.
+    struct Ceiling {
+        used: std::sync::atomic::AtomicUsize,
+        ceiling: usize,
+    }
+
+    impl crate::engine::batch_memory::BatchMemory for Ceiling {
+        fn try_charge(&self, bytes: usize) -> bool {
+            use std::sync::atomic::Ordering::Relaxed;
+            if self.used.load(Relaxed) + bytes > self.ceiling {
+                return false;
+            }
+            self.used.fetch_add(bytes, Relaxed);
+            true
+        }
+
+        fn release(&self, bytes: usize) {
+            self.used
+                .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn engine_with_ceiling(ceiling: usize) -> (Engine<Quiet>, Arc<Ceiling>) {
+        let config = ProducerConfig::builder()
+            .bootstrap_servers("broker:9092")
+            .build()
+            .unwrap();
+        let memory = Arc::new(Ceiling {
+            used: Default::default(),
+            ceiling,
+        });
+        let engine = Engine::new(EngineConfig::from_producer_config(&config, true))
+            .with_batch_memory(memory.clone());
+        (engine, memory)
+    }
+
+    #[test]
+    fn a_batch_charges_the_capacity_its_records_leave_unused_until_it_is_dropped() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut engine, memory) = engine_with_ceiling(usize::MAX);
+        let batch_size = engine.config().batch_size;
+        let a = TopicPartition::new("a", 0);
+        let value = [7u8; 1000];
+        engine.append(0, &a, 0, None, Some(&value), &[], Quiet);
+        let bound = crate::protocol::record_batch::RECORD_BATCH_OVERHEAD
+            + crate::engine::batch::record_size_upper_bound(None, Some(&value), &[]);
+        assert_eq!(
+            memory.used.load(Relaxed),
+            batch_size - bound,
+            "open: all but one record"
+        );
+        // Records that fill the batch do not add to the charge; the next batch charges its own.
+        for _ in 0..20 {
+            engine.append(0, &a, 0, None, Some(&value), &[], Quiet);
+        }
+        let batches: Vec<_> = engine.partition(&a).unwrap().deque.iter().collect();
+        assert_eq!(batches.len(), 2);
+        assert!(!batches[0].is_open());
+        let first_unused = batch_size - batches[0].size_in_bytes();
+        assert_eq!(
+            batches[0].charged_bytes(),
+            first_unused,
+            "closed: the unused tail only"
+        );
+        assert_eq!(batches[1].charged_bytes(), batch_size - bound);
+        assert_eq!(memory.used.load(Relaxed), first_unused + batch_size - bound);
+        assert_eq!(engine.purge_unsent(), 21);
+        assert_eq!(
+            memory.used.load(Relaxed),
+            0,
+            "given back when the batches went"
+        );
+    }
+
+    #[test]
+    fn with_no_room_for_a_batch_a_record_gets_a_buffer_of_its_own_size_and_nothing_else() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (mut engine, memory) = engine_with_ceiling(100);
+        let a = TopicPartition::new("a", 0);
+        let value = [7u8; 1000];
+        for _ in 0..3 {
+            engine.append(0, &a, 0, None, Some(&value), &[], Quiet);
+        }
+        let bound = crate::protocol::record_batch::RECORD_BATCH_OVERHEAD
+            + crate::engine::batch::record_size_upper_bound(None, Some(&value), &[]);
+        let slot = engine.partition(&a).unwrap();
+        assert_eq!(slot.deque.len(), 3, "one record per batch");
+        for batch in &slot.deque {
+            assert_eq!(batch.record_count, 1);
+            assert_eq!(batch.charged_bytes(), 0);
+            assert!(batch.is_full(), "sent without waiting for linger");
+            assert!(batch.size_in_bytes() <= bound);
+        }
+        assert_eq!(engine.stats().batches_without_room, 3);
+        assert_eq!(memory.used.load(Relaxed), 0);
     }
 }

@@ -323,6 +323,11 @@ impl RecordBatchBuilder {
         self.buf.len()
     }
 
+    /// Bytes the builder's buffer holds allocated (its capacity), written or not.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Bytes of the records before compression (the records as appended).
     pub fn uncompressed_records_size(&self) -> usize {
         self.compressed_from

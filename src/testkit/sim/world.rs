@@ -172,6 +172,7 @@ pub fn default_engine_config() -> EngineConfig {
         // rebootstrap to, and the recorded seeds' runs stay as they were.
         rebootstrap_trigger: None,
         compression: crate::protocol::compression::Codec::None,
+        buffer_pool_idle: 4 << 20,
         owns_identity: true,
         sasl: None,
     }
