@@ -54,6 +54,7 @@ struct Totals {
     idle_broker_failures: u64,
     state_losses: u64,
     client_idle_closes: u64,
+    batches_without_room: u64,
     events: u64,
     faults: FaultCounts,
 }
@@ -75,6 +76,7 @@ impl Totals {
         self.idle_broker_failures += r.idle_broker_failures;
         self.state_losses += r.state_losses;
         self.client_idle_closes += r.client_idle_closes;
+        self.batches_without_room += r.batches_without_room;
         self.events += r.events;
         self.faults.add(&r.faults);
     }
@@ -97,7 +99,8 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
             "{} {} seeds ({}..{}) in {elapsed:.1?}: {} records ({} per run), {} acked, {} failed \
              definitely, {} outcome unknown ({} of them in the log), {} epoch bumps, {} retries, \
              {} disconnects, {} leader moves, {} broker failures ({} more while idle), {} \
-             producer-state losses, {} idle closes by the producer, {} events, {} failed",
+             producer-state losses, {} idle closes by the producer, {} batches without room, {} \
+             events, {} failed",
             range.label(),
             range.count,
             range.first,
@@ -116,6 +119,7 @@ fn random_seeds_keep_every_partition_exactly_once_and_in_order() {
             totals.idle_broker_failures,
             totals.state_losses,
             totals.client_idle_closes,
+            totals.batches_without_room,
             totals.events,
             failures.len()
         );
@@ -166,6 +170,7 @@ fn assert_coverage_floors(totals: &Totals) {
             totals.client_idle_closes,
             1_000,
         ),
+        ("batches without room", totals.batches_without_room, 5_000),
     ];
     for (name, seen, floor) in outcomes {
         if seen < per_thousand(floor) {

@@ -16,7 +16,9 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::rc::Rc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
 use std::sync::MutexGuard;
 
 use bytes::Bytes;
@@ -40,6 +42,7 @@ use crate::testkit::server::{Listener, Shared};
 
 use super::checker::{Checker, RecordId, Verdict};
 use super::rng::Rng;
+use crate::engine::batch_memory::{batch_slack, BatchMemory};
 
 mod checks;
 mod cluster;
@@ -328,7 +331,8 @@ pub struct Sim {
     completions: Rc<RefCell<Vec<Completion>>>,
     results: Vec<Option<Result<RecordMetadata, ProduceError>>>,
     record_sizes: Vec<(u32, u32)>,
-    outstanding_bytes: usize,
+    /// `buffer.memory` as the application and the engines share it.
+    memory: Arc<SimMemory>,
     rules: Vec<FaultRule>,
     chaos: Option<Chaos>,
     trace: Option<Vec<ProduceTrace>>,
@@ -370,6 +374,11 @@ impl Sim {
         let addresses = addrs.iter().map(|(id, a)| (a.to_string(), *id)).collect();
         let shared = Shared::in_memory(cluster, &addrs);
         let shard_count = setup.shards.max(1);
+        let memory = Arc::new(SimMemory {
+            limit: setup.buffer_memory,
+            records: AtomicUsize::new(0),
+            batches: AtomicUsize::new(0),
+        });
         let shards = (0..shard_count)
             .map(|i| {
                 let mut config = setup.engine.clone();
@@ -377,7 +386,7 @@ impl Sim {
                 config.owns_identity = i == 0;
                 config.client_id = format!("{}-{i}", config.client_id);
                 Shard {
-                    engine: Engine::new(config),
+                    engine: Engine::new(config).with_batch_memory(memory.clone()),
                     wake_at: None,
                     outstanding_upper: 0,
                     outstanding_records: 0,
@@ -415,7 +424,7 @@ impl Sim {
             completions: Rc::new(RefCell::new(Vec::new())),
             results: Vec::new(),
             record_sizes: Vec::new(),
-            outstanding_bytes: 0,
+            memory,
             rules: Vec::new(),
             chaos: None,
             max_epoch: HashMap::new(),
@@ -497,12 +506,18 @@ impl Sim {
         self.events_handled
     }
 
+    /// Payload bytes of records sent and not resolved.
     pub fn outstanding_bytes(&self) -> usize {
-        self.outstanding_bytes
+        self.memory.records.load(Relaxed)
+    }
+
+    /// Bytes the engines' batches hold of `buffer.memory` beyond their records.
+    pub fn batch_charged_bytes(&self) -> usize {
+        self.memory.batches.load(Relaxed)
     }
 
     pub fn has_room_for(&self, bytes: usize) -> bool {
-        self.outstanding_bytes + bytes <= self.setup.buffer_memory
+        self.memory.used() + bytes <= self.setup.buffer_memory
     }
 
     /// Records sent so far.
@@ -682,7 +697,7 @@ impl Sim {
         let upper = crate::engine::batch::record_size_upper_bound(key, Some(&value), headers);
         self.results.push(None);
         self.record_sizes.push((payload as u32, upper as u32));
-        self.outstanding_bytes += payload;
+        self.memory.records.fetch_add(payload, Relaxed);
         let s = &mut self.shards[shard];
         s.outstanding_upper += upper;
         s.outstanding_records += 1;
@@ -727,4 +742,33 @@ fn produce_request_carries(frame: &Bytes, tp: &TopicPartition) -> bool {
     request.topic_data.iter().any(|t| {
         t.name.0.as_str() == &*tp.topic && t.partition_data.iter().any(|p| p.index == tp.partition)
     })
+}
+
+/// `buffer.memory` in the simulator: the payload of unresolved records (the application waits
+/// while it is full, as `send` does) and what the engines' batches charge beyond them, with the
+/// producer's slack for batches (`engine::batch_memory`).
+struct SimMemory {
+    limit: usize,
+    records: AtomicUsize,
+    batches: AtomicUsize,
+}
+
+impl SimMemory {
+    fn used(&self) -> usize {
+        self.records.load(Relaxed) + self.batches.load(Relaxed)
+    }
+}
+
+impl BatchMemory for SimMemory {
+    fn try_charge(&self, bytes: usize) -> bool {
+        if self.used() + bytes > self.limit + batch_slack(self.limit) {
+            return false;
+        }
+        self.batches.fetch_add(bytes, Relaxed);
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        self.batches.fetch_sub(bytes, Relaxed);
+    }
 }

@@ -29,7 +29,9 @@ impl Sim {
         for (id, result) in completions {
             self.checker.on_result(id, &result, self.now);
             let (payload, upper) = self.record_sizes[id as usize];
-            self.outstanding_bytes -= payload as usize;
+            self.memory
+                .records
+                .fetch_sub(payload as usize, std::sync::atomic::Ordering::Relaxed);
             let partition = self.checker.partition_of(id);
             let owner = self.shard_of[partition];
             let s = &mut self.shards[owner];
@@ -189,5 +191,11 @@ impl Sim {
             );
             s.engine.assert_invariants();
         }
+        // Every batch is gone, so is every charge it held (`engine::batch_memory`).
+        assert_eq!(
+            self.batch_charged_bytes(),
+            0,
+            "batch charges left on buffer.memory after every batch completed"
+        );
     }
 }
