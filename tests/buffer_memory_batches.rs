@@ -14,7 +14,7 @@ fn stuck_records_that_leave_their_batch_buffers_a_third_empty_cost_no_more_resid
     const SLACK: usize = BUFFER / 8;
     const CONSTANT: usize = 8 << 20;
     // One 10 KiB record per 16 KiB batch: counting records alone, a full buffer grew the
-    // resident set by about 1.5 times `buffer.memory` (95 MiB for 64 MiB).
+    // resident set by 1.4 times `buffer.memory` (91 MiB for 64 MiB).
     let stuck = common::stuck_buffer::fill(BUFFER, 16_384, 10_240);
     assert!(
         stuck.buffered <= BUFFER + SLACK,

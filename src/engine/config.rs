@@ -95,4 +95,34 @@ impl EngineConfig {
             sasl: config.sasl.clone(),
         }
     }
+
+    /// The configuration of shard `index` of `shards`: the first shard's engine owns the
+    /// identity, and the shards share the idle buffers' bound.
+    pub fn for_shard(config: &ProducerConfig, index: usize, shards: usize) -> Self {
+        let mut engine = Self::from_producer_config(config, index == 0);
+        engine.buffer_pool_idle /= shards.max(1);
+        engine
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_share_an_eighth_of_buffer_memory_for_idle_buffers_and_the_first_owns_the_identity() {
+        let config = ProducerConfig::builder()
+            .bootstrap_servers("broker:9092")
+            .buffer_memory(64 << 20)
+            .build()
+            .unwrap();
+        let shards: Vec<_> = (0..4)
+            .map(|i| EngineConfig::for_shard(&config, i, 4))
+            .collect();
+        assert!(shards.iter().all(|s| s.buffer_pool_idle == 2 << 20));
+        assert_eq!(
+            shards.iter().map(|s| s.owns_identity).collect::<Vec<_>>(),
+            [true, false, false, false]
+        );
+    }
 }

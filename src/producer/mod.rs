@@ -204,8 +204,7 @@ impl Producer {
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
-            let mut engine_config = EngineConfig::from_producer_config(&config, index == 0);
-            engine_config.buffer_pool_idle /= shard_count;
+            let engine_config = EngineConfig::for_shard(&config, index, shard_count);
             let ctx = ctx.clone();
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cores[index]))
                 .name(&format!("kacrab-shard-{index}"))
