@@ -371,3 +371,28 @@ impl MetadataSnapshot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_charge_into_an_eighth_above_the_limit_that_callers_never_use() {
+        let memory = BufferMemory::new(8000);
+        assert!(memory.try_reserve(8000), "callers fill the buffer");
+        assert!(!memory.try_reserve(1), "callers stop at the limit");
+        assert!(memory.try_charge(600), "a batch charges into the slack");
+        assert!(memory.try_charge(400), "up to an eighth above the limit");
+        assert!(!memory.try_charge(1), "and no further");
+        assert_eq!(memory.used(), 9000);
+        // Releases go through the thread's sink; a refused charge gives them back first.
+        BatchMemory::release(&memory, 1000);
+        assert_eq!(memory.used(), 9000, "still in the sink");
+        assert!(
+            memory.try_charge(1000),
+            "the sink's bytes count once flushed"
+        );
+        assert_eq!(memory.used(), 9000);
+        release_sink::flush_to(&memory);
+    }
+}
