@@ -90,12 +90,6 @@ impl Drop for BatchCharge {
     }
 }
 
-impl std::fmt::Debug for BatchCharge {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BatchCharge({})", self.bytes)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
