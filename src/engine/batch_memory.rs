@@ -90,38 +90,51 @@ impl Drop for BatchCharge {
     }
 }
 
+/// `buffer.memory` as a count with a ceiling, as the producer's is: for tests of the engine.
+#[cfg(test)]
+pub(crate) struct CountedMemory {
+    pub used: std::sync::atomic::AtomicUsize,
+    pub ceiling: usize,
+}
+
+#[cfg(test)]
+impl CountedMemory {
+    pub fn with_ceiling(ceiling: usize) -> Self {
+        CountedMemory {
+            used: Default::default(),
+            ceiling,
+        }
+    }
+
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+impl BatchMemory for CountedMemory {
+    fn try_charge(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.used.load(Relaxed) + bytes > self.ceiling {
+            return false;
+        }
+        self.used.fetch_add(bytes, Relaxed);
+        true
+    }
+
+    fn release(&self, bytes: usize) {
+        self.used
+            .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
-
-    struct Counted {
-        used: AtomicUsize,
-        ceiling: usize,
-    }
-
-    impl BatchMemory for Counted {
-        fn try_charge(&self, bytes: usize) -> bool {
-            let used = self.used.load(Ordering::Relaxed);
-            if used + bytes > self.ceiling {
-                return false;
-            }
-            self.used.store(used + bytes, Ordering::Relaxed);
-            true
-        }
-
-        fn release(&self, bytes: usize) {
-            self.used.fetch_sub(bytes, Ordering::Relaxed);
-        }
-    }
 
     #[test]
     fn a_charge_is_refused_past_the_ceiling_shrinks_and_is_given_back_once_when_dropped() {
-        let counted = Arc::new(Counted {
-            used: AtomicUsize::new(0),
-            ceiling: 1000,
-        });
+        let counted = Arc::new(CountedMemory::with_ceiling(1000));
         let memory: Arc<dyn BatchMemory> = counted.clone();
         let mut charge = BatchCharge::try_take(&memory, 800).expect("fits");
         assert!(
@@ -131,8 +144,8 @@ mod tests {
         charge.shrink_to(900);
         assert_eq!(charge.bytes(), 800, "a shrink never grows");
         charge.shrink_to(100);
-        assert_eq!(counted.used.load(Ordering::Relaxed), 100);
+        assert_eq!(counted.used(), 100);
         drop(charge);
-        assert_eq!(counted.used.load(Ordering::Relaxed), 0);
+        assert_eq!(counted.used(), 0);
     }
 }

@@ -302,6 +302,8 @@ mod tests {
         }
     }
 
+    use crate::engine::batch_memory::CountedMemory;
+
     /// A delivery whose completion does not matter here.
     struct Quiet;
 
@@ -309,37 +311,12 @@ mod tests {
         fn complete(self, _result: Result<RecordMetadata, ProduceError>) {}
     }
 
-    /// `buffer.memory` as a count with a ceiling, as the producer's is.
-    struct Ceiling {
-        used: std::sync::atomic::AtomicUsize,
-        ceiling: usize,
-    }
-
-    impl crate::engine::batch_memory::BatchMemory for Ceiling {
-        fn try_charge(&self, bytes: usize) -> bool {
-            use std::sync::atomic::Ordering::Relaxed;
-            if self.used.load(Relaxed) + bytes > self.ceiling {
-                return false;
-            }
-            self.used.fetch_add(bytes, Relaxed);
-            true
-        }
-
-        fn release(&self, bytes: usize) {
-            self.used
-                .fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    fn engine_with_ceiling(ceiling: usize) -> (Engine<Quiet>, Arc<Ceiling>) {
+    fn engine_with_ceiling(ceiling: usize) -> (Engine<Quiet>, Arc<CountedMemory>) {
         let config = ProducerConfig::builder()
             .bootstrap_servers("broker:9092")
             .build()
             .unwrap();
-        let memory = Arc::new(Ceiling {
-            used: Default::default(),
-            ceiling,
-        });
+        let memory = Arc::new(CountedMemory::with_ceiling(ceiling));
         let engine = Engine::new(EngineConfig::from_producer_config(&config, true))
             .with_batch_memory(memory.clone());
         (engine, memory)
@@ -347,7 +324,6 @@ mod tests {
 
     #[test]
     fn a_batch_charges_the_capacity_its_records_leave_unused_until_it_is_dropped() {
-        use std::sync::atomic::Ordering::Relaxed;
         let (mut engine, memory) = engine_with_ceiling(usize::MAX);
         let batch_size = engine.config().batch_size;
         let a = TopicPartition::new("a", 0);
@@ -356,7 +332,7 @@ mod tests {
         let bound = crate::protocol::record_batch::RECORD_BATCH_OVERHEAD
             + crate::engine::batch::record_size_upper_bound(None, Some(&value), &[]);
         assert_eq!(
-            memory.used.load(Relaxed),
+            memory.used(),
             batch_size - bound,
             "open: all but one record"
         );
@@ -374,18 +350,13 @@ mod tests {
             "closed: the unused tail only"
         );
         assert_eq!(batches[1].charged_bytes(), batch_size - bound);
-        assert_eq!(memory.used.load(Relaxed), first_unused + batch_size - bound);
+        assert_eq!(memory.used(), first_unused + batch_size - bound);
         assert_eq!(engine.purge_unsent(), 21);
-        assert_eq!(
-            memory.used.load(Relaxed),
-            0,
-            "given back when the batches went"
-        );
+        assert_eq!(memory.used(), 0, "given back when the batches went");
     }
 
     #[test]
     fn with_no_room_for_a_batch_a_record_gets_a_buffer_of_its_own_size_and_nothing_else() {
-        use std::sync::atomic::Ordering::Relaxed;
         let (mut engine, memory) = engine_with_ceiling(100);
         let a = TopicPartition::new("a", 0);
         let value = [7u8; 1000];
@@ -403,6 +374,6 @@ mod tests {
             assert!(batch.size_in_bytes() <= bound);
         }
         assert_eq!(engine.stats().batches_without_room, 3);
-        assert_eq!(memory.used.load(Relaxed), 0);
+        assert_eq!(memory.used(), 0);
     }
 }
