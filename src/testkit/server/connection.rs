@@ -113,7 +113,7 @@ fn serve_on(
             if handshake {
                 shared.stats().count_reauthentication();
                 *session = SaslSession::Handshake;
-            } else if session.has_ended(Instant::now()) {
+            } else if session.has_ended(shared.clock().now()) {
                 shared.stats().count_ended_session();
                 break;
             }
@@ -190,7 +190,8 @@ fn bare_token_step(
             .count_authentication(broker, mechanism, succeeded)
     };
     let seed = shared.next_connection_nonce();
-    let Some(answer) = sasl::bare_token(listener, session, &token, seed, &record) else {
+    let now = shared.clock().now();
+    let Some(answer) = sasl::bare_token(listener, session, &token, seed, now, &record) else {
         return false;
     };
     let mut out = BytesMut::with_capacity(4 + answer.len());
@@ -229,7 +230,14 @@ fn authenticate_step(
             .stats()
             .count_authentication(broker, mechanism, succeeded)
     };
-    match sasl::step(listener, session, frame, seed, &record) {
+    match sasl::step(
+        listener,
+        session,
+        frame,
+        seed,
+        shared.clock().now(),
+        &record,
+    ) {
         SaslStep::Serve(frame) => return Some(frame),
         SaslStep::Respond(out) => {
             if !write_response(shared, writer, out) {

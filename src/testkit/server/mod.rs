@@ -18,6 +18,7 @@
 //! listener's answers advertise its own listener's addresses.
 
 mod api_versions;
+mod clock;
 pub(crate) mod connection;
 mod faults;
 pub(crate) mod handlers;
@@ -42,6 +43,8 @@ pub use stats::ServerStats;
 pub use tls::{Issued, TestCa, TlsListener, TlsVersion, Validity};
 
 use crate::testkit::broker::{BrokerRules, Cluster};
+
+use clock::BrokerClock;
 
 /// Largest request frame accepted (Kafka `socket.request.max.bytes`); a bigger one closes
 /// the connection.
@@ -80,6 +83,8 @@ pub(crate) struct Shared {
     sasl_nonces: AtomicU64,
     /// Set for a TLS cluster: connections to the primary listeners run TLS.
     tls: Option<Arc<TlsListener>>,
+    /// What SASL session ends are compared with: real time unless a test froze it.
+    clock: BrokerClock,
 }
 
 /// Which of a broker's listeners a connection came in on.
@@ -153,6 +158,7 @@ impl Shared {
             sasl: None,
             sasl_nonces: AtomicU64::new(0),
             tls: None,
+            clock: BrokerClock::default(),
         }
     }
 
@@ -189,6 +195,10 @@ impl Shared {
 
     pub(crate) fn sasl(&self) -> Option<&SaslListener> {
         self.sasl.as_deref()
+    }
+
+    pub(crate) fn clock(&self) -> &BrokerClock {
+        &self.clock
     }
 
     pub(crate) fn tls(&self) -> Option<&TlsListener> {
@@ -310,6 +320,7 @@ impl ReferenceCluster {
             sasl: sasl.map(Arc::new),
             sasl_nonces: AtomicU64::new(0),
             tls: tls.map(Arc::new),
+            clock: BrokerClock::default(),
         });
         for ((id, listener), plaintext) in ids.into_iter().zip(listeners).zip(plaintext) {
             start_acceptor(&shared, id, Listener::Primary, listener);
@@ -420,6 +431,22 @@ impl ReferenceCluster {
         self.shared
             .connections_max_idle_ms
             .store(ms, Ordering::Relaxed);
+    }
+
+    /// Freezes the brokers' clock (`clock.rs`): from now on it moves only by
+    /// [`advance_clock`](Self::advance_clock), and a SASL session ends only at an advance past
+    /// its end. Real time does not count on it any more: a test that waits out a session
+    /// advances the clock instead of sleeping, and cannot lose a race with a stalled machine.
+    pub fn freeze_clock(&self) {
+        self.shared.clock.freeze();
+    }
+
+    /// Moves the frozen clock forward by `by`.
+    ///
+    /// # Panics
+    /// If [`freeze_clock`](Self::freeze_clock) was not called.
+    pub fn advance_clock(&self, by: Duration) {
+        self.shared.clock.advance(by);
     }
 
     /// Takes a broker down: closes its listener (new connections are refused) and every open

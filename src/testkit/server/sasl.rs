@@ -216,6 +216,7 @@ pub(crate) fn step(
     session: &mut SaslSession,
     frame: Bytes,
     nonce_seed: u64,
+    now: Instant,
     record: &dyn Fn(&str, bool),
 ) -> SaslStep {
     if frame.len() < 8 {
@@ -232,7 +233,7 @@ pub(crate) fn step(
         // Kafka: "Unexpected Kafka request of type ... during SASL handshake": closed.
         (_, SaslSession::Handshake) => SaslStep::Close,
         (Some(ApiKey::SaslAuthenticate), _) => {
-            authenticate(listener, session, frame, version, nonce_seed, record)
+            authenticate(listener, session, frame, version, nonce_seed, now, record)
         }
         // Any other request during the exchange ends it (see the module comment).
         _ => SaslStep::Close,
@@ -313,6 +314,7 @@ fn authenticate(
     mut frame: Bytes,
     version: i16,
     nonce_seed: u64,
+    now: Instant,
     record: &dyn Fn(&str, bool),
 ) -> SaslStep {
     let api = ApiKey::SaslAuthenticate;
@@ -330,31 +332,35 @@ fn authenticate(
             .with_session_lifetime_ms(lifetime_ms);
         response(api, version, header.correlation_id, &answer)
     };
-    let (error, message, auth_bytes) =
-        match evaluate(listener, session, &request.auth_bytes, nonce_seed, record) {
-            Ok(answer) => (0, None, answer),
-            Err(TokenError::Failed(mechanism)) => (
-                SASL_AUTHENTICATION_FAILED,
-                Some(format!(
-                    "Authentication failed during authentication due to invalid credentials \
+    let (error, message, auth_bytes) = match evaluate(
+        listener,
+        session,
+        &request.auth_bytes,
+        nonce_seed,
+        now,
+        record,
+    ) {
+        Ok(answer) => (0, None, answer),
+        Err(TokenError::Failed(mechanism)) => (
+            SASL_AUTHENTICATION_FAILED,
+            Some(format!(
+                "Authentication failed during authentication due to invalid credentials \
                      with SASL mechanism {mechanism}"
-                )),
-                Vec::new(),
-            ),
-            Err(TokenError::Refused(error)) => {
-                (SASL_AUTHENTICATION_FAILED, Some(error), Vec::new())
-            }
-            Err(TokenError::IllegalState) => (
-                ILLEGAL_SASL_STATE,
-                Some("Unexpected SaslAuthenticate".to_string()),
-                Vec::new(),
-            ),
-        };
+            )),
+            Vec::new(),
+        ),
+        Err(TokenError::Refused(error)) => (SASL_AUTHENTICATION_FAILED, Some(error), Vec::new()),
+        Err(TokenError::IllegalState) => (
+            ILLEGAL_SASL_STATE,
+            Some("Unexpected SaslAuthenticate".to_string()),
+            Vec::new(),
+        ),
+    };
     // 0 until the exchange completes, as Kafka answers; then what is left of the session,
     // rounded up so that a lifetime of whole milliseconds is announced as set.
     let lifetime_ms = match session {
         SaslSession::Authenticated { ends_at: Some(end) } => {
-            let left = end.saturating_duration_since(Instant::now());
+            let left = end.saturating_duration_since(now);
             i64::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i64::MAX)
         }
         _ => 0,
@@ -373,9 +379,10 @@ pub(crate) fn bare_token(
     session: &mut SaslSession,
     token: &[u8],
     nonce_seed: u64,
+    now: Instant,
     record: &dyn Fn(&str, bool),
 ) -> Option<Vec<u8>> {
-    match evaluate(listener, session, token, nonce_seed, record) {
+    match evaluate(listener, session, token, nonce_seed, now, record) {
         Ok(answer) => Some(answer),
         Err(_) => {
             *session = SaslSession::Closed;
@@ -402,6 +409,7 @@ fn evaluate(
     session: &mut SaslSession,
     token: &[u8],
     nonce_seed: u64,
+    now: Instant,
     record: &dyn Fn(&str, bool),
 ) -> Result<Vec<u8>, TokenError> {
     let failed = |mechanism: &'static str| {
@@ -426,7 +434,7 @@ fn evaluate(
                 return failed("PLAIN");
             }
             *session = SaslSession::Authenticated {
-                ends_at: listener.session_lifetime.map(|d| Instant::now() + d),
+                ends_at: listener.session_lifetime.map(|d| now + d),
             };
             record("PLAIN", true);
             Ok(Vec::new())
@@ -502,7 +510,7 @@ fn evaluate(
             }
             let server_signature = hash.hmac(&credential.server_key, auth_message.as_bytes());
             *session = SaslSession::Authenticated {
-                ends_at: listener.session_lifetime.map(|d| Instant::now() + d),
+                ends_at: listener.session_lifetime.map(|d| now + d),
             };
             record(label, true);
             let server_final = format!("v={}", base64_encode(&server_signature));
@@ -536,7 +544,7 @@ fn evaluate(
                 None => token_left,
             };
             *session = SaslSession::Authenticated {
-                ends_at: Some(Instant::now() + lifetime),
+                ends_at: Some(now + lifetime),
             };
             record("OAUTHBEARER", true);
             Ok(Vec::new())
