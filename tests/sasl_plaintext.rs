@@ -509,30 +509,40 @@ fn raw_plain_authentication(stream: &mut TcpStream, first_id: i32) -> i64 {
 
 // KIP-368 on the listener, as Kafka's broker does: once a session has ended, SaslHandshake
 // still begins a re-authentication on the connection, after which requests are served again;
-// any other request after the end closes the connection unanswered. Waiting out the session
-// is what is under test: the listener compares its clock with the session's end, so a sleep
-// past it makes the end certain.
+// any other request after the end closes the connection unanswered. The brokers' clock is
+// frozen: a session ends only when the test advances the clock past its end, and nothing
+// ends while the test talks to the broker between advances, however slow the machine.
 #[test]
 fn after_its_session_ends_a_connection_may_re_authenticate_and_is_closed_at_any_other_request() {
+    let lifetime = Duration::from_millis(300);
     let listener = SaslListener::new(&["PLAIN"])
         .user(USER, PASSWORD)
-        .session_lifetime(Duration::from_millis(300));
+        .session_lifetime(lifetime);
     let cluster = ReferenceCluster::start_with_sasl(1, BrokerRules::default(), listener);
+    cluster.freeze_clock();
     let mut stream = TcpStream::connect(cluster.broker_address(1)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let lifetime = raw_plain_authentication(&mut stream, 1);
-    assert!((1..=300).contains(&lifetime), "{lifetime} ms");
-    std::thread::sleep(Duration::from_millis(400));
-    let renewed = raw_plain_authentication(&mut stream, 3);
-    assert!((1..=300).contains(&renewed), "{renewed} ms");
-    let metadata = request_frame(ApiKey::Metadata, 12, 5, &MetadataRequest::default());
+    // No time passes on the frozen clock between the authentication and its answer.
+    assert_eq!(raw_plain_authentication(&mut stream, 1), 300);
+    // Up to the end, the session holds.
+    cluster.advance_clock(lifetime - Duration::from_millis(1));
+    let metadata = request_frame(ApiKey::Metadata, 12, 3, &MetadataRequest::default());
+    stream.write_all(&metadata).unwrap();
+    let answer = read_frame(&mut stream).expect("served before the session's end");
+    assert_eq!(&answer[..4], &3i32.to_be_bytes());
+    // Past the end, a re-authentication is still allowed and starts a whole new session.
+    cluster.advance_clock(Duration::from_millis(1));
+    assert_eq!(raw_plain_authentication(&mut stream, 4), 300);
+    let metadata = request_frame(ApiKey::Metadata, 12, 6, &MetadataRequest::default());
     stream.write_all(&metadata).unwrap();
     let answer = read_frame(&mut stream).expect("served on the renewed session");
-    assert_eq!(&answer[..4], &5i32.to_be_bytes());
-    std::thread::sleep(Duration::from_millis(400));
-    let metadata = request_frame(ApiKey::Metadata, 12, 6, &MetadataRequest::default());
+    assert_eq!(&answer[..4], &6i32.to_be_bytes());
+    assert_eq!(cluster.stats().ended_sessions_closed(), 0);
+    // Past the renewed session's end, any other request closes the connection.
+    cluster.advance_clock(lifetime);
+    let metadata = request_frame(ApiKey::Metadata, 12, 7, &MetadataRequest::default());
     stream.write_all(&metadata).unwrap();
     assert_eq!(read_frame(&mut stream), None, "closed unanswered");
     let stats = cluster.stats();
