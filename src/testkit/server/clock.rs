@@ -1,5 +1,5 @@
-//! The brokers' clock: the instant a SASL session's end and a connection's idle time are
-//! compared with.
+//! The brokers' clock: the instant a SASL session's end and a connection's idle time
+//! (`idle.rs`) are compared with.
 //!
 //! It runs with real time unless a test freezes it ([`ReferenceCluster::freeze_clock`]), as
 //! Kafka's own broker tests swap `SystemTime` for `MockTime`: then it moves only when the test
@@ -23,6 +23,10 @@ pub(crate) struct BrokerClock {
 impl BrokerClock {
     pub(crate) fn now(&self) -> Instant {
         self.frozen().unwrap_or_else(Instant::now)
+    }
+
+    pub(crate) fn is_frozen(&self) -> bool {
+        self.frozen().is_some()
     }
 
     /// Stops the clock at the current instant; a clock already frozen stays where it is.

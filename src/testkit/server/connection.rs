@@ -14,6 +14,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::handlers::{self, Reply, RequestContext};
+use super::idle::IdleWatch;
 use super::sasl::{self, SaslListener, SaslSession, SaslStep};
 use super::{api_versions, FaultAction, Listener, Shared, MAX_FRAME_BYTES};
 
@@ -25,11 +26,13 @@ pub(super) fn serve(
     listener: Listener,
     stream: TcpStream,
     closed: &AtomicBool,
+    watch: &IdleWatch,
 ) {
     let _ = stream.set_nodelay(true);
-    let idle = shared.connections_max_idle();
-    // A read that waits longer than the idle limit ends the connection (the socket's receive
-    // timeout covers every clone of it, and the TLS stream over it).
+    let idle = watch.read_timeout();
+    // On real time, a read that waits longer than the idle limit ends the connection (the
+    // socket's receive timeout covers every clone of it, and the TLS stream over it). On a
+    // frozen clock there is no timeout: the clock's advances close the connection.
     if stream.set_read_timeout(idle).is_err() {
         return;
     }
@@ -50,13 +53,16 @@ pub(super) fn serve(
                     socket,
                     idle,
                     closed,
+                    watch,
                 );
             }
             Err(_) => shared.stats().count_tls_handshake(broker, None),
         },
         _ => {
             if let Ok(write_half) = control.try_clone() {
-                serve_on(shared, broker, listener, stream, write_half, idle, closed);
+                serve_on(
+                    shared, broker, listener, stream, write_half, idle, closed, watch,
+                );
             }
         }
     }
@@ -64,8 +70,10 @@ pub(super) fn serve(
 }
 
 /// Serves a connection's requests over `input` and `output` (the two halves of a socket, or
-/// one TLS stream twice) until it ends. `idle`: the connection's `connections.max.idle.ms`, the
-/// receive timeout its socket was given.
+/// one TLS stream twice) until it ends. `idle`: the connection's `connections.max.idle.ms` on
+/// real time, the receive timeout its socket was given. `watch` marks each request in service
+/// until its answer is about to be flushed, and drops one that arrived after an idle close.
+#[allow(clippy::too_many_arguments)]
 fn serve_on(
     shared: &Shared,
     broker: i32,
@@ -74,6 +82,7 @@ fn serve_on(
     output: impl Write,
     idle: Option<Duration>,
     closed: &AtomicBool,
+    watch: &IdleWatch,
 ) {
     let mut reader = BufReader::with_capacity(BUFFER_BYTES, input);
     let mut writer = BufWriter::with_capacity(BUFFER_BYTES, output);
@@ -85,7 +94,15 @@ fn serve_on(
     while !closed.load(Ordering::Relaxed) {
         if let (Some(sasl), Some(session)) = (shared.sasl(), session.as_mut()) {
             if bare_tokens && !session.is_authenticated() {
-                if !bare_token_step(shared, broker, sasl, session, &mut reader, &mut writer) {
+                if !bare_token_step(
+                    shared,
+                    broker,
+                    sasl,
+                    session,
+                    watch,
+                    &mut reader,
+                    &mut writer,
+                ) {
                     break;
                 }
                 continue;
@@ -100,6 +117,11 @@ fn serve_on(
             {
                 shared.stats().count_idle_closed();
             }
+            break;
+        };
+        let Some(serving) = watch.serve(shared.clock()) else {
+            // Closed for idling before this request was read: it is lost with the connection.
+            shared.stats().count_idle_crossing();
             break;
         };
         requests += 1;
@@ -133,6 +155,7 @@ fn serve_on(
                     Some(request) => frame = request,
                     None if session.is_closed() => break,
                     None => {
+                        drop(serving);
                         if writer.flush().is_err() {
                             break;
                         }
@@ -145,6 +168,7 @@ fn serve_on(
             Step::Continue => {}
             Step::Close => break,
         }
+        drop(serving);
         if !whole_frame_buffered(reader.buffer()) && writer.flush().is_err() {
             break;
         }
@@ -167,6 +191,7 @@ fn bare_token_step(
     broker: i32,
     listener: &SaslListener,
     session: &mut SaslSession,
+    watch: &IdleWatch,
     reader: &mut BufReader<impl Read>,
     writer: &mut BufWriter<impl Write>,
 ) -> bool {
@@ -184,6 +209,10 @@ fn bare_token_step(
     if reader.read_exact(&mut token).is_err() {
         return false;
     }
+    let Some(serving) = watch.serve(shared.clock()) else {
+        shared.stats().count_idle_crossing();
+        return false;
+    };
     let record = |mechanism: &str, succeeded: bool| {
         shared
             .stats()
@@ -198,6 +227,7 @@ fn bare_token_step(
     out.put_i32(answer.len() as i32);
     out.put_slice(&answer);
     shared.stats().count_bytes_out(out.len());
+    drop(serving);
     writer.write_all(&out).is_ok() && writer.flush().is_ok()
 }
 

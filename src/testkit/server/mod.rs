@@ -22,6 +22,7 @@ mod clock;
 pub(crate) mod connection;
 mod faults;
 pub(crate) mod handlers;
+mod idle;
 pub mod oauthbearer;
 pub(crate) mod sasl;
 mod stats;
@@ -45,6 +46,7 @@ pub use tls::{Issued, TestCa, TlsListener, TlsVersion, Validity};
 use crate::testkit::broker::{BrokerRules, Cluster};
 
 use clock::BrokerClock;
+use idle::IdleWatch;
 
 /// Largest request frame accepted (Kafka `socket.request.max.bytes`); a bigger one closes
 /// the connection.
@@ -83,7 +85,8 @@ pub(crate) struct Shared {
     sasl_nonces: AtomicU64,
     /// Set for a TLS cluster: connections to the primary listeners run TLS.
     tls: Option<Arc<TlsListener>>,
-    /// What SASL session ends are compared with: real time unless a test froze it.
+    /// What SASL session ends and idle times are compared with: real time unless a test froze
+    /// it.
     clock: BrokerClock,
 }
 
@@ -119,6 +122,7 @@ struct BrokerRuntime {
 struct OpenConnection {
     stream: TcpStream,
     closed: Arc<AtomicBool>,
+    idle: Arc<IdleWatch>,
 }
 
 impl Shared {
@@ -423,7 +427,8 @@ impl ReferenceCluster {
     /// never, the default here), as a Kafka broker's `SocketServer` does past
     /// `connections.max.idle.ms` (default 10 minutes; `Selector` closes the connection that
     /// has been idle longest, without a word to the client). A client request that crosses
-    /// the close on the wire is never read.
+    /// the close on the wire is never read. The idle time is read on the brokers' clock: on a
+    /// frozen one, connections close only at [`advance_clock`](Self::advance_clock).
     pub fn set_connections_max_idle(&self, idle: Option<Duration>) {
         let ms = idle.map_or(0, |d| {
             u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
@@ -434,19 +439,42 @@ impl ReferenceCluster {
     }
 
     /// Freezes the brokers' clock (`clock.rs`): from now on it moves only by
-    /// [`advance_clock`](Self::advance_clock), and a SASL session ends only at an advance past
-    /// its end. Real time does not count on it any more: a test that waits out a session
-    /// advances the clock instead of sleeping, and cannot lose a race with a stalled machine.
+    /// [`advance_clock`](Self::advance_clock). A SASL session ends only at an advance past its
+    /// end, and a connection accepted from now on closes for idling only at an advance
+    /// (`idle.rs`). Real time does not count on it any more: a test waits out a session or an
+    /// idle limit by advancing the clock, and cannot lose a race with a stalled machine.
+    /// Connections accepted before keep closing on real time.
     pub fn freeze_clock(&self) {
         self.shared.clock.freeze();
     }
 
-    /// Moves the frozen clock forward by `by`.
+    /// Moves the frozen clock forward by `by`, then sweeps every connection accepted on it
+    /// (`idle.rs`): once it returns, each one that had been idle for its
+    /// `connections.max.idle.ms` at the new instant is closed (counted in
+    /// [`ServerStats::idle_closed`]) and reads no request any more; its client learns of the
+    /// close at the next advance, or when a request it writes meanwhile is dropped unread
+    /// ([`ServerStats::idle_crossings`]). A request in service is waited for first.
     ///
     /// # Panics
     /// If [`freeze_clock`](Self::freeze_clock) was not called.
     pub fn advance_clock(&self, by: Duration) {
-        self.shared.clock.advance(by);
+        let now = self.shared.clock.advance(by);
+        for slot in &self.shared.brokers {
+            // Swept outside the broker's lock: a sweep may wait for a request in service.
+            let watched: Vec<(Arc<IdleWatch>, TcpStream)> = {
+                let runtime = slot.runtime.lock().unwrap();
+                runtime
+                    .connections
+                    .values()
+                    .filter_map(|c| Some((Arc::clone(&c.idle), c.stream.try_clone().ok()?)))
+                    .collect()
+            };
+            for (watch, stream) in watched {
+                if watch.sweep(now, &stream) {
+                    self.shared.stats.count_idle_closed();
+                }
+            }
+        }
     }
 
     /// Takes a broker down: closes its listener (new connections are refused) and every open
@@ -570,6 +598,7 @@ fn accept_loop(
             continue;
         };
         let closed = Arc::new(AtomicBool::new(false));
+        let idle = Arc::new(IdleWatch::new(&shared.clock, shared.connections_max_idle()));
         let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
         let slot = shared.slot(broker).expect("known broker");
         let mut runtime = slot.runtime.lock().unwrap();
@@ -584,6 +613,7 @@ fn accept_loop(
             OpenConnection {
                 stream: registered,
                 closed: Arc::clone(&closed),
+                idle: Arc::clone(&idle),
             },
         );
         shared.stats.connection_opened();
@@ -591,7 +621,7 @@ fn accept_loop(
         let spawned = std::thread::Builder::new()
             .name(format!("ref-broker-{broker}-conn-{id}"))
             .spawn(move || {
-                connection::serve(&thread_shared, broker, kind, stream, &closed);
+                connection::serve(&thread_shared, broker, kind, stream, &closed, &idle);
                 thread_shared.stats.connection_closed();
                 if let Some(slot) = thread_shared.slot(broker) {
                     slot.runtime.lock().unwrap().connections.remove(&id);

@@ -28,6 +28,8 @@ pub struct ServerStats {
     reauthentications: AtomicU64,
     /// Connections closed for idling past `connections.max.idle.ms`, every broker.
     idle_closed: AtomicU64,
+    /// Requests that arrived on a connection closed for idling, dropped unread.
+    idle_crossings: AtomicU64,
     /// broker → TLS handshakes completed, and failed, on its TLS listener.
     tls_handshakes: Mutex<BTreeMap<i32, (u64, u64)>>,
     /// TLS sessions by the version their handshake settled on, every broker.
@@ -145,6 +147,18 @@ impl ServerStats {
     /// closed for idling; false if `timeout` passed first.
     pub fn wait_for_idle_closed(&self, at_least: u64, timeout: Duration) -> bool {
         self.wait_until(timeout, |_| self.idle_closed() >= at_least)
+    }
+
+    pub(crate) fn count_idle_crossing(&self) {
+        self.idle_crossings.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Requests that crossed an idle close on the wire: they arrived on a connection the
+    /// broker had closed for idling (on a frozen clock, before the close reached the client)
+    /// and were dropped unread, every broker. Counted before the connection is shut down, so
+    /// before the client can learn the request is lost.
+    pub fn idle_crossings(&self) -> u64 {
+        self.idle_crossings.load(Ordering::Relaxed)
     }
 
     pub(crate) fn count_reauthentication(&self) {
