@@ -8,13 +8,14 @@
 //! (9 minutes by default) with nothing in flight, under the broker's limit, so that race is
 //! rare; the tests also run with the client's limit above the broker's.
 //!
-//! The reference cluster closes idle connections at a limit the test sets. librdkafka's
-//! consumer reads the log back.
+//! The reference cluster closes idle connections at a limit the test sets, on real time or,
+//! for the crossing test, on the brokers' frozen clock, which only the test advances.
+//! librdkafka's consumer reads the log back.
 #![cfg(feature = "testkit")]
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
@@ -100,36 +101,44 @@ fn a_connection_the_broker_closed_for_idling_is_reopened_and_no_record_is_lost_o
     read_back_with_idle_limit_off(&cluster, topic, 600);
 }
 
-// Records sent one at a time to one partition, about as far apart as the idle limit: some are
-// written just as its leader closes the connection, so their requests are never read and their
-// batches are retried on a new connection.
+// Records sent one at a time to one partition, each after the brokers' frozen clock was
+// advanced by the idle limit. The advance closes the connection the previous record was
+// acknowledged on (its last activity), and the close reaches the producer only at the next
+// advance: so the next request the producer writes on it crosses the close on the wire and is
+// dropped unread, and its batch (or whatever request crossed first) is retried on a new
+// connection. Every round therefore has an idle close and a crossing, by construction.
 #[test]
 fn records_sent_across_a_brokers_idle_closes_land_exactly_once() {
+    const RECORDS: u64 = 20;
     let topic = "idle-crossing";
     let idle = Duration::from_millis(40);
-    let cluster = cluster_closing_idle_connections_after(topic, idle);
+    let cluster = ReferenceCluster::start(3, BrokerRules::default());
+    cluster.create_topic(topic, &[1, 2, 3]);
+    cluster.freeze_clock();
+    cluster.set_connections_max_idle(Some(idle));
     let producer = producer(&cluster, "540000");
-    let started = Instant::now();
-    let mut deliveries = Vec::new();
-    let mut id = 0u64;
-    // Gaps from 30 to 50 ms, around the 40 ms limit, in a fixed pattern.
-    while started.elapsed() < Duration::from_secs(4) {
-        deliveries.push((id, send(&producer, topic, id, 0)));
-        let gap_ms = 30 + (id * 7) % 21;
-        id += 1;
-        // Pacing only: what the test checks does not depend on when a record goes out.
-        std::thread::sleep(Duration::from_millis(gap_ms));
+    let stats = cluster.stats();
+    for id in 0..RECORDS {
+        let (closed, crossed) = (stats.idle_closed(), stats.idle_crossings());
+        cluster.advance_clock(idle);
+        acknowledged(vec![(id, send(&producer, topic, id, 0))]);
+        // Before the first record the producer has no connection to partition 0's leader.
+        if id > 0 {
+            assert!(
+                stats.idle_closed() > closed,
+                "record {id}: the advance closed the idle connection to the leader"
+            );
+            assert!(
+                stats.idle_crossings() > crossed,
+                "record {id}: a request crossed the close"
+            );
+        }
     }
-    acknowledged(deliveries);
-    let closed = cluster.stats().idle_closed();
-    assert!(
-        closed >= 10,
-        "the brokers closed idle connections {closed} times"
-    );
+    let (closed, crossed) = (stats.idle_closed(), stats.idle_crossings());
     let retried = producer.metrics().record_retry_total;
     drop(producer);
-    read_back_with_idle_limit_off(&cluster, topic, id);
-    println!("{id} records, {closed} idle closes, {retried} records retried");
+    read_back_with_idle_limit_off(&cluster, topic, RECORDS);
+    println!("{RECORDS} records, {closed} idle closes, {crossed} crossings, {retried} retried");
 }
 
 #[test]
