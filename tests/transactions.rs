@@ -621,3 +621,101 @@ fn close_aborts_an_open_transaction_and_its_records_stay_invisible() {
         "the aborted records were written (the abort, not a lost send, hides them)"
     );
 }
+
+// Java's `KafkaProducer.doSend` hands every `ApiException` that `send` fails a record with
+// (RecordTooLargeException, a metadata TimeoutException, BufferExhaustedException) to
+// `TransactionManager.maybeTransitionToErrorState`: the transaction becomes abortable, and
+// `commitTransaction` fails. Here those records resolve their future with the error, which an
+// application may never look at; so the transaction must not commit without them either.
+#[test]
+fn a_record_that_send_refuses_inside_a_transaction_makes_the_commit_fail() {
+    let topic = "txn-send-refused";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "send-refused", &[]);
+    p.init_transactions(CALL).unwrap();
+    // Refused before any partition is chosen (`max.request.size`), and with a partition the
+    // topic does not have.
+    type IsItsError = fn(&ProduceError) -> bool;
+    let refusals: [(ProducerRecord, IsItsError); 2] = [
+        (
+            ProducerRecord::new(topic, Bytes::from(vec![b'x'; 2 * 1024 * 1024])),
+            |e| matches!(e, ProduceError::RecordTooLarge { .. }),
+        ),
+        (
+            ProducerRecord::new(topic, Bytes::from_static(b"nowhere")).with_partition(PARTITIONS),
+            |e| matches!(e, ProduceError::InvalidPartition { .. }),
+        ),
+    ];
+    let mut id = 0;
+    for (refused, is_its_error) in refusals {
+        p.begin_transaction().unwrap();
+        let before = send_batch(&p, topic, id..id + 6);
+        let err = p.send(refused).wait().expect_err("refused by send");
+        assert!(is_its_error(&err), "{err:?}");
+        let after = send_batch(&p, topic, id + 6..id + 12);
+        let commit = p.commit_transaction(CALL);
+        assert!(
+            matches!(commit, Err(TransactionError::Abortable(_))),
+            "the transaction must not commit without the refused record: {commit:?}"
+        );
+        p.abort_transaction(CALL)
+            .expect("an abortable transaction aborts");
+        for result in wait_all(before).into_iter().chain(wait_all(after)) {
+            assert!(
+                result.is_err(),
+                "a record of an aborted transaction: {result:?}"
+            );
+        }
+        id += 12;
+    }
+    // The producer goes on: the next transaction commits.
+    p.begin_transaction().unwrap();
+    let committed = send_batch(&p, topic, id..id + 6);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(committed).iter().all(Result::is_ok));
+    p.close(CALL);
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(id..id + 6),
+        "only the last transaction is visible"
+    );
+}
+
+// Java's `Sender.run`, at close, keeps aborting while `hasOngoingTransaction()`, which holds
+// in ABORTABLE_ERROR too: a commit under way when `close` is called that then fails
+// abortably is followed by an abort, so the transaction does not stay open at its coordinator
+// (holding its partitions' last stable offset until `transaction.timeout.ms`).
+#[test]
+fn close_aborts_the_transaction_when_the_commit_under_way_fails_abortably() {
+    let topic = "txn-close-commit-fails";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "close-commit-fails", &[]);
+    p.init_transactions(CALL).unwrap();
+    p.begin_transaction().unwrap();
+    let futures = send_batch(&p, topic, 0..12);
+    const TRANSACTION_ABORTABLE: i16 = 120;
+    cluster
+        .faults()
+        .inject_error(ANY_BROKER, ApiKey::EndTxn, TRANSACTION_ABORTABLE, 1);
+    // The commit goes on after its call returns; `close` finds it under way.
+    let started = p.commit_transaction(Duration::ZERO);
+    assert!(
+        matches!(started, Err(TransactionError::Timeout { .. })),
+        "{started:?}"
+    );
+    p.close(CALL);
+    let state = cluster.with_cluster(|c| {
+        c.transaction_metadata("close-commit-fails")
+            .map(|m| m.state)
+    });
+    assert_eq!(
+        state,
+        Some(kacrab::testkit::broker::TransactionState::CompleteAbort),
+        "close aborted the transaction its failed commit left open"
+    );
+    assert!(wait_all(futures).iter().all(Result::is_err));
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..0)
+    );
+}
