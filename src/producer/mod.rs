@@ -25,7 +25,7 @@ use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, Latch, OwnedRecord, ShardCommand, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
-use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus};
+use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER};
 use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
@@ -452,6 +452,11 @@ impl Producer {
         } else {
             0
         };
+        // A record refused from here on is one of the transaction checked under `txn_barrier`.
+        let refuse = |record: &ProducerRecord, err: ProduceError| {
+            self.refused_in_transaction(&err, txn_barrier);
+            fail(record, err)
+        };
         // The deadline is computed only on a path that waits (one clock read per send
         // otherwise: the timestamp).
         let deadline = |block: &Block| match block {
@@ -461,7 +466,7 @@ impl Producer {
         let size =
             RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record) + RECORD_MEMORY_OVERHEAD;
         if size > inner.config.max_request_size + RECORD_MEMORY_OVERHEAD {
-            return Err(fail(
+            return Err(refuse(
                 &record,
                 ProduceError::RecordTooLarge {
                     size: size - RECORD_MEMORY_OVERHEAD,
@@ -471,7 +476,7 @@ impl Producer {
             ));
         }
         if size > inner.config.buffer_memory {
-            return Err(fail(
+            return Err(refuse(
                 &record,
                 ProduceError::RecordTooLarge {
                     size,
@@ -488,7 +493,7 @@ impl Producer {
                     WouldBlock::MetadataPending,
                 ))
             }
-            Err(Some(err)) => return Err(fail(&record, err)),
+            Err(Some(err)) => return Err(refuse(&record, err)),
         };
         let timestamp = record.timestamp.unwrap_or_else(now_millis);
         let partition = match record.partition {
@@ -498,7 +503,7 @@ impl Producer {
                     partition: p,
                     partition_count,
                 };
-                return Err(fail(&record, err));
+                return Err(refuse(&record, err));
             }
             Some(p) => p,
             None => match (&record.key, inner.config.partitioner_ignore_keys) {
@@ -527,7 +532,7 @@ impl Producer {
             Block::UpTo(_) => inner.memory.reserve(size, || deadline(&block)),
         };
         if let Err(err) = reserved {
-            return Err(fail(&record, err));
+            return Err(refuse(&record, err));
         }
         let (mut delivery, future) = DeliveryHandle::new(record.topic.clone(), partition, size);
         if let Some(make) = callback {
@@ -556,6 +561,28 @@ impl Producer {
             release_sink::flush_to(&inner.memory);
         }
         Ok(future)
+    }
+
+    /// `send` refused a record of the transaction checked under `txn_barrier` (a transactional
+    /// producer): the owner is told, through shard 0's data queue, and the transaction becomes
+    /// abortable (`Engine::txn_send_refused`), as Java's `doSend` does with an `ApiException`.
+    /// The error reaches the application only through the record's future, which it may never
+    /// read; a commit must not succeed without the record. Not for errors that already end the
+    /// transaction's hope (a closed or fatal producer) or that say it was not open for sends.
+    fn refused_in_transaction(&self, err: &ProduceError, txn_barrier: u64) {
+        if self.inner.config.transactional_id.is_none()
+            || matches!(
+                err,
+                ProduceError::Closed | ProduceError::Fatal(_) | ProduceError::Transaction(_)
+            )
+        {
+            return;
+        }
+        // A closed inbox: the producer is closing, and its transaction will not commit.
+        let _ = self.inner.inboxes[OWNER].push(ShardCommand::SendRefused {
+            error: Box::new(err.clone()),
+            txn_barrier,
+        });
     }
 
     /// The partition count of `topic`: known, or waited for as `block` allows. `Err(None)`:

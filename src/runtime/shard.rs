@@ -86,6 +86,12 @@ impl Latch {
 pub(crate) enum ShardCommand {
     Append(OwnedRecord),
     RequestTopic(Arc<str>),
+    /// `send` refused a record of the transaction it checked under `txn_barrier`
+    /// (`Engine::txn_send_refused`). Boxed: rare, and the queue's slots stay a record's size.
+    SendRefused {
+        error: Box<ProduceError>,
+        txn_barrier: u64,
+    },
     Flush(Arc<Latch>),
     /// Fail every record not yet sent (`Engine::purge_unsent`), then count down.
     Purge(Arc<Latch>),
@@ -354,6 +360,13 @@ pub(crate) async fn run_shard(
                     );
                 }
                 ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
+                ShardCommand::SendRefused { error, txn_barrier } => {
+                    // A barrier before it: a commit or abort that began after the record was
+                    // checked, and so never counted on it.
+                    if txn.admit(txn_barrier).is_ok() {
+                        engine.txn_send_refused(*error);
+                    }
+                }
                 ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
                 ShardCommand::PublishMetrics(latch) => metric_requests.push(latch),
                 ShardCommand::Purge(latch) => {

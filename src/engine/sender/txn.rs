@@ -156,6 +156,23 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
+    /// Participant: `send` refused a record of the transaction before it reached an engine
+    /// (`error`: its size, its partition, its topic's metadata, `buffer.memory`). As Java's
+    /// `KafkaProducer.doSend` hands such an `ApiException` to
+    /// `TM.maybeTransitionToErrorState`, the owner makes the transaction abortable, so it
+    /// cannot commit without the record. The caller queued it on this shard's data queue
+    /// behind the records it sent before, so it reaches the owner before this shard's
+    /// `Flushed` for any commit that began after the refusal.
+    pub fn txn_send_refused(&mut self, error: ProduceError) {
+        if self.is_transactional() {
+            self.txn_actions.push_back(TxnAction::ProduceFailed {
+                error,
+                needs_bump: false,
+                fatal: false,
+            });
+        }
+    }
+
     /// Participant: the transaction must be aborted; unsent batches fail.
     pub fn txn_abortable(&mut self, error: ProduceError) {
         if self.participant.fail_unsent.is_none() {
