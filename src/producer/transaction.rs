@@ -123,24 +123,42 @@ impl Inner {
         )
     }
 
-    /// `close` with a transaction open or ending (Java's `Sender.run` at shutdown: a
-    /// transaction not completing is aborted, one completing runs to its end): the abort
-    /// (or the commit under way) is carried out within `timeout`. Bounded: a call that fails
-    /// or times out ends it, and the coordinator aborts the transaction at its timeout.
+    /// `close` with a transaction open or ending (Java's `Sender.run` at shutdown: while
+    /// `hasOngoingTransaction`, a transaction not completing is aborted, one completing runs to
+    /// its end): the abort (or the commit under way) is carried out within `timeout`.
+    ///
+    /// - A commit or abort whose call timed out is still pending its result, and only the
+    ///   same call may take it (`TransactionError::PendingOperation`): the next round makes
+    ///   that call.
+    /// - A commit under way that fails abortably leaves the transaction open (ABORTABLE_ERROR,
+    ///   `Ongoing::Open`): the next round aborts it. Otherwise it would hold its partitions'
+    ///   last stable offset until the coordinator's `transaction.timeout.ms`.
+    ///
+    /// Bounded: at most four rounds (take a pending commit's result, abort, and one more of
+    /// each), and any other failure (fenced, fatal, timed out, closed) ends it, as the
+    /// coordinator then aborts the transaction at its timeout.
     pub(super) fn end_open_transaction(&self, timeout: Duration) {
         if self.config.transactional_id.is_none() {
             return;
         }
         let deadline = Instant::now() + timeout;
-        for _ in 0..3 {
-            let commit = match self.txn_status.ongoing() {
-                Ongoing::None => return,
-                Ongoing::Committing => true,
-                Ongoing::Open | Ongoing::Aborting => false,
+        let mut pending: Option<bool> = None;
+        for _ in 0..4 {
+            let commit = match (pending.take(), self.txn_status.ongoing()) {
+                (Some(commit), _) => commit,
+                (None, Ongoing::None) => return,
+                (None, Ongoing::Committing) => true,
+                (None, Ongoing::Open | Ongoing::Aborting) => false,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if self.end_transaction(commit, remaining).is_err() {
-                return;
+            match self.end_transaction(commit, remaining) {
+                Ok(()) | Err(TransactionError::Abortable(_)) => {}
+                Err(TransactionError::PendingOperation { pending: call, .. })
+                    if call == "commit_transaction" || call == "abort_transaction" =>
+                {
+                    pending = Some(call == "commit_transaction");
+                }
+                Err(_) => return,
             }
         }
     }
