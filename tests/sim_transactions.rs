@@ -68,6 +68,7 @@ struct Totals {
     idle_closes: u64,
     idle_crossings: u64,
     client_idle_closes: u64,
+    sends_refused: u64,
     events: u64,
 }
 
@@ -99,6 +100,7 @@ impl Totals {
         self.idle_closes += r.idle_closes;
         self.idle_crossings += r.idle_crossings;
         self.client_idle_closes += r.client_idle_closes;
+        self.sends_refused += r.sends_refused;
         self.events += r.events;
     }
 }
@@ -157,13 +159,15 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
             "committed consumer offsets checked against the transactions that sent them: {} \
              group partitions; {} transactions had their markers written after EndTxn was \
              answered; {} coordinator moves; {} idle closes by the brokers ({} requests \
-             crossed one), {} by the producer",
+             crossed one), {} by the producer; {} records refused by send inside a \
+             transaction",
             totals.offsets_checked,
             totals.late_markers,
             totals.coordinator_moves,
             totals.idle_closes,
             totals.idle_crossings,
-            totals.client_idle_closes
+            totals.client_idle_closes,
+            totals.sends_refused
         );
         if !failures.is_empty() {
             reports.push(failure_report(
@@ -195,6 +199,7 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
                 ("unreachable brokers", totals.unreachable_brokers),
                 ("idle closes by the brokers", totals.idle_closes),
                 ("idle closes by the producer", totals.client_idle_closes),
+                ("records refused by send", totals.sends_refused),
                 (
                     "calls repeated after a caller timeout",
                     totals.repeated_calls,

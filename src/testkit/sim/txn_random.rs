@@ -27,6 +27,10 @@ pub const DEFAULT_TRANSACTIONS: usize = 12;
 const INPUT_TOPIC: &str = "input";
 const INPUT_PARTITIONS: i32 = 3;
 
+/// Seeds the generator of refused sends (the plan's chance, and each transaction's draw), kept
+/// apart from the others so that the runs of older seeds stay as they were.
+const SEND_REFUSED_SALT: u64 = 0x5e4d_4ef0_5ed0_0001;
+
 /// The shape of one random transactional run, drawn from its seed.
 #[derive(Debug, Clone)]
 pub struct TxnPlan {
@@ -52,6 +56,9 @@ pub struct TxnPlan {
     pub coordinator_move_every: Option<Micros>,
     /// Idle connections closed by the brokers or the producer (`connections.max.idle.ms`).
     pub idle: IdleLimits,
+    /// Chance that a transaction has a record `send` refuses (too large); then it must not
+    /// commit. Drawn from its own generator, so no other draw of a seed moves.
+    pub send_refused_chance: f64,
     pub setup: SimSetup,
     pub chaos: Chaos,
 }
@@ -138,6 +145,14 @@ impl TxnPlan {
             marker_write_gap: None,
             coordinator_move_every: None,
             idle,
+            send_refused_chance: {
+                let mut own = Rng::new(seed ^ SEND_REFUSED_SALT);
+                if own.chance(0.25) {
+                    own.range(5, 30) as f64 / 100.0
+                } else {
+                    0.0
+                }
+            },
             setup,
             chaos,
         };
@@ -177,6 +192,8 @@ pub struct TxnRunReport {
     pub idle_crossings: u64,
     /// Connections the producer closed for idleness.
     pub client_idle_closes: u64,
+    /// Records `send` refused inside a transaction, each failing its transaction's commit.
+    pub sends_refused: u64,
 }
 
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
@@ -231,6 +248,8 @@ struct Runner<'a> {
     coordinator_moves: u64,
     repeated_calls: u64,
     chaos_on: bool,
+    /// Whether a transaction has a refused send (`TxnPlan::send_refused_chance`).
+    refusals: Rng,
 }
 
 impl<'a> Runner<'a> {
@@ -263,6 +282,7 @@ impl<'a> Runner<'a> {
             coordinator_moves: 0,
             repeated_calls: 0,
             chaos_on: true,
+            refusals: Rng::new(plan.seed.rotate_left(7) ^ SEND_REFUSED_SALT),
         }
     }
 
@@ -425,6 +445,9 @@ impl<'a> Runner<'a> {
                 break;
             }
         }
+        let refused = !must_commit
+            && self.refusals.chance(self.plan.send_refused_chance)
+            && sim.refuse_send_in_transaction().is_ok();
         if !must_commit && self.rng.chance(self.plan.offsets_chance) {
             let p = self.rng.below(INPUT_PARTITIONS as u64) as i32;
             let offset = self.rng.range(0, 1_000) as i64;
@@ -441,7 +464,13 @@ impl<'a> Runner<'a> {
                 || sim.txn_state() == Some(TransactionState::AbortableError));
         if !abort {
             match self.call(sim, |sim| sim.commit_transaction()) {
-                Called::Done(Ok(())) => return true,
+                Called::Done(Ok(())) => {
+                    assert!(
+                        !refused,
+                        "a transaction committed without a record send refused"
+                    );
+                    return true;
+                }
                 Called::Done(Err(e)) | Called::Refused(e) if e.is_fatal() => return false,
                 Called::Done(Err(e)) | Called::Refused(e) => {
                     assert!(e.is_abortable(), "commit failed with {e}");
@@ -545,6 +574,7 @@ impl<'a> Runner<'a> {
             idle_closes: sim.fault_counts().idle_closes,
             idle_crossings: sim.fault_counts().idle_crossings,
             client_idle_closes: sim.producer_idle_closes(),
+            sends_refused: sim.txn_world().sends_refused,
         }
     }
 }

@@ -38,6 +38,8 @@ pub struct TxnWorld {
     next_timeout_sweep: crate::engine::Micros,
     /// Transactions the coordinator aborted because they outlived their timeout.
     pub timed_out: u64,
+    /// Records of a transaction that `send` refused before they reached an engine.
+    pub sends_refused: u64,
 }
 
 impl Sim {
@@ -225,6 +227,23 @@ impl Sim {
         let t = self.txn.current.expect("a transaction is open");
         self.txn.txns[t].records.push(id);
         Ok(id)
+    }
+
+    /// `send` refused a record of the open transaction before it reached an engine (here: too
+    /// large). As the runtime does (`Producer::send_record`), the refusal reaches the owner's
+    /// engine as a failed batch is reported (`Engine::txn_send_refused`): the transaction can
+    /// no longer commit.
+    pub fn refuse_send_in_transaction(&mut self) -> Result<(), TransactionError> {
+        self.shards[OWNER].engine.txn_check_send()?;
+        self.shards[OWNER]
+            .engine
+            .txn_send_refused(crate::error::ProduceError::RecordTooLarge {
+                size: 2 << 20,
+                limit: 1 << 20,
+                key: "max.request.size",
+            });
+        self.txn.sends_refused += 1;
+        Ok(())
     }
 
     pub fn send_offsets_to_transaction(
