@@ -626,3 +626,90 @@ fn invalid_producer_epoch_from_the_coordinator_is_fenced_not_abortable() {
     assert!(matches!(rig.result(a), Some(Err(ProduceError::Fatal(_)))));
     assert_eq!(rig.count(ApiKey::Produce), 0);
 }
+
+/// The commit's result, or `None` while it has none after 30 s of virtual time.
+fn commit_outcome(rig: &mut Rig) -> Option<Result<(), TransactionError>> {
+    let handle = match rig.engine.commit_transaction() {
+        Ok(handle) => handle,
+        Err(err) => return Some(Err(err)),
+    };
+    let mut result = None;
+    rig.run_until(30_000 * MS, |r| {
+        result = r.engine.txn_result(handle);
+        result.is_some()
+    });
+    result
+}
+
+/// How many EndTxn requests asked to commit.
+fn end_txn_commits(rig: &Rig) -> usize {
+    rig.log
+        .iter()
+        .filter(|s| s.api == ApiKey::EndTxn)
+        .filter(|s| {
+            EndTxnRequest::decode(&mut s.body.clone(), s.version)
+                .unwrap()
+                .committed
+        })
+        .count()
+}
+
+/// Java's `TransactionManager.maybeTransitionToErrorState` makes an
+/// UnsupportedVersionException (as ClusterAuthorization, TransactionalIdAuthorization and
+/// ProducerFenced) fatal; `Sender.runOnce` then fails every batch and `commitTransaction`
+/// throws. A participant whose broker's ApiVersions answer lacks Produce turns fatal on its
+/// own and fails its queued batch: the owner's transaction manager must learn it. Otherwise
+/// the participant, with nothing left, reports its flush done and EndTxn(commit) commits the
+/// transaction without that record.
+#[test]
+fn a_participants_own_fatal_error_fails_the_commit() {
+    let mut rig = Rig::ready_with(Duration::from_secs(60), 1);
+    rig.engine.begin_transaction().unwrap();
+    // The linger holds both records unsent until the commit's flush.
+    let a = rig.send_on(0, 0);
+    let b = rig.send_on(1, 1);
+    rig.run_until(200 * MS, |_| false);
+    assert_eq!(
+        rig.others[0].txn_participant().added.len(),
+        1,
+        "the participant's partition is in the transaction"
+    );
+    rig.lose_produce_support(1);
+    assert!(rig.run_until(1_000 * MS, |r| r.result(b).is_some()));
+    assert!(matches!(rig.result(b), Some(Err(ProduceError::Fatal(_)))));
+    assert!(rig.others[0].fatal_error().is_some());
+    let commit = commit_outcome(&mut rig);
+    assert!(
+        matches!(commit, Some(Err(TransactionError::Fatal(_)))),
+        "the commit must fail with the participant's fatal error: {commit:?}"
+    );
+    assert_eq!(rig.state(), TransactionState::FatalError);
+    assert_eq!(end_txn_commits(&rig), 0, "no EndTxn(commit) was sent");
+    // The fatal manager fails the owner's batch too: nothing of the transaction is acked.
+    rig.run_until(1_000 * MS, |r| r.result(a).is_some());
+    assert!(matches!(rig.result(a), Some(Err(ProduceError::Fatal(_)))));
+}
+
+/// The same rule for the owner's own engine: it reports its fatal error to its own
+/// transaction manager, and the commit fails at once instead of waiting for a flush that an
+/// engine which sends nothing more can never finish.
+#[test]
+fn the_owners_own_fatal_error_fails_the_commit() {
+    let mut rig = Rig::ready_with(Duration::from_secs(60), 1);
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send_on(0, 0);
+    let b = rig.send_on(1, 1);
+    rig.run_until(200 * MS, |_| false);
+    rig.lose_produce_support(0);
+    assert!(rig.run_until(1_000 * MS, |r| r.result(a).is_some()));
+    assert!(matches!(rig.result(a), Some(Err(ProduceError::Fatal(_)))));
+    let commit = commit_outcome(&mut rig);
+    assert!(
+        matches!(commit, Some(Err(TransactionError::Fatal(_)))),
+        "the commit must fail with the owner's fatal error: {commit:?}"
+    );
+    assert_eq!(rig.state(), TransactionState::FatalError);
+    assert_eq!(end_txn_commits(&rig), 0, "no EndTxn(commit) was sent");
+    rig.run_until(1_000 * MS, |r| r.result(b).is_some());
+    assert!(matches!(rig.result(b), Some(Err(ProduceError::Fatal(_)))));
+}

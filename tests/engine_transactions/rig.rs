@@ -86,6 +86,10 @@ pub struct Rig {
     pub produce_batches: Vec<(i32, bool)>,
     /// Flush rounds each (the only) participant reported.
     pub completed: Vec<TxnHandle>,
+    /// Engines whose ApiVersions answers leave out Produce (see `lose_produce_support`).
+    pub strip_produce_for: Vec<usize>,
+    /// The generation of each engine's latest connection (one broker: one per engine).
+    pub generations: HashMap<usize, u64>,
 }
 
 pub fn config(linger: Duration) -> EngineConfig {
@@ -120,6 +124,8 @@ impl Rig {
             next_offset: vec![0; 3],
             produce_batches: Vec::new(),
             completed: Vec::new(),
+            strip_produce_for: Vec::new(),
+            generations: HashMap::new(),
         }
     }
 
@@ -264,7 +270,10 @@ impl Rig {
                     match action {
                         Action::Connect {
                             node, generation, ..
-                        } => self.eng(i).on_connected(now, node, generation),
+                        } => {
+                            self.generations.insert(i, generation);
+                            self.eng(i).on_connected(now, node, generation)
+                        }
                         Action::Write {
                             node,
                             generation,
@@ -367,7 +376,7 @@ impl Rig {
             self.held.push((from, node, generation, seen));
             return;
         }
-        let answer = self.answer(&seen);
+        let answer = self.answer(from, &seen);
         let now = self.now;
         self.eng(from).on_frame(now, node, generation, answer);
     }
@@ -377,7 +386,7 @@ impl Rig {
         let held = std::mem::take(&mut self.held);
         for (from, node, generation, seen) in held {
             if seen.api == api {
-                let answer = self.answer(&seen);
+                let answer = self.answer(from, &seen);
                 let now = self.now;
                 self.eng(from).on_frame(now, node, generation, answer);
             } else {
@@ -394,7 +403,8 @@ impl Rig {
             .unwrap_or(code::NONE)
     }
 
-    pub fn answer(&mut self, seen: &Seen) -> Bytes {
+    /// The broker's answer to `seen`, written by engine `from`.
+    pub fn answer(&mut self, from: usize, seen: &Seen) -> Bytes {
         let version = seen.version;
         let mut body = seen.body.clone();
         let mut out = BytesMut::new();
@@ -418,6 +428,7 @@ impl Rig {
                     (28, 0, 3),
                 ]
                 .into_iter()
+                .filter(|(k, ..)| *k != 0 || !self.strip_produce_for.contains(&from))
                 .map(|(k, min, max)| {
                     ApiVersion::default()
                         .with_api_key(k)
@@ -589,6 +600,16 @@ impl Rig {
         }
         .expect("encode response");
         out.freeze().slice(0..)
+    }
+
+    /// Engine `i`'s connection drops, and the broker it reconnects to answers ApiVersions
+    /// without Produce: the engine cannot send its batches and turns fatal on its own
+    /// (`connections.rs`, Java's UnsupportedVersionException).
+    pub fn lose_produce_support(&mut self, i: usize) {
+        self.strip_produce_for.push(i);
+        let generation = self.generations[&i];
+        let now = self.now;
+        self.eng(i).on_disconnected(now, 1, generation);
     }
 
     /// Runs the clock forward, polling, until `done` holds or `limit` passes.
