@@ -137,6 +137,8 @@ pub struct Engine<D> {
     /// `metadata.max.idle.ms`: `None` when asked since the last metadata request was built
     /// (`request_topic` carries no time; the next request's time stands for it).
     topic_requested_at: HashMap<Arc<str>, Option<Micros>>,
+    /// The error that stopped the engine. Set only by `become_fatal` (the engine's own
+    /// errors, reported to the transaction manager there) and `txn_fatal` (the manager's).
     fatal: Option<ProduceError>,
     /// Ids of batches not finally completed, for `flush`: a flush waits for every batch created
     /// before it.
@@ -251,6 +253,23 @@ impl<D: Delivery> Engine<D> {
 
     pub fn fatal_error(&self) -> Option<&ProduceError> {
         self.fatal.as_ref()
+    }
+
+    /// The engine stops on an error of its own (a broker lacks an API it needs, a refused
+    /// authentication or TLS handshake, a fatal produce error...). Every such path comes here
+    /// so that the transaction manager always learns it: Java's
+    /// `maybeTransitionToErrorState` makes these FATAL_ERROR. The engine's batches then fail
+    /// with this error and are not reported one by one (`txn_report_failure` skips a `Fatal`
+    /// that is not flagged fatal); without this report a participant would report its flush
+    /// done and the owner would commit without them. The first error stays and is reported
+    /// once; a later one changes nothing, as an engine already stopped by the manager
+    /// (`txn_fatal`) has nothing to tell it.
+    pub(super) fn become_fatal(&mut self, err: ProduceError) {
+        if self.fatal.is_some() {
+            return;
+        }
+        self.txn_report_failure(&err, true);
+        self.fatal = Some(err);
     }
 
     pub fn metadata(&self) -> &ClusterMetadata {

@@ -141,8 +141,7 @@ impl<D: Delivery> Engine<D> {
                     error_code::name(error),
                     self.partitions[slot_index].tp
                 ));
-                self.txn_report_failure(&err, true);
-                self.fatal = Some(err);
+                self.become_fatal(err);
                 self.fail_batch(slot_index, batch, error, message, false)
             }
             ProduceErrorClass::MessageTooLarge

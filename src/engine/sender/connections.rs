@@ -150,7 +150,7 @@ impl<D: Delivery> Engine<D> {
             Err(err) => {
                 // Our own encoder refused the message: a bug, not a network fault. Fail the
                 // producer loudly rather than spin.
-                self.fatal = Some(ProduceError::Fatal(err.to_string()));
+                self.become_fatal(ProduceError::Fatal(err.to_string()));
             }
         }
     }
@@ -182,7 +182,7 @@ impl<D: Delivery> Engine<D> {
             // which every broker supports.
             let version = api_versions_fallback(&response, header.version).unwrap_or(0);
             if version >= header.version {
-                self.fatal = Some(ProduceError::Fatal(format!(
+                self.become_fatal(ProduceError::Fatal(format!(
                     "broker {node} supports no ApiVersions version kacrab implements"
                 )));
                 return Ok(());
@@ -205,7 +205,7 @@ impl<D: Delivery> Engine<D> {
         }
         for api in needed {
             if let Err(err) = versions.version(api) {
-                self.fatal = Some(ProduceError::Fatal(format!("broker {node}: {err}")));
+                self.become_fatal(ProduceError::Fatal(format!("broker {node}: {err}")));
                 return Ok(());
             }
         }

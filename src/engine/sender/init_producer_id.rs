@@ -100,7 +100,7 @@ impl<D: Delivery> Engine<D> {
             code::UNSUPPORTED_VERSION
             | code::INVALID_PRODUCER_ID_MAPPING
             | code::PRODUCER_FENCED => {
-                self.fatal = Some(ProduceError::Fatal(format!(
+                self.become_fatal(ProduceError::Fatal(format!(
                     "InitProducerId failed: {}",
                     error_code::name(response.error_code)
                 )));

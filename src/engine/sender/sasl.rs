@@ -72,8 +72,7 @@ impl<D: Delivery> Engine<D> {
             reason,
         };
         tracing::error!(target: "kacrab::connection", node, error = %err, "TLS refused");
-        self.txn_report_failure(&err, true);
-        self.fatal = Some(err);
+        self.become_fatal(err);
     }
 
     /// The broker as errors name it: by id and address, or as a bootstrap entry.
@@ -187,7 +186,7 @@ impl<D: Delivery> Engine<D> {
                     SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce)
                 }
                 Err(reason) => {
-                    self.fatal = Some(ProduceError::Fatal(reason));
+                    self.become_fatal(ProduceError::Fatal(reason));
                     return Ok(());
                 }
             },
@@ -322,8 +321,7 @@ impl<D: Delivery> Engine<D> {
             reason,
         };
         tracing::error!(target: "kacrab::connection", node, error = %err, "authentication failed");
-        self.txn_report_failure(&err, true);
-        self.fatal = Some(err);
+        self.become_fatal(err);
     }
 }
 

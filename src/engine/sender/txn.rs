@@ -205,7 +205,8 @@ impl<D: Delivery> Engine<D> {
         self.participant.fail_unsent = None;
     }
 
-    /// Participant: the transaction manager is fatal.
+    /// Participant: the transaction manager is fatal. Set directly, not by `become_fatal`:
+    /// the manager's own error needs no report back to it.
     pub fn txn_fatal(&mut self, error: ProduceError) {
         if self.fatal.is_none() {
             self.fatal = Some(error);
