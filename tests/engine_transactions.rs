@@ -678,6 +678,8 @@ fn a_participants_own_fatal_error_fails_the_commit() {
     assert!(rig.run_until(1_000 * MS, |r| r.result(b).is_some()));
     assert!(matches!(rig.result(b), Some(Err(ProduceError::Fatal(_)))));
     assert!(rig.others[0].fatal_error().is_some());
+    // Reported once, by the engine that stopped; its failed batch adds no report.
+    assert_eq!(rig.produce_failed, vec![(1, true)]);
     let commit = commit_outcome(&mut rig);
     assert!(
         matches!(commit, Some(Err(TransactionError::Fatal(_)))),
@@ -703,6 +705,7 @@ fn the_owners_own_fatal_error_fails_the_commit() {
     rig.lose_produce_support(0);
     assert!(rig.run_until(1_000 * MS, |r| r.result(a).is_some()));
     assert!(matches!(rig.result(a), Some(Err(ProduceError::Fatal(_)))));
+    assert_eq!(rig.produce_failed, vec![(0, true)], "reported once");
     let commit = commit_outcome(&mut rig);
     assert!(
         matches!(commit, Some(Err(TransactionError::Fatal(_)))),
@@ -712,4 +715,32 @@ fn the_owners_own_fatal_error_fails_the_commit() {
     assert_eq!(end_txn_commits(&rig), 0, "no EndTxn(commit) was sent");
     rig.run_until(1_000 * MS, |r| r.result(b).is_some());
     assert!(matches!(rig.result(b), Some(Err(ProduceError::Fatal(_)))));
+}
+
+/// A refused TLS handshake stops a participant as a refused authentication does: reported
+/// once, however often the refusal is seen, and the commit fails. Its failed records carry
+/// the TLS error and add no report of their own.
+#[test]
+fn a_participants_refused_tls_handshake_is_reported_once_and_fails_the_commit() {
+    let mut rig = Rig::ready_with(Duration::from_secs(60), 1);
+    rig.engine.begin_transaction().unwrap();
+    let b = rig.send_on(1, 1);
+    let c = rig.send_on(1, 2);
+    rig.run_until(200 * MS, |_| false);
+    let generation = rig.generations[&1];
+    let now = rig.now;
+    for _ in 0..2 {
+        rig.others[0].on_tls_refused(now, 1, generation, "certificate refused".into());
+    }
+    assert!(rig.run_until(1_000 * MS, |r| r.result(b).is_some()
+        && r.result(c).is_some()));
+    assert!(matches!(rig.result(b), Some(Err(ProduceError::Tls { .. }))));
+    assert!(matches!(rig.result(c), Some(Err(ProduceError::Tls { .. }))));
+    assert_eq!(rig.produce_failed, vec![(1, true)]);
+    let commit = commit_outcome(&mut rig);
+    assert!(
+        matches!(commit, Some(Err(TransactionError::Fatal(_)))),
+        "{commit:?}"
+    );
+    assert_eq!(end_txn_commits(&rig), 0, "no EndTxn(commit) was sent");
 }

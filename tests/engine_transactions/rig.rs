@@ -90,6 +90,8 @@ pub struct Rig {
     pub strip_produce_for: Vec<usize>,
     /// The generation of each engine's latest connection (one broker: one per engine).
     pub generations: HashMap<usize, u64>,
+    /// Every `ProduceFailed` routed to the owner: the engine that sent it, and its `fatal`.
+    pub produce_failed: Vec<(usize, bool)>,
 }
 
 pub fn config(linger: Duration) -> EngineConfig {
@@ -126,6 +128,7 @@ impl Rig {
             completed: Vec::new(),
             strip_produce_for: Vec::new(),
             generations: HashMap::new(),
+            produce_failed: Vec::new(),
         }
     }
 
@@ -316,7 +319,10 @@ impl Rig {
                 error,
                 needs_bump,
                 fatal,
-            } => self.engine.txn_produce_failed(&error, needs_bump, fatal),
+            } => {
+                self.produce_failed.push((from, fatal));
+                self.engine.txn_produce_failed(&error, needs_bump, fatal)
+            }
             TxnAction::Abortable { error } => {
                 for i in 0..n {
                     self.eng(i).txn_abortable(error.clone());
