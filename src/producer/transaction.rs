@@ -66,7 +66,10 @@ impl Producer {
     }
 
     /// Sends every record of the transaction at once (linger does not apply), then commits
-    /// it. An abortable error is returned as such: abort the transaction and go on.
+    /// it. An abortable error is returned as such: abort the transaction and go on. It is
+    /// returned whenever a record of the transaction failed, including one `send` refused
+    /// (too large, an unknown partition, no metadata or no room in time), so a transaction
+    /// never commits without a record whose future was not read.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.check_transactional()?;
         let started = Instant::now();
