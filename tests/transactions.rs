@@ -725,3 +725,54 @@ fn close_aborts_the_transaction_when_the_commit_under_way_fails_abortably() {
         by_partition(0..12)
     );
 }
+
+/// InitProducerId refused for authorization (java-producer-state-machine.md §5.2, §0 step 3):
+/// `init_transactions` fails with the error and the producer is uninitialized again, refusing
+/// transactions and records, until `init_transactions`, called again, succeeds.
+#[test]
+fn init_transactions_refused_for_authorization_can_be_called_again() {
+    const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
+    let topic = "txn-init-unauthorized";
+    let cluster = start_cluster(&[topic]);
+    let p = producer(&cluster, "unauthorized", &[]);
+    cluster.faults().inject_error(
+        ANY_BROKER,
+        ApiKey::InitProducerId,
+        TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        1,
+    );
+    let first = p.init_transactions(CALL);
+    assert!(
+        matches!(&first, Err(TransactionError::Abortable(m)) if m.contains("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")),
+        "{first:?}"
+    );
+    assert_eq!(cluster.faults().pending(), 0, "the fault was hit");
+    assert!(matches!(
+        p.begin_transaction(),
+        Err(TransactionError::InvalidState {
+            state: "UNINITIALIZED",
+            ..
+        })
+    ));
+    let early = send(&p, topic, 0, 0).wait_timeout(CALL).expect("resolved");
+    assert!(
+        matches!(
+            early,
+            Err(ProduceError::Transaction(TransactionError::InvalidState {
+                operation: "send",
+                state: "UNINITIALIZED",
+            }))
+        ),
+        "send after the refused init_transactions: {early:?}"
+    );
+    p.init_transactions(CALL)
+        .expect("init_transactions called again");
+    p.begin_transaction().unwrap();
+    let sent = send_batch(&p, topic, 0..6);
+    p.commit_transaction(CALL).unwrap();
+    assert!(wait_all(sent).iter().all(Result::is_ok));
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..6)
+    );
+}

@@ -334,6 +334,7 @@ impl<D: Delivery> Engine<D> {
     pub fn poll(&mut self, now: Micros) {
         self.maybe_resolve_sequences();
         self.fail_queued_if_fatal();
+        self.maybe_handle_txn_authorization_error();
         self.txn_participant_poll();
         self.apply_sequence_rewrites();
         self.check_connection_timeouts(now);

@@ -156,7 +156,8 @@ pub enum TxnAction {
     Flush { round: u64, abort: bool },
     /// This participant has no incomplete batch left for the round.
     Flushed { round: u64 },
-    /// EndTxn succeeded: every participant forgets the transaction's partitions.
+    /// EndTxn succeeded, or the manager returned to UNINITIALIZED: every participant forgets
+    /// the transaction's partitions and stops failing unsent batches.
     Ended,
     /// InitProducerId installed a new identity (the first one, or a bump).
     IdentityReplaced {
@@ -183,6 +184,10 @@ pub struct TransactionManager {
     pub transaction_timeout_ms: i32,
     state: TransactionState,
     last_error: Option<TransactionError>,
+    /// `last_error` is InitProducerId's authorization failure (Java tests `lastError` for
+    /// TransactionalIdAuthorizationException or ClusterAuthorizationException). Cleared
+    /// whenever `last_error` changes.
+    last_error_is_authorization: bool,
     /// The identity the transaction runs under (set by InitProducerId only).
     pub producer_id_and_epoch: ProducerIdAndEpoch,
     /// Appended to, not yet requested.
@@ -225,6 +230,7 @@ impl TransactionManager {
             transaction_timeout_ms,
             state: TransactionState::Uninitialized,
             last_error: None,
+            last_error_is_authorization: false,
             producer_id_and_epoch: ProducerIdAndEpoch::NONE,
             new_partitions: BTreeSet::new(),
             pending_partitions: BTreeSet::new(),
@@ -519,6 +525,17 @@ impl TransactionManager {
         match &error {
             TransactionError::Abortable(_) => self.transition_to_abortable(error),
             _ => self.transition_to_fatal(error),
+        }
+    }
+
+    /// InitProducerId was refused for authorization
+    /// (`txn_requests::is_init_producer_id_authorization_failure`): the call fails and the
+    /// manager turns abortable, as for any abortable error; the sender's next loop then
+    /// returns it to UNINITIALIZED (`should_handle_authorization_error`).
+    pub fn fail_unauthorized(&mut self, request: &QueuedRequest, error: TransactionError) {
+        self.fail_request(request, error);
+        if self.state == TransactionState::AbortableError {
+            self.last_error_is_authorization = true;
         }
     }
 

@@ -172,6 +172,17 @@ pub fn init_producer_id_request(
         .with_producer_epoch(from.epoch)
 }
 
+/// The InitProducerId errors after which the Sender fails the batches and returns to
+/// UNINITIALIZED (`S.shouldHandleAuthorizationError`, §0 step 3, scenario 18): the idempotent
+/// producer asks again by itself, the transactional one when `init_transactions` is called
+/// again.
+pub fn is_init_producer_id_authorization_failure(error: i16) -> bool {
+    matches!(
+        error,
+        code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED | code::CLUSTER_AUTHORIZATION_FAILED
+    )
+}
+
 /// `InitProducerIdHandler.handleResponse`.
 pub fn classify_init_producer_id(error: i16) -> TxnOutcome {
     match error {
@@ -180,11 +191,10 @@ pub fn classify_init_producer_id(error: i16) -> TxnOutcome {
             TxnOutcome::LookupCoordinator(CoordinatorType::Transaction)
         }
         e if is_retriable(e) => TxnOutcome::Retry { short: false },
-        // The Sender would fail every batch and go back to UNINITIALIZED; a transactional
-        // producer needs `init_transactions` again, so for the application it is abortable.
-        code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED | code::CLUSTER_AUTHORIZATION_FAILED => {
-            abortable("InitProducerId", error)
-        }
+        // Abortable for the call; the sender's next loop then returns the manager to
+        // UNINITIALIZED (`TransactionManager::should_handle_authorization_error`), so the
+        // application can call `init_transactions` again.
+        e if is_init_producer_id_authorization_failure(e) => abortable("InitProducerId", error),
         code::INVALID_PRODUCER_EPOCH | code::PRODUCER_FENCED => fenced("InitProducerId", error),
         code::TRANSACTION_ABORTABLE => abortable("InitProducerId", error),
         _ => fatal("InitProducerId", error),

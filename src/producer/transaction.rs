@@ -18,7 +18,9 @@ use super::{Inner, Producer};
 impl Producer {
     /// Gets this `transactional.id`'s producer id and epoch from its transaction coordinator,
     /// fencing any earlier producer with the same id, and completes or aborts a transaction
-    /// that producer left open. Call once, before the first transaction.
+    /// that producer left open. Call once, before the first transaction. If it fails because
+    /// the `transactional.id` or the cluster is not authorized, the producer is uninitialized
+    /// again: grant the ACL and call it again.
     pub fn init_transactions(&self, timeout: Duration) -> Result<(), TransactionError> {
         self.check_transactional()?;
         let started = Instant::now();

@@ -14,6 +14,7 @@ use crate::protocol::wire::{self, WireError};
 
 use super::super::connection::InFlightHeader;
 use super::super::identity::ProducerIdAndEpoch;
+use super::super::txn_requests::is_init_producer_id_authorization_failure;
 use super::super::{Action, Delivery, Micros};
 use super::{Engine, RequestBody};
 
@@ -80,8 +81,10 @@ impl<D: Delivery> Engine<D> {
                 // sees this action) would ask again.
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
-            code::CLUSTER_AUTHORIZATION_FAILED | code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => {
-                // §5.2 / scenario 18: fail the batches, stay uninitialized and try again.
+            e if is_init_producer_id_authorization_failure(e) => {
+                // §5.2 / scenario 18: fail the batches, stay uninitialized and try again (the
+                // transactional producer follows the same rule, `sender/txn.rs`, but waits
+                // for the application's next `init_transactions`).
                 let err = ProduceError::Fatal(format!(
                     "InitProducerId failed: {}",
                     error_code::name(response.error_code)

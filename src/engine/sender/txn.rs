@@ -297,6 +297,21 @@ impl<D: Delivery> Engine<D> {
     // Owner: the transactional request loop
     // ----------------------------------------------------------------------------------------
 
+    /// `S.shouldHandleAuthorizationError` (§0 step 3), in the loop after the fatal check and
+    /// before any transactional request: an InitProducerId refused for authorization left the
+    /// manager abortable; the pending requests fail and it returns to UNINITIALIZED, so the
+    /// application may call `init_transactions` again (scenario 18; the idempotent producer,
+    /// `init_producer_id.rs`, asks again by itself). Drivers poll after feeding an answer and
+    /// before they route its actions (`runtime/shard.rs`), so the application learns that the
+    /// call failed only once the manager is UNINITIALIZED.
+    pub(super) fn maybe_handle_txn_authorization_error(&mut self) {
+        if let Some(tm) = self.tm.as_mut() {
+            if tm.should_handle_authorization_error() {
+                tm.transition_to_uninitialized();
+            }
+        }
+    }
+
     /// `S.maybeSendAndPollTransactionalRequest`: at most one request in flight.
     pub(super) fn maybe_send_txn_request(&mut self, now: Micros) {
         loop {
@@ -586,6 +601,16 @@ impl<D: Delivery> Engine<D> {
                             "InitProducerId returned an invalid identity {identity:?}"
                         ))),
                     ),
+                    TxnOutcome::Abortable(err)
+                        if requests::is_init_producer_id_authorization_failure(
+                            response.error_code,
+                        ) =>
+                    {
+                        self.tm
+                            .as_mut()
+                            .expect("owner")
+                            .fail_unauthorized(&request, err)
+                    }
                     outcome => self.apply_txn_outcome(now, request, outcome),
                 }
             }

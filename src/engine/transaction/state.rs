@@ -87,6 +87,7 @@ impl TransactionManager {
             "transaction state"
         );
         self.state = target;
+        self.last_error_is_authorization = false;
         if !matches!(
             target,
             TransactionState::AbortableError | TransactionState::FatalError
@@ -127,6 +128,7 @@ impl TransactionManager {
         self.state = TransactionState::AbortableError;
         let reason = error.to_string();
         self.last_error = Some(error);
+        self.last_error_is_authorization = false;
         self.actions.push_back(TxnAction::Abortable {
             error: ProduceError::TransactionAbortable(reason),
         });
@@ -145,12 +147,63 @@ impl TransactionManager {
         );
         self.state = TransactionState::FatalError;
         self.last_error = Some(error.clone());
+        self.last_error_is_authorization = false;
         self.actions.push_back(TxnAction::Fatal {
             error: ProduceError::Fatal(error.to_string()),
         });
         if let Some(handle) = self.pending.as_ref().map(|p| p.handle) {
             self.complete(handle, Err(error));
         }
+    }
+
+    /// `S.shouldHandleAuthorizationError`: the abortable error in force is InitProducerId's
+    /// authorization failure, so the sender must return the manager to UNINITIALIZED
+    /// ([`transition_to_uninitialized`](Self::transition_to_uninitialized)).
+    pub fn should_handle_authorization_error(&self) -> bool {
+        self.state == TransactionState::AbortableError && self.last_error_is_authorization
+    }
+
+    /// The sender's way out of an InitProducerId authorization failure (§0 step 3, §5.2,
+    /// scenario 18): `TM.failPendingRequests` (every queued request's call fails with the
+    /// error, unsent), then `TM.transitionToUninitialized` (the pending call fails too, and
+    /// `last_error` is cleared). From UNINITIALIZED only `init_transactions` is accepted: no
+    /// transaction may begin, and no abort may lead to READY, without a producer id.
+    ///
+    /// Batches: the abortable transition already told every participant to fail its unsent
+    /// ones (`TxnAction::Abortable`), and none can be in flight: InitProducerId is sent in
+    /// INITIALIZING, where `send` is refused, and an epoch bump's only after the abort's flush
+    /// left nothing incomplete. `TxnAction::Ended` then clears the participants' gates, or the
+    /// abortable command would fail the first batches after a later successful
+    /// `init_transactions`. No request is in flight: the one answered was the only one (§0).
+    pub fn transition_to_uninitialized(&mut self) {
+        if !self.should_handle_authorization_error() {
+            return;
+        }
+        let Some(error) = self.last_error.clone() else {
+            return;
+        };
+        tracing::warn!(
+            target: "kacrab::transaction",
+            error = %error,
+            "InitProducerId was not authorized: back to UNINITIALIZED, init_transactions may be called again"
+        );
+        for request in std::mem::take(&mut self.queue) {
+            if let Some(op) = request.op {
+                self.complete(op, Err(error.clone()));
+            }
+        }
+        if let Some(handle) = self.pending.as_ref().map(|p| p.handle) {
+            self.complete(handle, Err(error));
+        }
+        self.new_partitions.clear();
+        self.pending_partitions.clear();
+        self.partitions_in_transaction.clear();
+        self.pending_txn_offset_commits.clear();
+        self.transaction_started = false;
+        self.start_outcome_unknown = false;
+        self.epoch_bump_required = false;
+        self.transition_internal(TransactionState::Uninitialized);
+        self.actions.push_back(TxnAction::Ended);
     }
 
     /// `TM.maybeFailWithError`.

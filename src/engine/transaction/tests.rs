@@ -365,3 +365,120 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
         }
     }
 }
+
+/// What the sender does with InitProducerId's authorization failure: classify it, fail the
+/// call, and in its next loop return to UNINITIALIZED (§0 step 3, §5.2, scenario 18).
+fn refuse_for_authorization(tm: &mut TransactionManager, request: &QueuedRequest, error: i16) {
+    use crate::engine::txn_requests::{
+        classify_init_producer_id, is_init_producer_id_authorization_failure, TxnOutcome,
+    };
+    assert!(is_init_producer_id_authorization_failure(error));
+    let TxnOutcome::Abortable(err) = classify_init_producer_id(error) else {
+        panic!("InitProducerId's authorization failure is abortable")
+    };
+    tm.fail_unauthorized(request, err);
+    assert_eq!(tm.state(), AbortableError);
+    assert!(tm.should_handle_authorization_error());
+    tm.transition_to_uninitialized();
+}
+
+/// Java's Sender takes an InitProducerId authorization failure back to UNINITIALIZED
+/// (`S.shouldHandleAuthorizationError`, `TM.transitionToUninitialized`): the call fails with
+/// the error, `init_transactions` may be called again, and nothing else is accepted, so no
+/// abort leads to READY without a producer id.
+#[test]
+fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_can_be_retried() {
+    use crate::protocol::error_code::{self, code};
+    for error in [
+        code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        code::CLUSTER_AUTHORIZATION_FAILED,
+    ] {
+        let name = error_code::name(error);
+        let mut tm = TransactionManager::new("tx".into(), 60_000);
+        let handle = tm.init_transactions().unwrap();
+        let request = tm.next_request(0).unwrap();
+        refuse_for_authorization(&mut tm, &request, error);
+        assert!(matches!(
+            tm.take_result(handle),
+            Some(Err(TransactionError::Abortable(m))) if m.contains(&name)
+        ));
+        assert_eq!(tm.state(), Uninitialized, "{name}");
+        assert_eq!(tm.last_error(), None, "{name}");
+        assert!(!tm.should_handle_authorization_error(), "{name}");
+        assert!(tm.actions.contains(&TxnAction::Ended), "{name}");
+        let refused = |operation| {
+            Err(TransactionError::InvalidState {
+                operation,
+                state: "UNINITIALIZED",
+            })
+        };
+        assert_eq!(
+            tm.abort_transaction().map(|_| ()),
+            refused("abort_transaction")
+        );
+        assert_eq!(tm.begin_transaction(), refused("begin_transaction"));
+        assert_eq!(tm.check_send(), refused("send"));
+        assert_eq!(tm.state(), Uninitialized, "{name}");
+        let again = tm.init_transactions().expect("init_transactions again");
+        let request = tm.next_request(0).unwrap();
+        assert_eq!(request.request, TxnRequest::InitProducerId { bump: false });
+        tm.on_init_producer_id(&request, ProducerIdAndEpoch::new(7, 0));
+        assert_eq!(tm.take_result(again), Some(Ok(())));
+        assert_eq!(tm.state(), Ready, "{name}");
+        tm.begin_transaction().unwrap();
+        tm.check_send().unwrap();
+    }
+}
+
+/// The same failure on the epoch bump that ends an abort: the abort fails with the error and
+/// the manager is UNINITIALIZED, not READY under the old epoch.
+#[test]
+fn an_authorization_failure_of_the_aborts_epoch_bump_fails_the_abort_and_returns_to_uninitialized()
+{
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.add_partitions(&[tp(0)]);
+    let _add = tm.next_request(0).unwrap();
+    tm.on_partitions_added();
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable("test".into()),
+        false,
+        false,
+    );
+    let abort = tm.abort_transaction().unwrap();
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    tm.on_end_txn(&end);
+    let bump = tm.next_request(0).unwrap();
+    assert_eq!(bump.request, TxnRequest::InitProducerId { bump: true });
+    refuse_for_authorization(
+        &mut tm,
+        &bump,
+        crate::protocol::error_code::code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    );
+    assert!(matches!(
+        tm.take_result(abort),
+        Some(Err(TransactionError::Abortable(_)))
+    ));
+    assert_eq!(tm.state(), Uninitialized);
+    assert!(!tm.epoch_bump_required);
+    assert!(tm.begin_transaction().is_err());
+    assert!(tm.init_transactions().is_ok());
+}
+
+/// Only InitProducerId's authorization failure leads back to UNINITIALIZED: any other
+/// abortable error stays until the transaction is aborted.
+#[test]
+fn other_abortable_errors_do_not_return_to_uninitialized() {
+    let mut tm = ready();
+    tm.begin_transaction().unwrap();
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable("test".into()),
+        false,
+        false,
+    );
+    assert_eq!(tm.state(), AbortableError);
+    assert!(!tm.should_handle_authorization_error());
+    tm.transition_to_uninitialized();
+    assert_eq!(tm.state(), AbortableError);
+}
