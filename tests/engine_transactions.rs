@@ -5,6 +5,8 @@
 //! The engine's transactional actions are looped back to the same engine, as a one-engine
 //! driver does (`engine/transaction.rs`).
 
+#[path = "engine_transactions/group_metadata.rs"]
+mod group_metadata;
 #[path = "engine_transactions/rig.rs"]
 mod rig;
 

@@ -92,6 +92,9 @@ pub struct Rig {
     pub generations: HashMap<usize, u64>,
     /// Every `ProduceFailed` routed to the owner: the engine that sent it, and its `fatal`.
     pub produce_failed: Vec<(usize, bool)>,
+    /// APIs the broker advertises only up to a lower max version than the script's table
+    /// (an older broker); see `ready_with_max_version`.
+    pub max_versions: HashMap<ApiKey, i16>,
 }
 
 pub fn config(linger: Duration) -> EngineConfig {
@@ -129,6 +132,7 @@ impl Rig {
             strip_produce_for: Vec::new(),
             generations: HashMap::new(),
             produce_failed: Vec::new(),
+            max_versions: HashMap::new(),
         }
     }
 
@@ -169,6 +173,18 @@ impl Rig {
     /// A rig after a successful `init_transactions`.
     pub fn ready(linger: Duration) -> Rig {
         let mut rig = Rig::new(linger);
+        let handle = rig.engine.init_transactions().expect("init");
+        assert_eq!(rig.wait(handle), Ok(()));
+        assert_eq!(rig.state(), TransactionState::Ready);
+        rig
+    }
+
+    /// A rig after a successful `init_transactions` against a broker that advertises `api`
+    /// only up to version `max`. The cap is in place before the first connection, so every
+    /// ApiVersions answer carries it.
+    pub fn ready_with_max_version(linger: Duration, api: ApiKey, max: i16) -> Rig {
+        let mut rig = Rig::new(linger);
+        rig.max_versions.insert(api, max);
         let handle = rig.engine.init_transactions().expect("init");
         assert_eq!(rig.wait(handle), Ok(()));
         assert_eq!(rig.state(), TransactionState::Ready);
@@ -436,6 +452,10 @@ impl Rig {
                 .into_iter()
                 .filter(|(k, ..)| *k != 0 || !self.strip_produce_for.contains(&from))
                 .map(|(k, min, max)| {
+                    let max = ApiKey::try_from(k)
+                        .ok()
+                        .and_then(|api| self.max_versions.get(&api))
+                        .map_or(max, |cap| max.min(*cap));
                     ApiVersion::default()
                         .with_api_key(k)
                         .with_min_version(min)
