@@ -342,13 +342,35 @@ pub fn classify_add_offsets(error: i16) -> TxnOutcome {
 // TxnOffsetCommit (§5.5)
 // --------------------------------------------------------------------------------------------
 
+/// Java's `TxnOffsetCommitRequest.Builder.groupMetadataSet`: the metadata is a real
+/// member's (from a consumer's `groupMetadata()`), not the default of a group known only by
+/// its id (`GroupMetadata::new`).
+fn group_metadata_set(group: &GroupMetadata) -> bool {
+    !group.member_id.is_empty() || group.generation_id != -1 || group.group_instance_id.is_some()
+}
+
+/// The TxnOffsetCommit request at `version`, or the fatal error Java's
+/// `TxnOffsetCommitRequest.Builder.build(version)` throws (UnsupportedVersionException, which
+/// `TxnRequestHandler.onComplete` turns into `fatalError`).
 pub fn txn_offset_commit_request(
     version: i16,
     transactional_id: &str,
     identity: ProducerIdAndEpoch,
     group: &GroupMetadata,
     offsets: &BTreeMap<TopicPartition, OffsetAndMetadata>,
-) -> TxnOffsetCommitRequest {
+) -> Result<TxnOffsetCommitRequest, TransactionError> {
+    // The generation, member id and group instance id exist on the wire from v3 on
+    // (KIP-447, Kafka 2.5). Without them the group coordinator cannot fence a stale member
+    // (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), so an older coordinator
+    // is refused rather than sent offsets that a zombie could commit. A group known only by
+    // its id carries nothing to lose and goes out at any version.
+    if version < 3 && group_metadata_set(group) {
+        return Err(TransactionError::Fatal(format!(
+            "Broker doesn't support group metadata commit API on version {version}, minimum \
+             supported request version is 3 which requires brokers to be on version 2.5 or \
+             above."
+        )));
+    }
     let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
     for (tp, o) in offsets {
         topics.entry(&tp.topic).or_default().push(
@@ -379,7 +401,7 @@ pub fn txn_offset_commit_request(
             .with_member_id(str_bytes(&group.member_id))
             .with_group_instance_id(group.group_instance_id.as_deref().map(str_bytes));
     }
-    request
+    Ok(request)
 }
 
 /// What a TxnOffsetCommit answer decided.

@@ -419,6 +419,29 @@ impl<D: Delivery> Engine<D> {
                 return;
             }
         };
+        // Java builds the request (`AbstractRequest.Builder.build(version)`) before anything
+        // is in flight, and TxnOffsetCommit's builder may refuse the negotiated version (group
+        // metadata below v3). The refusal is a version mismatch, fatal as above; nothing is
+        // written and no request is in flight.
+        let offset_commit = match &request.request {
+            TxnRequest::TxnOffsetCommit { group } => {
+                let tm = self.tm.as_mut().expect("owner");
+                match requests::txn_offset_commit_request(
+                    version,
+                    &transactional_id,
+                    identity,
+                    group,
+                    &tm.pending_txn_offset_commits,
+                ) {
+                    Ok(r) => Some(r),
+                    Err(err) => {
+                        tm.fail_request(&request, err);
+                        return;
+                    }
+                }
+            }
+            _ => None,
+        };
         {
             let tm = self.tm.as_mut().expect("owner");
             tm.in_flight = Some(request.clone());
@@ -451,14 +474,8 @@ impl<D: Delivery> Engine<D> {
                 let r = requests::add_offsets_request(&transactional_id, identity, &group.group_id);
                 self.send_request(now, node, api, version, &r, body);
             }
-            TxnRequest::TxnOffsetCommit { group } => {
-                let r = requests::txn_offset_commit_request(
-                    version,
-                    &transactional_id,
-                    identity,
-                    group,
-                    &tm.pending_txn_offset_commits,
-                );
+            TxnRequest::TxnOffsetCommit { .. } => {
+                let r = offset_commit.expect("built before the request went in flight");
                 self.send_request(now, node, api, version, &r, body);
             }
             TxnRequest::EndTxn { commit } => {

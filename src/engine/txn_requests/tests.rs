@@ -569,7 +569,13 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
         },
     );
     for version in [2, 3] {
-        let commit = txn_offset_commit_request(version, "tx", identity, &group, &committed);
+        // Below v3 only a group known by its id alone can be committed (see below).
+        let sent = if version >= 3 {
+            group.clone()
+        } else {
+            GroupMetadata::new("g")
+        };
+        let commit = txn_offset_commit_request(version, "tx", identity, &sent, &committed).unwrap();
         assert_eq!(commit.transactional_id.0.as_str(), "tx");
         assert_eq!(commit.group_id.0.as_str(), "g");
         assert_eq!((commit.producer_id.0, commit.producer_epoch), (7, 3));
@@ -597,6 +603,24 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
         } else {
             assert_eq!(commit.generation_id, -1);
             assert_eq!(commit.group_instance_id, None);
+        }
+    }
+    // A member's metadata cannot go below v3 (Java's `Builder.build` refuses): each field
+    // alone counts, and the refusal is fatal.
+    for version in 0..3 {
+        let mut generation = GroupMetadata::new("g");
+        generation.generation_id = 5;
+        let mut member = GroupMetadata::new("g");
+        member.member_id = "m".into();
+        let mut instance = GroupMetadata::new("g");
+        instance.group_instance_id = Some("i".into());
+        for g in [&group, &generation, &member, &instance] {
+            let refused = txn_offset_commit_request(version, "tx", identity, g, &committed);
+            assert!(
+                matches!(&refused, Err(TransactionError::Fatal(m))
+                    if m.contains(&format!("version {version},"))),
+                "{g:?} at v{version}: {refused:?}"
+            );
         }
     }
 
