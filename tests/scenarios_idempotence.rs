@@ -2496,3 +2496,63 @@ fn a_retry_answered_out_of_order_after_a_snapshot_reload_is_never_failed_definit
     assert_eq!(log_batches(&sim, &tp(0)).len(), 2, "nothing written twice");
     assert_eq!(bumps(&sim), 0);
 }
+
+/// Producer-wide epoch bump while p0 still has batches in flight under epoch 0 (max in flight
+/// 5, p0 led by broker 1, p1 by broker 2):
+/// - W (p0 0-9) is acked under epoch 0;
+/// - Y (p1 0) is refused INVALID_RECORD: a definite failure, so the producer bumps to epoch 1
+///   (§4.2); p0 keeps epoch 0 until nothing of it is in flight (gate 3a);
+/// - X (p0 10-19) is answered REQUEST_TIMED_OUT without being appended: its outcome is unknown
+///   and it waits for its retry backoff, queued under its epoch-0 stamp;
+/// - B (p0 20-29), on the wire beside X, is refused OUT_OF_ORDER_SEQUENCE_NUMBER (10-19 are
+///   missing); the answer arrives 50 ms late, after the bump, while X is still queued.
+///
+/// Java's `TM.canRetry` (§4.7 case 1) retries B without a bump: no sequence is unresolved and B
+/// is not next in line (last acked 9, base 20). The first-in-flight gate sends it only after X,
+/// whose retry lands at 10-19, and B then lands at 20-29 under its own stamp. B may not be
+/// failed because a batch of unknown outcome is queued AHEAD of it: only one queued BEHIND it
+/// (a later sequence) could be overtaken by B renumbered under the new epoch.
+#[test]
+fn an_out_of_order_batch_behind_an_earlier_batch_of_unknown_outcome_is_retried_not_failed() {
+    let mut sim = started(setup_with(&[1, 2], |_| {}));
+    let w = batch(&mut sim, &tp(0));
+    settle(&mut sim, SECOND);
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(1)).base_sequence(0),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        Fault::Inject(code::REQUEST_TIMED_OUT),
+    ));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        Fault::Delay(50 * MS),
+    ));
+    let y = batch(&mut sim, &tp(1));
+    let x = batch(&mut sim, &tp(0));
+    let b = batch(&mut sim, &tp(0));
+    settle(&mut sim, 10 * SECOND);
+    assert_rejected_with(&sim, &y, code::INVALID_RECORD, "Y");
+    assert_eq!(sim.identity(), ProducerIdAndEpoch::new(PID, 1));
+    let tried = attempts(&sim, &tp(0));
+    assert_eq!(
+        tried[..3],
+        [
+            (1, 0, 0, Some(code::NONE)),
+            (1, 0, 10, Some(code::REQUEST_TIMED_OUT)),
+            (1, 0, 20, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
+        ]
+    );
+    assert_eq!(acked_offsets(&sim, &w), offsets(0..10));
+    assert_eq!(
+        acked_offsets(&sim, &x),
+        offsets(10..20),
+        "X retried under its stamp"
+    );
+    assert_eq!(
+        acked_offsets(&sim, &b),
+        offsets(20..30),
+        "B retried after X under its stamp, not failed: {tried:?}"
+    );
+}

@@ -890,3 +890,61 @@ fn an_abort_after_the_answer_to_add_partitions_to_txn_was_lost_ends_the_coordina
 fn an_abort_after_add_partitions_to_txn_was_lost_unread_is_not_fatal() {
     abort_after_an_add_partitions_to_txn_of_unknown_outcome(Fault::ResetBeforeProcessing);
 }
+
+/// Every batch of p0 holds one record. The broker has no state for the producer on p0 yet, so
+/// it takes any first sequence (Kafka's `ProducerAppendInfo.checkSequence`):
+/// - F (0) is refused NOT_ENOUGH_REPLICAS before the append; its answer arrives 50 ms late;
+/// - L (1) is appended as the producer's first batch there (offset 0) and acked: last acked 1;
+/// - M (2) is refused NOT_ENOUGH_REPLICAS and queued for retry;
+/// - F's retry is refused for good (INVALID_RECORD).
+///
+/// `TPE.adjustSequencesDueToFailedBatch` (§4.10) would give F's sequence back and move M from 2
+/// down to 1: L's exact range under the same epoch. The broker recognises a duplicate by epoch
+/// and first and last sequence (Kafka's `ProducerStateEntry.findDuplicateBatch`), so M's retry
+/// would be answered with L's offset and M reported written while it is not in the log. F was
+/// overtaken (its sequence is at or below the last acked one): its sequences are spent and
+/// nothing moves, so M's retry keeps sequence 2 and lands after L.
+#[test]
+fn a_failed_batch_never_moves_a_queued_batch_onto_an_acked_batchs_sequences() {
+    let mut sim = in_transaction(|_| {});
+    sim.add_fault(
+        FaultRule::new(at(&tp(0), 0), Fault::Inject(code::NOT_ENOUGH_REPLICAS)).delayed(50 * MS),
+    );
+    sim.add_fault(FaultRule::new(
+        at(&tp(0), 0),
+        Fault::Inject(code::INVALID_RECORD),
+    ));
+    sim.add_fault(FaultRule::new(
+        at(&tp(0), 2),
+        Fault::Inject(code::NOT_ENOUGH_REPLICAS),
+    ));
+    let f = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let l = sim.send_in_transaction(&tp(0), 0).unwrap();
+    sim.run_for(10 * MS);
+    let m = sim.send_in_transaction(&tp(0), 0).unwrap();
+    run_until_resolved(&mut sim, &[f, l, m], 5 * SECOND);
+    assert!(
+        matches!(
+            sim.result(f),
+            Some(Err(ProduceError::Rejected {
+                code: code::INVALID_RECORD,
+                ..
+            }))
+        ),
+        "F: {:?}",
+        sim.result(f)
+    );
+    let offset = |id| match sim.result(id) {
+        Some(Ok(meta)) => meta.offset,
+        other => panic!("record {id}: expected success, got {other:?}"),
+    };
+    assert_eq!(offset(l), 0, "L");
+    assert_eq!(offset(m), 1, "M lands after L, not as a duplicate of it");
+    let tried = attempts(&sim, &tp(0));
+    assert_eq!(
+        tried.iter().filter(|&&(base, _)| base == 1).count(),
+        1,
+        "nothing but L is ever sent at sequence 1: {tried:?}"
+    );
+}
