@@ -174,6 +174,35 @@ impl<D> PartitionSlot<D> {
             .any(|b| b.stamp.is_some() && b.outcome_unknown)
     }
 
+    /// Whether a queued stamped batch of unknown outcome comes after the stamped batch
+    /// `(producer, base_sequence)` in the partition's order: the in-flight list's, which is
+    /// the order the batches were stamped in and the one the deque keeps. Positions, not
+    /// sequence numbers, decide, so the answer holds across the wrap and between batches of
+    /// different identities. A batch missing from the list has no place in it, and every
+    /// queued batch of unknown outcome counts as after it.
+    pub fn has_queued_outcome_unknown_after(
+        &self,
+        producer: ProducerIdAndEpoch,
+        base_sequence: i32,
+    ) -> bool {
+        let place = |producer: ProducerIdAndEpoch, base_sequence: i32| {
+            self.entry
+                .inflight_batches_by_sequence
+                .iter()
+                .position(|s| s.producer == producer && s.base_sequence == base_sequence)
+        };
+        let mine = place(producer, base_sequence);
+        self.deque.iter().any(|queued| {
+            queued.outcome_unknown
+                && queued
+                    .stamp
+                    .is_some_and(|q| match (mine, place(q.producer, q.base_sequence)) {
+                        (Some(mine), Some(theirs)) => theirs > mine,
+                        _ => true,
+                    })
+        })
+    }
+
     /// `RA.insertInSequenceOrder`: the deque stays "retries ascending, then unsequenced".
     pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
         let position = self
@@ -457,6 +486,35 @@ mod tests {
         assert!(!slot.has_queued_outcome_unknown());
         slot.deque[0].outcome_unknown = true;
         assert!(slot.has_queued_outcome_unknown());
+    }
+
+    #[test]
+    fn a_queued_batch_of_unknown_outcome_counts_only_when_it_comes_after_the_batch() {
+        let mut slot = slot_with_three_stamped();
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.deque.push_back(batch(Some((pid(0), 10))));
+        slot.deque[0].outcome_unknown = true;
+        // 0 is before 5: it does not count for 5, nor for itself.
+        assert!(!slot.has_queued_outcome_unknown_after(pid(0), 5));
+        assert!(!slot.has_queued_outcome_unknown_after(pid(0), 0));
+        slot.deque[1].outcome_unknown = true;
+        assert!(slot.has_queued_outcome_unknown_after(pid(0), 5));
+        assert!(!slot.has_queued_outcome_unknown_after(pid(0), 10));
+        // A batch not in flight has no place in the order: anything counts.
+        assert!(slot.has_queued_outcome_unknown_after(pid(1), 5));
+
+        // Across the wrap the in-flight order decides, not the numbers.
+        let mut slot = PartitionSlot::new(TopicPartition::new("t", 0));
+        slot.entry.producer_id_and_epoch = pid(0);
+        let before_wrap = i32::MAX - 4;
+        slot.entry.add_inflight(inflight(pid(0), before_wrap));
+        slot.entry.add_inflight(inflight(pid(0), 0));
+        slot.entry.next_sequence = 5;
+        slot.deque.push_back(batch(Some((pid(0), 0))));
+        slot.deque[0].outcome_unknown = true;
+        slot.assert_invariants();
+        assert!(slot.has_queued_outcome_unknown_after(pid(0), before_wrap));
+        assert!(!slot.has_queued_outcome_unknown_after(pid(0), 0));
     }
 
     #[test]

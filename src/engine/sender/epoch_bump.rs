@@ -271,15 +271,23 @@ impl<D: Delivery> Engine<D> {
         if stamp.producer != self.identity
             && !batch.outcome_unknown
             && refused_under_its_stamp
-            && self.partitions[slot_index].has_queued_outcome_unknown()
+            && self.partitions[slot_index]
+                .has_queued_outcome_unknown_after(stamp.producer, stamp.base_sequence)
         {
-            // Retried under its old stamp ahead of a batch of unknown outcome while the
-            // partition waits for its rewrite (`head_is_drainable`), and refused: the broker
-            // will not append it in order under that stamp (a batch sent after it is in the
-            // log, as on a fresh partition, or one before it never landed, or the broker has
-            // no state for the producer and takes no non-zero sequence), and renumbered it
-            // could land after that later batch of unknown outcome. No attempt of it landed:
-            // it fails definitely, as `apply_sequence_rewrites` fails an overtaken batch.
+            // Refused under a stamp the producer has moved past, with a batch of unknown outcome
+            // queued after it in the partition's order. Under its old stamp the broker will not
+            // take it in order (a batch sent after it is in the log, as on a fresh partition, or
+            // the broker has no state for the producer and takes no non-zero sequence), and it
+            // holds that later batch back (gate 4 sends only the first in flight); renumbered,
+            // it can go out only once the later batch settled (`apply_sequence_rewrites` waits
+            // for it), so it could land after it. Invariant: no batch is appended after one sent
+            // later. No attempt of it landed: it fails definitely, as `apply_sequence_rewrites`
+            // fails an overtaken batch.
+            //
+            // A batch of unknown outcome queued before it does not count: the broker may simply
+            // not have that one yet, which explains the refusal. That one is retried first,
+            // under its own stamp (gate 4), and this one after it: the rules below, Java's
+            // `TM.canRetry` (§4.7), retry it.
             return false;
         }
         if stamp.producer != self.identity
