@@ -31,6 +31,9 @@
 //! - A transactional producer never bumps here: its failures go to the transaction manager,
 //!   which bumps through InitProducerId or EndTxn at the abort (§4.5).
 //! - Sequence comparisons are wrap-aware (§2.2 recommendation).
+//! - A transactional batch that fails after a later batch of its partition was acked gives
+//!   no sequences back (§4.10 would move the batches behind it onto sequences the broker
+//!   already holds, where a retry can be taken for a duplicate of an acked batch).
 
 use crate::error::ProduceError;
 use crate::protocol::error_code::code;
@@ -424,7 +427,8 @@ impl<D: Delivery> Engine<D> {
 
     /// `TPE.adjustSequencesDueToFailedBatch` (§4.10): a definitely failed batch's sequences are
     /// given back, and every later batch of the partition moves down by its record count, so
-    /// the remaining batches stay contiguous for the broker until the abort.
+    /// the remaining batches stay contiguous for the broker until the abort; unless the failed
+    /// batch was overtaken (see the invariant below).
     fn adjust_sequences_due_to_failed_batch(
         &mut self,
         slot_index: usize,
@@ -434,6 +438,23 @@ impl<D: Delivery> Engine<D> {
         let transactional = self.is_transactional();
         let slot = &mut self.partitions[slot_index];
         if stamp.producer != slot.entry.producer_id_and_epoch {
+            return;
+        }
+        // Invariant: no batch is moved onto sequences at or below the partition's last acked
+        // one, whichever failure brought us here. The broker recognises a duplicate by epoch
+        // and first and last sequence (Kafka's `ProducerStateEntry.findDuplicateBatch`): a
+        // batch moved onto an acked batch's exact range is answered with that batch's offset
+        // and reported written while it is not in the log, and one moved anywhere else at or
+        // below it is refused out of order for good. The batches that move start at or after
+        // the failed batch's end and land at or after its base, so the failed base decides:
+        // above the last acked sequence, nothing moves at or below it; at or below it (the
+        // failed batch was overtaken: a later batch was appended first, as a broker with no
+        // state for the producer takes any first sequence), the batch after the last acked
+        // one, and `next_sequence`, would move down onto acked sequences. Then the failed
+        // batch's sequences are spent, as in `apply_sequence_rewrites`, and nothing moves: the
+        // later batches already follow the acked ones, so client and broker still agree.
+        let last_acked = slot.entry.last_acked_sequence;
+        if last_acked >= 0 && !sequence_is_after(stamp.base_sequence, last_acked) {
             return;
         }
         let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
