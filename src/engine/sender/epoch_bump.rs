@@ -28,6 +28,9 @@
 //! - A batch of unknown outcome answered UNKNOWN_PRODUCER_ID with a known log start offset
 //!   fails as of unknown outcome (Java bumps and rewrites it, §4.6 cases 3 and 4): it may not
 //!   be renumbered, and its old stamp is refused for good.
+//! - A batch of unknown outcome answered OUT_OF_ORDER_SEQUENCE_NUMBER under an identity the
+//!   producer has moved past fails as of unknown outcome (Java retries it until its delivery
+//!   timeout, §4.7), for the same reason.
 //! - A transactional producer never bumps here: its failures go to the transaction manager,
 //!   which bumps through InitProducerId or EndTxn at the abort (§4.5).
 //! - Sequence comparisons are wrap-aware (§2.2 recommendation).
@@ -301,8 +304,12 @@ impl<D: Delivery> Engine<D> {
             // this batch's predecessor under it. The batch may not be re-stamped (an earlier
             // attempt's outcome is unknown), and retried under its old stamp it keeps the
             // partition's rewrite waiting while every attempt is answered out of order, until
-            // its delivery timeout. It fails now, as of unknown outcome, as Java's
-            // `TM.canRetry` fails a batch whose producer id and epoch are no longer current.
+            // its delivery timeout. It fails now, as of unknown outcome. A deviation: Java's
+            // `TM.canRetry` retries every out-of-order batch of the idempotent producer (§4.7)
+            // until its delivery timeout. Unlike the definite case above, no batch of unknown
+            // outcome can be queued ahead of it to explain the refusal: its outcome became
+            // unknown at an earlier attempt, so this answer is to a retry, which gate 4 sent
+            // only as the partition's first in flight, and nothing is stamped ahead of that.
             return false;
         }
         let slot = &self.partitions[slot_index];
