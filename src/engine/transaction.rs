@@ -647,13 +647,19 @@ impl TransactionManager {
             TransactionState::Ready
         };
         self.transition_internal(target);
+        self.forget_transaction();
+        self.actions.push_back(TxnAction::Ended);
+    }
+
+    /// Forgets the transaction's partitions, offsets and start: it ended, or the manager went
+    /// back to UNINITIALIZED.
+    fn forget_transaction(&mut self) {
         self.new_partitions.clear();
         self.pending_partitions.clear();
         self.partitions_in_transaction.clear();
         self.pending_txn_offset_commits.clear();
         self.transaction_started = false;
         self.start_outcome_unknown = false;
-        self.actions.push_back(TxnAction::Ended);
     }
 
     /// Checks the manager's own invariants (tests and the simulator call it).

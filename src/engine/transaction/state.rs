@@ -195,12 +195,7 @@ impl TransactionManager {
         if let Some(handle) = self.pending.as_ref().map(|p| p.handle) {
             self.complete(handle, Err(error));
         }
-        self.new_partitions.clear();
-        self.pending_partitions.clear();
-        self.partitions_in_transaction.clear();
-        self.pending_txn_offset_commits.clear();
-        self.transaction_started = false;
-        self.start_outcome_unknown = false;
+        self.forget_transaction();
         self.epoch_bump_required = false;
         self.transition_internal(TransactionState::Uninitialized);
         self.actions.push_back(TxnAction::Ended);
