@@ -366,9 +366,9 @@ pub fn txn_offset_commit_request(
     // its id carries nothing to lose and goes out at any version.
     if version < 3 && group_metadata_set(group) {
         return Err(TransactionError::Fatal(format!(
-            "Broker doesn't support group metadata commit API on version {version}, minimum \
-             supported request version is 3 which requires brokers to be on version 2.5 or \
-             above."
+            "the group coordinator speaks TxnOffsetCommit up to version {version}; a consumer \
+             group's generation and member id need version 3 (Kafka 2.5), and without them a \
+             stale member's offsets could commit"
         )));
     }
     let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();

@@ -53,7 +53,7 @@ fn group_metadata_on_a_txn_offset_commit_v2_coordinator_is_fatal_and_nothing_is_
             panic!("{group:?}: expected a fatal error, got {result:?}");
         };
         assert!(
-            message.contains("version 2") && message.contains("minimum supported"),
+            message.contains("version 2") && message.contains("need version 3"),
             "{group:?}: the error names the unsupported version: {message}"
         );
         assert_eq!(

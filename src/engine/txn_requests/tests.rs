@@ -618,7 +618,7 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
             let refused = txn_offset_commit_request(version, "tx", identity, g, &committed);
             assert!(
                 matches!(&refused, Err(TransactionError::Fatal(m))
-                    if m.contains(&format!("version {version},"))),
+                    if m.contains(&format!("up to version {version};"))),
                 "{g:?} at v{version}: {refused:?}"
             );
         }
