@@ -402,6 +402,13 @@ impl Producer {
                             .map(|i| crate::protocol::error_code::name(i.error_code)),
                     },
                 };
+                // A record of an open transaction: it must not commit without it, as when
+                // `send` refuses one (`refused_in_transaction`).
+                if self.inner.config.transactional_id.is_some() {
+                    if let Ok(token) = self.inner.txn_status.check_send() {
+                        self.refused_in_transaction(&err, token);
+                    }
+                }
                 return DeliveryFuture::failed(record.topic, err);
             }
             let size = RECORD_BATCH_OVERHEAD
