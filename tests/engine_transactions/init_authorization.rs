@@ -77,3 +77,23 @@ fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_c
         );
     }
 }
+
+/// Only the authorization failures go back to UNINITIALIZED: InitProducerId answered
+/// TRANSACTION_ABORTABLE (§5.2, abortable) leaves the manager abortable, with the error in
+/// force, as for any other abortable error.
+#[test]
+fn an_init_producer_id_answered_transaction_abortable_stays_abortable() {
+    let mut rig = Rig::new(Duration::ZERO);
+    rig.inject.insert(
+        ApiKey::InitProducerId,
+        VecDeque::from([code::TRANSACTION_ABORTABLE]),
+    );
+    let handle = rig.engine.init_transactions().expect("init");
+    let result = rig.wait(handle);
+    assert!(
+        matches!(&result, Err(TransactionError::Abortable(m)) if m.contains("TRANSACTION_ABORTABLE")),
+        "{result:?}"
+    );
+    assert_eq!(rig.state(), TransactionState::AbortableError);
+    assert_eq!(rig.count(ApiKey::InitProducerId), 1);
+}
