@@ -2556,3 +2556,54 @@ fn an_out_of_order_batch_behind_an_earlier_batch_of_unknown_outcome_is_retried_n
         "B retried after X under its stamp, not failed: {tried:?}"
     );
 }
+
+// InitProducerId answers an idempotent producer may get (§5.2): CLUSTER_AUTHORIZATION_FAILED
+// fails the batches waiting for an id and the producer asks again by itself (scenario 18), so
+// a later batch lands; PRODUCER_FENCED (as UNSUPPORTED_VERSION and INVALID_PRODUCER_ID_MAPPING)
+// stops the producer, and every batch fails with that error.
+#[test]
+fn init_producer_id_refused_for_authorization_fails_the_waiting_batches_and_asks_again_but_fenced_is_fatal(
+) {
+    let mut sim = Sim::new(setup_with(&[1], |_| {}));
+    sim.add_fault(
+        FaultRule::new(
+            RequestMatch::api(ApiKey::InitProducerId),
+            Fault::Inject(code::CLUSTER_AUTHORIZATION_FAILED),
+        )
+        .times(1),
+    );
+    let waiting = batch(&mut sim, &tp(0));
+    sim.start();
+    settle(&mut sim, 5 * SECOND);
+    for id in &waiting {
+        assert!(
+            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.contains("CLUSTER_AUTHORIZATION_FAILED")),
+            "a batch waiting for the refused id: {:?}",
+            sim.result(*id)
+        );
+    }
+    assert!(sim.engine(0).fatal_error().is_none(), "not fatal");
+    let later = batch(&mut sim, &tp(0));
+    settle(&mut sim, 5 * SECOND);
+    assert_eq!(acked_offsets(&sim, &later), offsets(0..10));
+
+    let mut sim = Sim::new(setup_with(&[1], |_| {}));
+    sim.add_fault(FaultRule::new(
+        RequestMatch::api(ApiKey::InitProducerId),
+        Fault::Inject(code::PRODUCER_FENCED),
+    ));
+    let waiting = batch(&mut sim, &tp(0));
+    sim.start();
+    settle(&mut sim, 5 * SECOND);
+    assert!(
+        sim.engine(0).fatal_error().is_some(),
+        "a fenced InitProducerId stops the producer"
+    );
+    for id in &waiting {
+        assert!(
+            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.contains("PRODUCER_FENCED")),
+            "{:?}",
+            sim.result(*id)
+        );
+    }
+}
