@@ -90,6 +90,12 @@ pub enum ProduceError {
         broker: String,
         reason: String,
     },
+    /// A shard of the producer stopped on a bug of its own (a panic, with its message): the
+    /// producer is fatal, as by [`ProduceError::Fatal`]. A record failed with this error was
+    /// never sent by that shard and is not in the log; one of its records that an attempt may
+    /// have carried fails as [`ProduceError::OutcomeUnknown`] instead.
+    #[error("shard {shard} of the producer panicked ({message}); the producer is stopped and the record is not in the log")]
+    ShardPanicked { shard: usize, message: String },
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,
@@ -178,6 +184,11 @@ pub enum TransactionError {
         operation: &'static str,
         waited: Duration,
     },
+    /// The call was made on a shard thread (from a delivery callback, or a token provider),
+    /// where waiting for its result would wait for the shard that runs the caller: refused at
+    /// once, and nothing changed. Make it from another thread.
+    #[error("{operation} cannot be called on a shard thread (from a callback): it would wait for the shard that runs it")]
+    OnShardThread { operation: &'static str },
     /// The producer was closed.
     #[error("the producer is closed")]
     Closed,

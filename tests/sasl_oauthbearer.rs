@@ -209,6 +209,43 @@ fn assert_fails_after_one_attempt_per_broker(
     assert_eq!(stats.authentications_succeeded(MECHANISM), 0);
 }
 
+// The provider is the application's code, run on a shard thread: its panic is that
+// authentication's failure (as an `Err` from it would be), not the end of the shard. Every
+// record then fails with the typed error, and flush and close return.
+#[test]
+fn a_panicking_token_provider_fails_that_authentication_and_the_shard_lives() {
+    let topic = "oauth-provider-panic";
+    let cluster = cluster(3, listener(), topic);
+    let (calls, provider) = counting_provider(|| panic!("the token cache is poisoned"));
+    let producer = producer(&cluster, provider);
+    assert_fails_after_one_attempt_per_broker(
+        &cluster,
+        &producer,
+        topic,
+        "the token provider panicked: the token cache is poisoned",
+    );
+    assert!(calls.load(Ordering::SeqCst) >= 1);
+    assert!(
+        producer.flush_timeout(Duration::from_secs(5)),
+        "every record has completed"
+    );
+    let watch = producer.runtime_watch();
+    let (closed_tx, closed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        producer.close(Duration::from_secs(1));
+        let _ = closed_tx.send(());
+    });
+    assert!(
+        closed.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "close returns after a token provider panicked"
+    );
+    assert_eq!(
+        watch.stats().shards_running,
+        0,
+        "the shards stopped at close"
+    );
+}
+
 #[test]
 fn a_provider_error_fails_every_record_with_the_typed_error_after_one_attempt_per_broker() {
     let topic = "oauth-provider-error";

@@ -630,6 +630,15 @@ impl Producer {
     }
 }
 
+#[cfg(feature = "testkit")]
+impl Producer {
+    /// Queues a command that makes `shard` panic when it handles it (`testkit::panic_shard`);
+    /// false when that shard's inbox is closed.
+    pub(crate) fn inject_shard_panic(&self, shard: usize) -> bool {
+        self.inner.inboxes[shard].push(ShardCommand::Panic).is_ok()
+    }
+}
+
 impl Inner {
     /// Once per producer: by `close`, or by the drop of the last handle.
     fn close(&self, timeout: Duration) {

@@ -104,6 +104,9 @@ pub(crate) enum ShardCommand {
     },
     /// Publish this shard's metrics now (`Producer::metrics`), then count down.
     PublishMetrics(Arc<Latch>),
+    /// Panics the shard, as a bug of its own would (`testkit::panic_shard`).
+    #[cfg(feature = "testkit")]
+    Panic,
     /// Send what is queued, then stop; at `deadline` fail what is left.
     Close {
         deadline: Instant,
@@ -375,6 +378,8 @@ pub(crate) async fn run_shard(
                     latch.count_down();
                 }
                 ShardCommand::TxnBarrier { token, commit } => txn.on_barrier(token, commit, engine),
+                #[cfg(feature = "testkit")]
+                ShardCommand::Panic => panic!("a panic injected by the testkit"),
                 ShardCommand::Close { deadline, done } => {
                     engine.begin_close();
                     *closing = Some((deadline, done));

@@ -38,6 +38,14 @@
 
 pub mod batch;
 pub mod broker;
+
+/// Makes shard `shard` of `producer` panic when it takes this command from its inbox (behind
+/// every record queued there before), as a bug of kacrab's own would: for tests of what a
+/// producer does when one of its shards dies. False if that shard has already stopped.
+#[doc(hidden)]
+pub fn panic_shard(producer: &crate::Producer, shard: usize) -> bool {
+    producer.inject_shard_panic(shard)
+}
 #[doc(hidden)]
 pub mod handoff;
 pub mod server;

@@ -1,0 +1,350 @@
+//! The bounds of the producer's blocking calls, end to end against the reference cluster:
+//! `send` waits at most `max.block.ms` in total (metadata and room together), `close` wakes
+//! every send blocked on metadata or room, a second `close` returns only once the producer is
+//! closed, and a shard that dies of a bug makes the producer fatal while every record, call
+//! and byte of `buffer.memory` comes back.
+//!
+//! Calls that could hang run under a watchdog, so a defect fails the test instead of hanging
+//! it; the producer of a failed test is leaked (its drop would wait for a stuck shard).
+#![cfg(feature = "testkit")]
+
+mod common;
+
+use std::mem::ManuallyDrop;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::server::ReferenceCluster;
+use kacrab::{DeliveryFuture, ProduceError, Producer, ProducerRecord};
+use kafka_protocol::messages::ApiKey;
+
+/// Bounds a failure only.
+const WATCHDOG: Duration = Duration::from_secs(20);
+/// Led by broker 2, which is down: its records hold `buffer.memory` until it comes back.
+const HELD: &str = "held";
+
+/// Two brokers; `HELD` led by broker 2, taken down once the producer knows it.
+fn cluster() -> ReferenceCluster {
+    let cluster = ReferenceCluster::start(2, BrokerRules::default());
+    cluster.create_topic(HELD, &[2]);
+    cluster
+}
+
+fn producer(cluster: &ReferenceCluster, extra: &[(&str, &str)]) -> ManuallyDrop<Producer> {
+    let mut settings = vec![
+        ("buffer.memory", "20000"),
+        ("delivery.timeout.ms", "120000"),
+    ];
+    settings.extend_from_slice(extra);
+    ManuallyDrop::new(common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &settings,
+    ))
+}
+
+/// Takes broker 2 down and fills `buffer.memory` with records for it; returns their futures.
+fn fill_buffer(cluster: &ReferenceCluster, producer: &Producer) -> Vec<DeliveryFuture> {
+    // Metadata first, so the records below are queued, not refused for want of it.
+    producer
+        .send(ProducerRecord::new(HELD, "warm"))
+        .wait_timeout(WATCHDOG)
+        .expect("the first record completes")
+        .expect("acknowledged");
+    cluster.broker_down(2);
+    let mut held = Vec::new();
+    loop {
+        let record = ProducerRecord::new(HELD, Bytes::from(vec![1u8; 500]));
+        match producer.try_send(record) {
+            Ok(future) => held.push(future),
+            Err(kacrab::TrySendError::BufferFull(_)) => return held,
+            Err(other) => panic!("filling the buffer: {other}"),
+        }
+    }
+}
+
+/// Runs `call` on its own thread; its result, or a failure naming `what` at the watchdog.
+fn within_watchdog<T: Send + 'static>(what: &str, call: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(call());
+    });
+    rx.recv_timeout(WATCHDOG)
+        .unwrap_or_else(|_| panic!("{what} did not return within {WATCHDOG:?}"))
+}
+
+#[test]
+fn send_waits_at_most_max_block_ms_for_metadata_and_room_together() {
+    const MAX_BLOCK: Duration = Duration::from_millis(4000);
+    let cluster = cluster();
+    let producer = producer(&cluster, &[("max.block.ms", "4000")]);
+    let _held = fill_buffer(&cluster, &producer);
+    let started = Instant::now();
+    let sent = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || {
+            let future = producer.send(ProducerRecord::new("late", Bytes::from(vec![2u8; 500])));
+            (future, started.elapsed())
+        })
+    };
+    // The topic appears two thirds of the way through the send's wait for its metadata (a
+    // chosen instant, not a wait for an event); the buffer stays full, so the send then waits
+    // for room within what is left of the same budget.
+    let (_tick, at_two_thirds) = mpsc::channel::<()>();
+    let _ = at_two_thirds.recv_timeout(MAX_BLOCK * 2 / 3);
+    cluster.create_topic("late", &[1]);
+    let (future, took) = sent.join().expect("the sending thread");
+    let result = future.try_result();
+    assert!(
+        matches!(result, Some(Err(ProduceError::BufferExhausted { .. }))),
+        "the send fails for want of room once its budget is spent: {result:?}"
+    );
+    // One budget for the call: each wait with its own would take 2/3 + 1 of it.
+    assert!(
+        took < MAX_BLOCK + MAX_BLOCK / 3,
+        "send blocked {took:?} with max.block.ms of {MAX_BLOCK:?}"
+    );
+    cluster.broker_up(2);
+    ManuallyDrop::into_inner(producer).close(WATCHDOG);
+}
+
+#[test]
+fn close_wakes_a_send_blocked_on_metadata() {
+    let cluster = cluster();
+    let producer = producer(&cluster, &[("max.block.ms", "60000")]);
+    let metadata_before = cluster.stats().requests(ApiKey::Metadata);
+    let blocked = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || {
+            producer
+                .send(ProducerRecord::new("never-created", "x"))
+                .try_result()
+        })
+    };
+    // The send asked for the topic: it waits for its metadata now (or is about to).
+    let deadline = Instant::now() + WATCHDOG;
+    while cluster.stats().requests(ApiKey::Metadata) <= metadata_before {
+        assert!(
+            Instant::now() < deadline,
+            "the send never asked for the topic's metadata"
+        );
+        std::thread::yield_now();
+    }
+    let closer = Producer::clone(&producer);
+    within_watchdog("close", move || closer.close(Duration::from_secs(5)));
+    let result = within_watchdog("the send blocked on metadata", move || {
+        blocked.join().expect("sending thread")
+    });
+    assert!(
+        matches!(result, Some(Err(ProduceError::Closed))),
+        "close wakes the send: {result:?}"
+    );
+    drop(ManuallyDrop::into_inner(producer));
+}
+
+#[test]
+fn close_wakes_sends_blocked_on_buffer_memory_sync_and_async() {
+    let cluster = cluster();
+    let producer = producer(&cluster, &[("max.block.ms", "60000")]);
+    let held = fill_buffer(&cluster, &producer);
+    let blocked = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || {
+            producer
+                .send(ProducerRecord::new(HELD, Bytes::from(vec![3u8; 500])))
+                .try_result()
+        })
+    };
+    let blocked_async = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || {
+            let record = ProducerRecord::new(HELD, Bytes::from(vec![4u8; 500]));
+            futures::executor::block_on(producer.send_async(record)).try_result()
+        })
+    };
+    let deadline = Instant::now() + WATCHDOG;
+    while producer.metrics().waiting_threads == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the blocking send never waited for room"
+        );
+        std::thread::yield_now();
+    }
+    // A close whose flush cannot finish (broker 2 is down) for much longer than the watchdog:
+    // the blocked sends must not wait for it.
+    let closer = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || producer.close(Duration::from_secs(60)))
+    };
+    let result = within_watchdog("the send blocked on buffer.memory", move || {
+        blocked.join().expect("sending thread")
+    });
+    assert!(
+        matches!(result, Some(Err(ProduceError::Closed))),
+        "close wakes the blocked send: {result:?}"
+    );
+    let result = within_watchdog("the send_async waiting for room", move || {
+        blocked_async.join().expect("async sending thread")
+    });
+    assert!(
+        matches!(result, Some(Err(ProduceError::Closed))),
+        "close wakes the waiting send_async: {result:?}"
+    );
+    cluster.broker_up(2);
+    within_watchdog("close", move || closer.join().expect("closer"));
+    for future in held {
+        assert!(
+            future.try_result().is_some(),
+            "close completed every record"
+        );
+    }
+    drop(ManuallyDrop::into_inner(producer));
+}
+
+#[test]
+fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
+    let cluster = cluster();
+    let producer = producer(&cluster, &[]);
+    let held = fill_buffer(&cluster, &producer);
+    let watch = producer.runtime_watch();
+    let first = {
+        let producer = Producer::clone(&producer);
+        std::thread::spawn(move || producer.close(Duration::from_secs(3)))
+    };
+    // The first close has begun once a send is refused as closed.
+    let deadline = Instant::now() + WATCHDOG;
+    loop {
+        let refused = producer
+            .send(ProducerRecord::new(HELD, "probe"))
+            .try_result();
+        if matches!(refused, Some(Err(ProduceError::Closed))) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "close never began");
+        std::thread::yield_now();
+    }
+    let second = Producer::clone(&producer);
+    within_watchdog("the second close", move || {
+        second.close(Duration::from_secs(30))
+    });
+    let incomplete = held.iter().filter(|f| f.try_result().is_none()).count();
+    assert_eq!(
+        incomplete, 0,
+        "the second close returned while the first still had records to complete"
+    );
+    assert_eq!(
+        watch.stats().shards_running,
+        0,
+        "and before the shards stopped"
+    );
+    first.join().expect("first close");
+    drop(ManuallyDrop::into_inner(producer));
+}
+
+/// A shard that dies of a bug of kacrab's own (a panic injected by the testkit): the producer
+/// becomes fatal with an error naming the shard, every record completes with an honest
+/// promise (read back with librdkafka), the other shard's records are delivered, `flush`,
+/// `close` and later sends return, and `buffer.memory` comes back to zero.
+#[test]
+fn a_shard_that_panics_makes_the_producer_fatal_and_every_record_call_and_byte_comes_back() {
+    const TOPIC: &str = "shard-panic";
+    const PARTITIONS: i32 = 8;
+    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    cluster.create_topic(TOPIC, &[1; PARTITIONS as usize]);
+    // A long linger keeps the dying shard's records in their batches; a slow answer keeps
+    // some of its requests on the wire as it dies.
+    let producer = ManuallyDrop::new(common::kacrab_producer(
+        &cluster.bootstrap_servers(),
+        &[("linger.ms", "200")],
+    ));
+    let watch = producer.runtime_watch();
+    cluster
+        .faults()
+        .delay_response(1, ApiKey::Produce, 2, Duration::from_millis(500));
+    let send = |id: u64| {
+        producer.send(
+            ProducerRecord::new(TOPIC, Bytes::from(id.to_be_bytes().to_vec()))
+                .with_partition((id % PARTITIONS as u64) as i32),
+        )
+    };
+    let mut futures: Vec<(u64, DeliveryFuture)> = (0..400).map(|id| (id, send(id))).collect();
+    assert!(kacrab::testkit::panic_shard(&producer, 1), "shard 1 runs");
+    futures.extend((400..800).map(|id| (id, send(id))));
+
+    let mut outcomes = Vec::new();
+    for (id, future) in futures {
+        let result = future
+            .wait_timeout(WATCHDOG)
+            .unwrap_or_else(|| panic!("record {id} never completed after its shard died"));
+        outcomes.push((id, result));
+    }
+    let died = |e: &ProduceError| matches!(e, ProduceError::ShardPanicked { shard: 1, .. });
+    assert!(
+        outcomes.iter().any(|(_, r)| matches!(r, Err(e) if died(e))),
+        "the dying shard's records fail with the error that names it"
+    );
+    let later = send(10_000).try_result();
+    assert!(
+        matches!(later, Some(Err(ref e)) if died(e)),
+        "a send after the death fails at once with it: {later:?}"
+    );
+    assert!(
+        producer.flush_timeout(WATCHDOG),
+        "flush returns with every record complete"
+    );
+    let closer = Producer::clone(&producer);
+    within_watchdog("close", move || closer.close(Duration::from_secs(5)));
+    assert!(
+        watch.wait_until(WATCHDOG, |s| s.shards_running == 0),
+        "every shard thread ended: {:?}",
+        watch.stats()
+    );
+    assert_eq!(producer.buffered_bytes(), 0, "buffer.memory came back");
+
+    // What the log holds agrees with every promise, and the live shard lost nothing.
+    let records = common::read_back(
+        &cluster.bootstrap_servers(),
+        TOPIC,
+        PARTITIONS,
+        common::Isolation::ReadUncommitted,
+        WATCHDOG,
+    );
+    let ids = common::payload_ids(&records);
+    let mut acked = Vec::new();
+    let mut maybe = Vec::new();
+    let mut partitions_all_acked = vec![true; PARTITIONS as usize];
+    for (id, result) in &outcomes {
+        match result {
+            Ok(metadata) => {
+                acked.push(*id);
+                let at = &ids[metadata.partition as usize];
+                let offset = records[metadata.partition as usize]
+                    .iter()
+                    .position(|r| r.offset == metadata.offset);
+                assert!(
+                    offset.is_some_and(|i| at[i] == *id),
+                    "record {id} acknowledged at {metadata:?} is not there"
+                );
+            }
+            Err(e) if e.is_outcome_unknown() => maybe.push(*id),
+            Err(e) => {
+                partitions_all_acked[(*id % PARTITIONS as u64) as usize] = false;
+                assert!(
+                    died(e) || matches!(e, ProduceError::Closed),
+                    "record {id}: {e}"
+                );
+            }
+        }
+        if result.as_ref().is_err_and(|e| e.is_outcome_unknown()) {
+            partitions_all_acked[(*id % PARTITIONS as u64) as usize] = false;
+        }
+    }
+    let sent: Vec<u64> = acked.iter().chain(&maybe).copied().collect();
+    println!("{}", common::check_exactly_once(&ids, &acked, &sent));
+    assert!(
+        partitions_all_acked.iter().any(|&all| all),
+        "the live shard's partitions were delivered whole: {partitions_all_acked:?}"
+    );
+    drop(ManuallyDrop::into_inner(producer));
+}
