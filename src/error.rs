@@ -222,3 +222,15 @@ pub enum Error {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
 }
+
+/// The message a panic carried (`panic!` with a literal or a formatted string), for the error
+/// or log line that reports it.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&'static str>() {
+        (*message).to_string()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}

@@ -92,6 +92,26 @@ impl OAuthTokenProvider {
     pub fn token(&self) -> Result<OAuthBearerToken, String> {
         (self.0)()
     }
+
+    /// Asks the provider for a token, isolated from it: the provider is the application's
+    /// code, and a panic in it must not stop the shard that calls it. A panic is that
+    /// authentication's failure, as an `Err` is; the reason says which it was.
+    pub(crate) fn token_isolated(&self) -> Result<OAuthBearerToken, String> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.0)())) {
+            Ok(Ok(token)) => Ok(token),
+            Ok(Err(reason)) => Err(format!("the token provider failed: {reason}")),
+            Err(panic) => {
+                let message = crate::error::panic_message(panic.as_ref());
+                tracing::error!(
+                    target: "kacrab::producer",
+                    thread = std::thread::current().name().unwrap_or("?"),
+                    panic = %message,
+                    "the OAUTHBEARER token provider panicked"
+                );
+                Err(format!("the token provider panicked: {message}"))
+            }
+        }
+    }
 }
 
 impl fmt::Debug for OAuthTokenProvider {

@@ -28,7 +28,18 @@ pub(crate) fn callback(
 ) -> Callback {
     Box::new(move |outcome: Outcome| {
         let result = result_of(&topic, partition, &outcome);
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(result)));
+        if let Err(panic) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(result)))
+        {
+            tracing::error!(
+                target: "kacrab::producer",
+                thread = std::thread::current().name().unwrap_or("?"),
+                topic = &*topic,
+                partition,
+                panic = %crate::error::panic_message(panic.as_ref()),
+                "a delivery callback panicked"
+            );
+        }
     })
 }
 

@@ -157,17 +157,17 @@ impl<D: Delivery> Engine<D> {
                 let Some(provider) = &sasl.token_provider else {
                     return Ok(());
                 };
-                let first = provider.token().and_then(|token| {
+                let first = provider.token_isolated().and_then(|token| {
                     client_initial_response(
                         &token.value,
                         token.principal.as_deref(),
                         &token.extensions,
                     )
+                    .map_err(|reason| format!("the token provider failed: {reason}"))
                 });
                 match first {
                     Ok(first) => SaslClient::oauthbearer(first),
                     Err(reason) => {
-                        let reason = format!("the token provider failed: {reason}");
                         self.fail_authentication(now, node, mechanism, reason);
                         return Ok(());
                     }
