@@ -115,6 +115,9 @@ struct Inner {
     /// just before is still safe: a shard's inbox refuses pushes behind its `Close`, so no
     /// record is left in a queue nobody reads.
     closed: AtomicBool,
+    /// Counted down by each shard as it stops (closed, or dead): the producer is closed when
+    /// it reaches zero. Every `close` call waits on it, not only the first.
+    stopped: Arc<Latch>,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
@@ -182,6 +185,7 @@ impl Producer {
         let memory = Arc::new(BufferMemory::new(config.buffer_memory));
         let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
+        let stopped = Latch::new(shard_count);
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
         let metrics = Arc::new(MetricsBoard::new(
@@ -202,6 +206,7 @@ impl Producer {
             tls: config.tls.as_ref().map(|tls| tls.client_config()),
             counters: counters.clone(),
             metrics: metrics.clone(),
+            stopped: stopped.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
@@ -233,6 +238,7 @@ impl Producer {
                 id: sticky::next_producer_id(),
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
+                stopped,
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,
@@ -316,11 +322,18 @@ impl Producer {
         (hash as usize).wrapping_add(tp.partition as usize) % self.inner.inboxes.len()
     }
 
-    /// Sends one record. Never blocks longer than `max.block.ms` (metadata for a new topic,
-    /// or room in `buffer.memory`). The future resolves when the record is acknowledged or
+    /// Sends one record. Never blocks longer than `max.block.ms` in all, from the call to its
+    /// return: the wait for a new topic's metadata and the wait for room in `buffer.memory`
+    /// share that budget, as in Java. The future resolves when the record is acknowledged or
     /// has failed; a record that cannot be sent at all resolves at once with its error.
+    ///
+    /// On a shard thread (in a delivery callback) it never waits: `max.block.ms` counts as 0
+    /// there, so a record without room or metadata fails at once with
+    /// [`ProduceError::BufferExhausted`] or [`ProduceError::MetadataTimeout`]. Room there is
+    /// freed by shards, perhaps the very one the callback holds up. A `close` wakes every send
+    /// waiting for room or metadata, which then fails with [`ProduceError::Closed`].
     pub fn send(&self, record: ProducerRecord) -> DeliveryFuture {
-        match self.send_record(record, Block::UpTo(self.inner.config.max_block), None) {
+        match self.send_record(record, Block::UpTo(self.max_block()), None) {
             Ok(future) => future,
             Err(Refused::Failed(topic, err)) => DeliveryFuture::failed(topic, err),
             Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
@@ -345,7 +358,9 @@ impl Producer {
     /// Sends one record, as [`send`](Self::send), and runs `callback` with its result instead
     /// of returning a future: on the shard thread that completes it (keep it short, and do not
     /// block in it: the shard's other records wait), or on the calling thread, before this
-    /// returns, when the record fails before it is queued. A panic in the callback is caught.
+    /// returns, when the record fails before it is queued. A panic in the callback is caught
+    /// and logged. What the callback may call on a producer is in the README's "Threads"
+    /// section: each call either completes without waiting for a shard or fails at once.
     pub fn send_with_callback(
         &self,
         record: ProducerRecord,
@@ -355,7 +370,7 @@ impl Producer {
         let make = |topic: &Arc<str>, partition: i32, callback: &mut Option<_>| {
             delivery::callback(topic.clone(), partition, callback.take().expect("once"))
         };
-        let block = Block::UpTo(self.inner.config.max_block);
+        let block = Block::UpTo(self.max_block());
         let topic = record.topic.clone();
         match self.send_record(record, block, Some(&mut |t, p| make(t, p, &mut callback))) {
             Ok(_) => {}
@@ -365,6 +380,16 @@ impl Producer {
                 }
             }
             Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
+        }
+    }
+
+    /// How long a send made now may wait for metadata and room: `max.block.ms`, or nothing on
+    /// a shard thread, where waiting could wait for the shard that runs the caller.
+    pub(crate) fn max_block(&self) -> Duration {
+        if runtime::shard::on_shard_thread() {
+            Duration::ZERO
+        } else {
+            self.inner.config.max_block
         }
     }
 
@@ -396,10 +421,16 @@ impl Producer {
             fail(record, err)
         };
         // The deadline is computed only on a path that waits (one clock read per send
-        // otherwise: the timestamp).
-        let deadline = |block: &Block| match block {
-            Block::UpTo(max_block) => Instant::now() + *max_block,
-            Block::Never => Instant::now(),
+        // otherwise: the timestamp), and once: the metadata wait and the wait for room share
+        // one `max.block.ms` (Java subtracts the first from the second).
+        let first_wait = std::cell::Cell::new(None::<Instant>);
+        let deadline = |block: &Block| {
+            let at = first_wait.get().unwrap_or_else(|| match block {
+                Block::UpTo(max_block) => Instant::now() + *max_block,
+                Block::Never => Instant::now(),
+            });
+            first_wait.set(Some(at));
+            at
         };
         let size =
             RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record) + RECORD_MEMORY_OVERHEAD;
@@ -563,6 +594,7 @@ impl Producer {
             .wait_for(topic, deadline)
             .map(|i| i.partition_count)
             .map_err(|last| match self.inner.metadata.fatal() {
+                _ if self.inner.closed.load(Ordering::Acquire) => ProduceError::Closed,
                 Some(err) => err,
                 None => ProduceError::MetadataTimeout {
                     topic: topic.clone(),
@@ -574,12 +606,17 @@ impl Producer {
 
     /// Sends everything queued now and waits until every record sent before this call has
     /// completed (successfully or not).
+    ///
+    /// On a shard thread (in a delivery callback) it sends everything queued now and returns
+    /// at once: it cannot wait for records that the shard running the callback must complete
+    /// (Java refuses `flush` in a callback for the same reason).
     pub fn flush(&self) {
         self.flush_until(None);
     }
 
     /// [`flush`](Self::flush), waiting at most `timeout`: true when every record sent before
     /// the call has completed, false if some had not by then (they go on, and complete later).
+    /// On a shard thread it returns false at once, as [`flush`](Self::flush) returns there.
     pub fn flush_timeout(&self, timeout: Duration) -> bool {
         self.flush_until(Some(timeout))
     }
@@ -592,14 +629,8 @@ impl Producer {
     }
 
     fn flush_all(&self, timeout: Option<Duration>) -> bool {
-        let latch = Latch::new(self.inner.inboxes.len());
-        for inbox in &self.inner.inboxes {
-            // A closed inbox: `close` completes every record.
-            if inbox.push(ShardCommand::Flush(latch.clone())).is_err() {
-                latch.count_down();
-            }
-        }
-        latch.wait(timeout)
+        let latch = self.inner.to_every_shard(ShardCommand::Flush);
+        !runtime::shard::on_shard_thread() && latch.wait(timeout)
     }
 
     /// Fails every record sent before this call that no attempt has carried to a broker yet
@@ -609,24 +640,35 @@ impl Producer {
     /// complete as usual: they may be in the log. In a transaction a purged record, like any
     /// failed one, makes the transaction abortable. A `send` still blocked on metadata or
     /// `buffer.memory` when this is called is not covered.
+    ///
+    /// On a shard thread (in a delivery callback) it asks every shard to purge and returns at
+    /// once; each shard purges when it next takes its commands, after the callback.
     pub fn purge(&self) {
-        let latch = Latch::new(self.inner.inboxes.len());
-        for inbox in &self.inner.inboxes {
-            // A closed inbox: `close` completes every record.
-            if inbox.push(ShardCommand::Purge(latch.clone())).is_err() {
-                latch.count_down();
-            }
+        let latch = self.inner.to_every_shard(ShardCommand::Purge);
+        if !runtime::shard::on_shard_thread() {
+            latch.wait(None);
         }
-        latch.wait(None);
     }
 
     /// Aborts a transaction still open (a commit under way completes), flushes, then stops
     /// the shards, all within `timeout`. Records still incomplete then fail with
     /// `ProduceError::Closed`, or `OutcomeUnknown` when an attempt of theirs may have landed
-    /// (on the wire, or answered ambiguously and waiting for its retry). Dropping the last
-    /// handle of a producer closes it with `delivery.timeout.ms`.
+    /// (on the wire, or answered ambiguously and waiting for its retry). Every `send` or
+    /// `send_async` waiting for room or metadata is woken and fails with `Closed`. A `close`
+    /// made while another is under way returns when the producer is closed, or at its own
+    /// `timeout`. Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
+    ///
+    /// On a shard thread (in a delivery callback) it is Java's `close(0)`: sends are refused
+    /// from then on, every shard stops at once, failing the records still incomplete as above,
+    /// and the call returns without waiting for them. A transaction left open is not aborted
+    /// there (that would wait for the coordinator): it never commits, and the coordinator
+    /// aborts it at `transaction.timeout.ms`.
     pub fn close(&self, timeout: Duration) {
-        self.inner.close(timeout);
+        if runtime::shard::on_shard_thread() {
+            self.inner.close_without_waiting(Instant::now());
+        } else {
+            self.inner.close(timeout);
+        }
     }
 }
 
@@ -640,35 +682,80 @@ impl Producer {
 }
 
 impl Inner {
-    /// Once per producer: by `close`, or by the drop of the last handle.
-    fn close(&self, timeout: Duration) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let deadline = Instant::now() + timeout;
-        self.end_open_transaction(timeout);
+    /// Pushes `command(latch)` to every shard and returns the latch, which each shard counts
+    /// down when done with it (a closed inbox at once: `close` completes every record).
+    fn to_every_shard(&self, command: impl Fn(Arc<Latch>) -> ShardCommand) -> Arc<Latch> {
         let latch = Latch::new(self.inboxes.len());
         for inbox in &self.inboxes {
-            if !inbox.push_last(ShardCommand::Close {
-                deadline,
-                done: latch.clone(),
-            }) {
+            if inbox.push(command(latch.clone())).is_err() {
                 latch.count_down();
             }
         }
-        latch.wait(None);
+        latch
+    }
+
+    /// `close` from a thread that may wait: the first call aborts an open transaction, then
+    /// asks every shard to stop by `timeout`; every call waits until they all have (a later
+    /// call at most its own `timeout`), and the threads are joined.
+    fn close(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        if self.begin_close() {
+            self.end_open_transaction(timeout);
+            self.stop_shards(deadline);
+            // Bounded by the shards' deadline (each stops by `deadline`, or has died).
+            self.stopped.wait(None);
+        } else if !self
+            .stopped
+            .wait(Some(deadline.saturating_duration_since(Instant::now())))
+        {
+            return;
+        }
         for join in self.joins.lock().expect("joins lock").drain(..) {
             let _ = join.join();
+        }
+    }
+
+    /// `close` on a shard thread, which must not wait for a shard: the shards stop by
+    /// `deadline` on their own, and their threads end by themselves.
+    fn close_without_waiting(&self, deadline: Instant) {
+        if self.begin_close() {
+            self.stop_shards(deadline);
+        }
+    }
+
+    /// Refuses sends from now on and wakes every send waiting for room or metadata; true for
+    /// the one call that closes the producer.
+    fn begin_close(&self) -> bool {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        self.memory.close();
+        self.metadata.close();
+        true
+    }
+
+    /// Each shard counts `stopped` down as it stops. A shard whose inbox is already closed
+    /// stopped on its own (it died) and has counted down then.
+    fn stop_shards(&self, deadline: Instant) {
+        for inbox in &self.inboxes {
+            inbox.push_last(ShardCommand::Close { deadline });
         }
     }
 }
 
 /// The last `Producer` handle is gone (an `Arc` drops its value exactly once, however many
 /// clones are dropped at the same time): flush within `delivery.timeout.ms` and stop the
-/// shards, which hold no handle of their own and so never see the producer go.
+/// shards, which hold no handle of their own and so never see the producer go. Dropped on a
+/// shard thread (in a delivery callback), it closes without waiting: the shards deliver what
+/// they hold until `delivery.timeout.ms` and stop by themselves.
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.close(self.config.delivery_timeout);
+        let timeout = self.config.delivery_timeout;
+        if runtime::shard::on_shard_thread() {
+            self.close_without_waiting(Instant::now() + timeout);
+        } else {
+            self.close(timeout);
+        }
     }
 }
 

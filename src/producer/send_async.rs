@@ -14,10 +14,12 @@ use super::{
 
 impl Producer {
     /// Sends one record, waiting for room in `buffer.memory` or for the topic's metadata (up
-    /// to `max.block.ms`) without blocking the calling thread: for async services (tokio or
-    /// any other executor). The future it returns resolves like [`send`](Self::send)'s.
+    /// to `max.block.ms` in all) without blocking the calling thread: for async services (tokio
+    /// or any other executor). The future it returns resolves like [`send`](Self::send)'s. A
+    /// `close` wakes it, and it resolves to a future failed with `Closed`. Polled on a shard
+    /// thread it does not wait, as `send` does not there.
     pub async fn send_async(&self, mut record: ProducerRecord) -> DeliveryFuture {
-        let deadline = Instant::now() + self.inner.config.max_block;
+        let deadline = Instant::now() + self.max_block();
         let started = Instant::now();
         loop {
             let (returned, list): (ProducerRecord, &async_wait::WaitList) = match self

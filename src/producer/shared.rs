@@ -2,7 +2,7 @@
 //! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,8 @@ pub(crate) struct BufferMemory {
     wait_ns: AtomicU64,
     /// Sends that gave up waiting for room (`buffer-exhausted-total`).
     exhausted: AtomicU64,
+    /// The producer is closing: callers stop waiting for room (`close`).
+    closed: AtomicBool,
 }
 
 impl BufferMemory {
@@ -44,6 +46,7 @@ impl BufferMemory {
             async_waiters: WaitList::default(),
             wait_ns: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -89,6 +92,10 @@ impl BufferMemory {
         // sees this waiter and signals under the lock held here.
         fence(Ordering::SeqCst);
         let result = loop {
+            // Under the lock `close` signals under: a close is seen here or wakes the wait.
+            if self.closed.load(Ordering::Acquire) {
+                break Err(ProduceError::Closed);
+            }
             if self.try_reserve(bytes) {
                 break Ok(());
             }
@@ -136,6 +143,15 @@ impl BufferMemory {
     /// Nanoseconds senders have spent waiting for room, in all.
     pub(crate) fn wait_ns(&self) -> u64 {
         self.wait_ns.load(Ordering::Relaxed)
+    }
+
+    /// The producer is closing: every caller waiting for room stops waiting (a blocked
+    /// `reserve` fails with `Closed`; an async waiter is woken and finds the producer closed).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        drop(self.wait_lock.lock().expect("buffer memory lock"));
+        self.freed.notify_all();
+        self.async_waiters.wake_all();
     }
 
     pub(crate) fn release(&self, bytes: usize) {
@@ -235,6 +251,8 @@ pub(crate) struct MetadataSnapshot {
     version: std::sync::atomic::AtomicU64,
     /// Tasks of `send_async` waiting for a topic's metadata (or a fatal error).
     pub(crate) async_waiters: WaitList,
+    /// The producer is closing: callers stop waiting for metadata (`close`).
+    closed: AtomicBool,
 }
 
 impl Default for MetadataSnapshot {
@@ -249,6 +267,7 @@ impl Default for MetadataSnapshot {
             changed_lock: Mutex::new(0),
             version: AtomicU64::new(SNAPSHOTS.fetch_add(1, Ordering::Relaxed) << 32),
             async_waiters: WaitList::default(),
+            closed: AtomicBool::new(false),
         }
     }
 }
@@ -322,6 +341,14 @@ impl MetadataSnapshot {
         self.async_waiters.wake_all();
     }
 
+    /// The producer is closing: every caller waiting for metadata stops waiting.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        *self.changed_lock.lock().expect("metadata lock") += 1;
+        self.changed.notify_all();
+        self.async_waiters.wake_all();
+    }
+
     pub(crate) fn publish(&self, topic: Arc<str>, info: TopicInfo) {
         {
             let mut topics = self.topics.write().expect("metadata lock");
@@ -339,7 +366,8 @@ impl MetadataSnapshot {
         self.async_waiters.wake_all();
     }
 
-    /// Waits until `topic` has partitions or `deadline` passes.
+    /// Waits until `topic` has partitions or `deadline` passes, or the producer closes or
+    /// turns fatal.
     pub(crate) fn wait_for(
         &self,
         topic: &str,
@@ -347,7 +375,10 @@ impl MetadataSnapshot {
     ) -> Result<TopicInfo, Option<i16>> {
         let mut generation = self.changed_lock.lock().expect("metadata lock");
         loop {
-            if self.fatal.read().expect("metadata lock").is_some() {
+            // Read under the lock `close` and `publish_fatal` signal under: not missed.
+            if self.closed.load(Ordering::Acquire)
+                || self.fatal.read().expect("metadata lock").is_some()
+            {
                 return Err(None);
             }
             let info = self.get(topic);

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::engine::{GroupMetadata, OffsetAndMetadata, TopicPartition};
-use crate::error::TransactionError;
+use crate::error::{ProduceError, TransactionError};
 use crate::metrics::CallTimes;
 use crate::runtime::shard::ShardCommand;
 use crate::runtime::txn_driver::{CallSlot, Ongoing, TxnCall, TxnCommand, OWNER};
@@ -22,7 +22,7 @@ impl Producer {
     /// the `transactional.id` or the cluster is not authorized, the producer is uninitialized
     /// again: grant the ACL and call it again.
     pub fn init_transactions(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.check_transactional()?;
+        self.check_transactional("init_transactions")?;
         let started = Instant::now();
         let result = self
             .inner
@@ -33,7 +33,7 @@ impl Producer {
 
     /// Starts a transaction. Local: it sends nothing.
     pub fn begin_transaction(&self) -> Result<(), TransactionError> {
-        self.check_transactional()?;
+        self.check_transactional("begin_transaction")?;
         let started = Instant::now();
         let result = self.inner.txn_call(
             TxnCall::Begin,
@@ -52,7 +52,7 @@ impl Producer {
         group: &GroupMetadata,
         timeout: Duration,
     ) -> Result<(), TransactionError> {
-        self.check_transactional()?;
+        self.check_transactional("send_offsets_to_transaction")?;
         let offsets: BTreeMap<TopicPartition, OffsetAndMetadata> = offsets.into_iter().collect();
         let started = Instant::now();
         let result = self.inner.txn_call(
@@ -73,7 +73,7 @@ impl Producer {
     /// (too large, an unknown partition, no metadata or no room in time), so a transaction
     /// never commits without a record whose future was not read.
     pub fn commit_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.check_transactional()?;
+        self.check_transactional("commit_transaction")?;
         let started = Instant::now();
         let result = self.inner.end_transaction(true, timeout);
         CallTimes::add(&self.inner.metrics.calls.commit, started);
@@ -84,19 +84,29 @@ impl Producer {
     /// [`ProduceError::TransactionAborted`](crate::ProduceError::TransactionAborted), those
     /// sent never become visible to `read_committed` consumers.
     pub fn abort_transaction(&self, timeout: Duration) -> Result<(), TransactionError> {
-        self.check_transactional()?;
+        self.check_transactional("abort_transaction")?;
         let started = Instant::now();
         let result = self.inner.end_transaction(false, timeout);
         CallTimes::add(&self.inner.metrics.calls.abort, started);
         result
     }
 
-    fn check_transactional(&self) -> Result<(), TransactionError> {
+    /// Whether `operation` may be called now: on a transactional producer, open, healthy
+    /// shards, and not from a shard thread, where waiting for the transaction manager's answer
+    /// could wait for the very shard that runs the caller.
+    fn check_transactional(&self, operation: &'static str) -> Result<(), TransactionError> {
         if self.inner.config.transactional_id.is_none() {
             return Err(TransactionError::NotTransactional);
         }
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(TransactionError::Closed);
+        }
+        if crate::runtime::shard::on_shard_thread() {
+            return Err(TransactionError::OnShardThread { operation });
+        }
+        // A dead shard: its transaction manager or its part of the transaction is gone.
+        if let Some(err @ ProduceError::ShardPanicked { .. }) = self.inner.metadata.fatal() {
+            return Err(TransactionError::Fatal(err.to_string()));
         }
         Ok(())
     }

@@ -12,8 +12,12 @@ use futures_lite::future;
 use glommio::channels::local_channel;
 use glommio::Task;
 
+use std::panic::AssertUnwindSafe;
+
+use futures_lite::FutureExt;
+
 use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
-use crate::error::ProduceError;
+use crate::error::{ProduceError, TransactionError};
 use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
@@ -26,7 +30,7 @@ use super::inbox::ShardInbox;
 use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
-use super::ticket_ring::{Ticket, TicketRing};
+use super::ticket_ring::{Attachment, Ticket, TicketRing};
 use super::txn_driver::{
     ControlReceiver, ControlSender, TxnCommand, TxnDriver, TxnPeers, TxnStatus,
 };
@@ -107,10 +111,10 @@ pub(crate) enum ShardCommand {
     /// Panics the shard, as a bug of its own would (`testkit::panic_shard`).
     #[cfg(feature = "testkit")]
     Panic,
-    /// Send what is queued, then stop; at `deadline` fail what is left.
+    /// Send what is queued, then stop (counting `ShardContext::stopped` down); at `deadline`
+    /// fail what is left.
     Close {
         deadline: Instant,
-        done: Arc<Latch>,
     },
 }
 
@@ -134,6 +138,8 @@ pub(crate) struct ShardContext {
     pub counters: Arc<RuntimeCounters>,
     /// Where this shard publishes its metrics.
     pub metrics: Arc<MetricsBoard>,
+    /// Counted down once by each shard as it stops, closed or dead: the producer waits on it.
+    pub stopped: Arc<Latch>,
 }
 
 impl ShardContext {
@@ -298,8 +304,104 @@ pub(crate) async fn run_shard(
     // Completions on this thread return their memory through the sink; this returns it even
     // if the shard unwinds.
     let _release = release_sink::FlushOnDrop(&ctx.memory);
-    // Commands taken from the inbox and not yet handled (at most one inbox's worth).
-    let mut local: VecDeque<ShardCommand> = VecDeque::new();
+    let mut state = ShardState {
+        engine: Engine::new(config).with_batch_memory(ctx.memory.clone()),
+        local: VecDeque::new(),
+        flushes: Vec::new(),
+        closing: None,
+        metric_requests: Vec::new(),
+        txn: TxnDriver::new(shard),
+    };
+    let attachment = ctx.tickets.attach(shard);
+    let driven = AssertUnwindSafe(drive(shard, &mut state, &inbox, &control, &ctx, attachment))
+        .catch_unwind()
+        .await;
+    if let Err(panic) = driven {
+        die(shard, &mut state, &inbox, &ctx, panic.as_ref());
+    }
+}
+
+/// What a shard owns that someone waits on: the engine with its records, the commands taken
+/// from the inbox and not yet handled, and the latches and calls it has to answer. Kept
+/// outside the driver loop's future, so that a shard that panics can still answer all of it
+/// ([`die`]).
+struct ShardState {
+    engine: Engine<DeliveryHandle>,
+    /// Commands taken from the inbox and not yet handled (at most one inbox's worth).
+    local: VecDeque<ShardCommand>,
+    flushes: Vec<(u64, Arc<Latch>)>,
+    /// The deadline of the `Close` being carried out.
+    closing: Option<Instant>,
+    metric_requests: Vec<Arc<Latch>>,
+    txn: TxnDriver,
+}
+
+/// The shard's driver loop panicked (a bug of kacrab's own: application code that runs here
+/// is isolated where it is called). Everything that waits on this shard is answered, so that
+/// nothing hangs and no promise is broken: the producer becomes fatal with an error naming
+/// the shard, later sends fail at once, each record completes as the engine knows it (never
+/// sent: the error; an attempt may have landed: `OutcomeUnknown`), the queued commands and
+/// every latch are answered, the transactional calls fail, and `buffer.memory` comes back.
+/// The other shards go on with their records.
+fn die(
+    shard: usize,
+    state: &mut ShardState,
+    inbox: &ShardInbox,
+    ctx: &ShardContext,
+    panic: &(dyn std::any::Any + Send),
+) {
+    let message = crate::error::panic_message(panic);
+    tracing::error!(target: "kacrab::producer", shard, panic = %message, "shard stopped: it panicked");
+    let error = ProduceError::ShardPanicked { shard, message };
+    ctx.metadata.publish_fatal(error.clone());
+    // The engine may have been left mid-change by the panic. Should failing its records panic
+    // too, the engine is dropped with them, and each record still in it completes as of
+    // unknown outcome (`DeliveryHandle`'s drop), which is as honest, only less precise.
+    let engine = &mut state.engine;
+    let failed = std::panic::catch_unwind(AssertUnwindSafe(|| engine.abort_all(error.clone())));
+    if failed.is_err() {
+        tracing::error!(target: "kacrab::producer", shard, "failing the dead shard's records panicked too");
+    }
+    state.local.extend(inbox.close());
+    for command in state.local.drain(..) {
+        match command {
+            ShardCommand::Append(record) => record.delivery.complete(Err(error.clone())),
+            ShardCommand::Flush(latch)
+            | ShardCommand::PublishMetrics(latch)
+            | ShardCommand::Purge(latch) => latch.count_down(),
+            _ => {}
+        }
+    }
+    for (_, latch) in state.flushes.drain(..) {
+        latch.count_down();
+    }
+    for latch in state.metric_requests.drain(..) {
+        latch.count_down();
+    }
+    state
+        .txn
+        .fail_calls(TransactionError::Fatal(error.to_string()));
+    release_sink::flush_to(&ctx.memory);
+    ctx.stopped.count_down();
+}
+
+/// The driver loop: until the shard has closed.
+async fn drive(
+    shard: usize,
+    state: &mut ShardState,
+    inbox: &ShardInbox,
+    control: &ControlReceiver,
+    ctx: &Arc<ShardContext>,
+    attachment: Attachment<'_>,
+) {
+    let ShardState {
+        engine,
+        local,
+        flushes,
+        closing,
+        metric_requests,
+        txn,
+    } = state;
     // The inbox's clock: arrival times of lazy bursts (`ShardInbox::take_all`) and the
     // shard's park deadline are on it.
     let start = inbox.epoch();
@@ -308,11 +410,8 @@ pub(crate) async fn run_shard(
     // inbox for this shard's timer are appended as of then, so their batch's linger counts
     // from its first record, as Java's does.
     let mut local_since = 0u64;
-    let mut engine: Engine<DeliveryHandle> =
-        Engine::new(config).with_batch_memory(ctx.memory.clone());
-    let attachment = ctx.tickets.attach(shard);
     let mut replica = IdentityReplica::new(shard);
-    adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
+    adopt_tickets(&ctx.tickets, &mut replica, engine);
     let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
     let setup = ConnectionSetup {
         events: Rc::new(events_tx),
@@ -323,14 +422,10 @@ pub(crate) async fn run_shard(
         tls: ctx.tls.clone(),
     };
     let mut connections = Connections::default();
-    let mut flushes: Vec<(u64, Arc<Latch>)> = Vec::new();
-    let mut closing: Option<(Instant, Arc<Latch>)> = None;
     let mut pending: Option<Wake> = None;
     let mut report = ShardReport::default();
-    let mut txn = TxnDriver::new(shard);
-    txn.publish_status(&engine, &*ctx);
+    txn.publish_status(engine, &**ctx);
     let mut metrics = ShardPublisher::new(shard, ctx.metrics.clone());
-    let mut metric_requests: Vec<Arc<Latch>> = Vec::new();
 
     loop {
         // 1. What woke us, then everything else already waiting. One clock read serves every
@@ -342,7 +437,7 @@ pub(crate) async fn run_shard(
                               engine: &mut Engine<DeliveryHandle>,
                               txn: &mut TxnDriver,
                               flushes: &mut Vec<(u64, Arc<Latch>)>,
-                              closing: &mut Option<(Instant, Arc<Latch>)>,
+                              closing: &mut Option<Instant>,
                               metric_requests: &mut Vec<Arc<Latch>>| {
             match cmd {
                 ShardCommand::Append(mut record) => {
@@ -380,9 +475,9 @@ pub(crate) async fn run_shard(
                 ShardCommand::TxnBarrier { token, commit } => txn.on_barrier(token, commit, engine),
                 #[cfg(feature = "testkit")]
                 ShardCommand::Panic => panic!("a panic injected by the testkit"),
-                ShardCommand::Close { deadline, done } => {
+                ShardCommand::Close { deadline } => {
                     engine.begin_close();
-                    *closing = Some((deadline, done));
+                    *closing = Some(deadline);
                 }
             }
         };
@@ -393,51 +488,49 @@ pub(crate) async fn run_shard(
                              txn: &mut TxnDriver,
                              first: Option<TxnCommand>| {
             if let Some(cmd) = first {
-                txn.handle(cmd, engine, &*ctx);
+                txn.handle(cmd, engine, &**ctx);
             }
             while let Some(cmd) = control.try_recv() {
-                txn.handle(cmd, engine, &*ctx);
+                txn.handle(cmd, engine, &**ctx);
             }
         };
         match pending.take() {
-            Some(Wake::Control(Some(cmd))) => drain_control(&mut engine, &mut txn, Some(cmd)),
+            Some(Wake::Control(Some(cmd))) => drain_control(engine, txn, Some(cmd)),
             Some(Wake::Event(Some(event))) => {
-                handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
+                handle_event(shard, engine, &mut connections, ctx, event, now());
             }
             _ => {}
         }
-        drain_control(&mut engine, &mut txn, None);
+        drain_control(engine, txn, None);
         if local.is_empty() {
-            local_since = inbox
-                .take_all(&mut local)
-                .map_or(turn_now, |t| t.min(turn_now));
+            local_since = inbox.take_all(local).map_or(turn_now, |t| t.min(turn_now));
             metrics.handoff(local.len());
         }
         while handled < COMMANDS_PER_TURN {
             let Some(cmd) = local.pop_front() else { break };
             if control.has_waiting() {
-                drain_control(&mut engine, &mut txn, None);
+                drain_control(engine, txn, None);
             }
             handle_command(
                 cmd,
                 local_since,
-                &mut engine,
-                &mut txn,
-                &mut flushes,
-                &mut closing,
-                &mut metric_requests,
+                engine,
+                txn,
+                flushes,
+                closing,
+                metric_requests,
             );
             handled += 1;
         }
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
-            handle_event(shard, &mut engine, &mut connections, &ctx, event, now());
+            handle_event(shard, engine, &mut connections, ctx, event, now());
         }
 
         // 2. The sender loop, and its actions, until it is quiet.
         if replica.flush(&ctx.tickets) {
             ctx.nudge_peers(shard);
         }
-        adopt_tickets(&ctx.tickets, &mut replica, &mut engine);
+        adopt_tickets(&ctx.tickets, &mut replica, engine);
         for _ in 0..8 {
             engine.poll(now());
             if !engine.has_actions() && !engine.has_txn_actions() {
@@ -450,7 +543,7 @@ pub(crate) async fn run_shard(
                     Action::ProducerIdAssigned(assigned) => ctx.publish_ticket(
                         shard,
                         &mut replica,
-                        &mut engine,
+                        engine,
                         Ticket::Install {
                             producer_id: assigned.producer_id,
                             epoch: assigned.epoch,
@@ -467,29 +560,21 @@ pub(crate) async fn run_shard(
                         ctx.publish_ticket(
                             shard,
                             &mut replica,
-                            &mut engine,
+                            engine,
                             Ticket::Bump {
                                 producer_id: observed.producer_id,
                                 epoch: observed.epoch,
                             },
                         )
                     }
-                    action => execute(
-                        shard,
-                        &mut engine,
-                        &mut connections,
-                        &ctx,
-                        &setup,
-                        action,
-                        now(),
-                    ),
+                    action => execute(shard, engine, &mut connections, ctx, &setup, action, now()),
                 }
             }
             for action in engine.take_txn_actions() {
                 txn.route(
                     action,
-                    &mut engine,
-                    &*ctx,
+                    engine,
+                    &**ctx,
                     &mut |engine: &mut Engine<DeliveryHandle>, from, to| {
                         ctx.publish_ticket(
                             shard,
@@ -501,7 +586,7 @@ pub(crate) async fn run_shard(
                 );
             }
         }
-        txn.publish_status(&engine, &*ctx);
+        txn.publish_status(engine, &**ctx);
         if let Some(err) = engine.fatal_error() {
             if ctx.metadata.fatal().is_none() {
                 tracing::error!(target: "kacrab::producer", shard, error = %err, "producer fatal");
@@ -527,16 +612,9 @@ pub(crate) async fn run_shard(
                 true
             }
         });
-        publish_report(
-            shard,
-            &engine,
-            &replica,
-            &mut connections,
-            &ctx,
-            &mut report,
-        );
-        if let Some((deadline, done)) = &closing {
-            if engine.is_idle() || Instant::now() >= *deadline {
+        publish_report(shard, engine, &replica, &mut connections, ctx, &mut report);
+        if let Some(deadline) = *closing {
+            if engine.is_idle() || Instant::now() >= deadline {
                 engine.abort_all(ProduceError::Closed);
                 for (_, latch) in flushes.drain(..) {
                     latch.count_down();
@@ -544,14 +622,7 @@ pub(crate) async fn run_shard(
                 // Close every socket and cancel every task before saying we are done.
                 connections.slots.clear();
                 connections.changed = true;
-                publish_report(
-                    shard,
-                    &engine,
-                    &replica,
-                    &mut connections,
-                    &ctx,
-                    &mut report,
-                );
+                publish_report(shard, engine, &replica, &mut connections, ctx, &mut report);
                 metrics.maybe_publish(engine.metrics(), replica.applied(), true);
                 // Publishers must not wait for a reader that is gone.
                 attachment.detach();
@@ -566,12 +637,11 @@ pub(crate) async fn run_shard(
                         ShardCommand::Flush(latch)
                         | ShardCommand::PublishMetrics(latch)
                         | ShardCommand::Purge(latch) => latch.count_down(),
-                        ShardCommand::Close { done, .. } => done.count_down(),
                         _ => {}
                     }
                 }
                 release_sink::flush_to(&ctx.memory);
-                done.count_down();
+                ctx.stopped.count_down();
                 return;
             }
         }

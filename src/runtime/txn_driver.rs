@@ -678,8 +678,13 @@ impl TxnDriver {
 
     /// The shard stops: every waiting caller learns it.
     pub(crate) fn close(&mut self) {
+        self.fail_calls(TransactionError::Closed);
+    }
+
+    /// Answers every call still waiting here with `error` (the shard is stopping).
+    pub(crate) fn fail_calls(&mut self, error: TransactionError) {
         for (_, slot) in self.waiters.drain() {
-            slot.offer(|| Some(Err(TransactionError::Closed)));
+            slot.offer(|| Some(Err(error.clone())));
         }
     }
 }
