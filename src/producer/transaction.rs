@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::engine::{GroupMetadata, OffsetAndMetadata, TopicPartition};
 use crate::error::{ProduceError, TransactionError};
 use crate::metrics::CallTimes;
-use crate::runtime::shard::ShardCommand;
+use crate::runtime::command::ShardCommand;
 use crate::runtime::txn_driver::{CallSlot, Ongoing, TxnCall, TxnCommand, OWNER};
 
 use super::{Inner, Producer};

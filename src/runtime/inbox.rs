@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use super::shard::ShardCommand;
+use super::command::ShardCommand;
 
 /// Entries a deque keeps allocated however idle the producer is. A burst larger than this
 /// grows the deque; it shrinks back only after `SPARSE_TAKES_BEFORE_SHRINK` takes in a row

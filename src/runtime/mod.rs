@@ -8,6 +8,7 @@
 //!
 //! [`Engine`]: crate::engine::Engine
 
+pub(crate) mod command;
 mod connection;
 mod identity_replica;
 pub(crate) mod inbox;

@@ -3,26 +3,23 @@
 //! application threads, connection events and time, and carries out its actions.
 
 use std::collections::{HashMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use futures_lite::future;
+use futures_lite::{future, FutureExt};
 use glommio::channels::local_channel;
 use glommio::Task;
 
-use std::panic::AssertUnwindSafe;
-
-use futures_lite::FutureExt;
-
-use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId, TopicPartition};
+use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId};
 use crate::error::{ProduceError, TransactionError};
 use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
-use crate::producer::RecordHeader;
+
+use super::command::{Latch, ShardCommand};
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
@@ -34,89 +31,6 @@ use super::ticket_ring::{Attachment, Ticket, TicketRing};
 use super::txn_driver::{
     ControlReceiver, ControlSender, TxnCommand, TxnDriver, TxnPeers, TxnStatus,
 };
-
-/// A record handed from an application thread to its partition's shard.
-pub(crate) struct OwnedRecord {
-    pub tp: TopicPartition,
-    pub timestamp: i64,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<RecordHeader>,
-    pub delivery: DeliveryHandle,
-    /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
-    /// 0 without a transactional id).
-    pub txn_barrier: u64,
-}
-
-/// A countdown that application threads wait on (flush, close).
-#[derive(Default)]
-pub(crate) struct Latch {
-    remaining: Mutex<usize>,
-    done: Condvar,
-}
-
-impl Latch {
-    pub(crate) fn new(count: usize) -> Arc<Latch> {
-        Arc::new(Latch {
-            remaining: Mutex::new(count),
-            done: Condvar::new(),
-        })
-    }
-
-    pub(crate) fn count_down(&self) {
-        let mut r = self.remaining.lock().expect("latch lock");
-        *r = r.saturating_sub(1);
-        if *r == 0 {
-            self.done.notify_all();
-        }
-    }
-
-    /// Waits up to `timeout`; true when the count reached zero.
-    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
-        let r = self.remaining.lock().expect("latch lock");
-        match timeout {
-            None => *self.done.wait_while(r, |r| *r > 0).expect("latch lock") == 0,
-            Some(t) => {
-                let (r, _) = self
-                    .done
-                    .wait_timeout_while(r, t, |r| *r > 0)
-                    .expect("latch lock");
-                *r == 0
-            }
-        }
-    }
-}
-
-pub(crate) enum ShardCommand {
-    Append(OwnedRecord),
-    RequestTopic(Arc<str>),
-    /// `send` refused a record of the transaction it checked under `txn_barrier`
-    /// (`Engine::txn_send_refused`). Boxed: rare, and the queue's slots stay a record's size.
-    SendRefused {
-        error: Box<ProduceError>,
-        txn_barrier: u64,
-    },
-    Flush(Arc<Latch>),
-    /// Fail every record not yet sent (`Engine::purge_unsent`), then count down.
-    Purge(Arc<Latch>),
-    /// A commit or abort call's barrier: every record queued before it is in that call's
-    /// flush, every record checked before the call and queued after it is refused
-    /// (`txn_driver`).
-    TxnBarrier {
-        token: u64,
-        commit: bool,
-    },
-    /// Publish this shard's metrics now (`Producer::metrics`), then count down.
-    PublishMetrics(Arc<Latch>),
-    /// Panics the shard, as a bug of its own would (`testkit::panic_shard`).
-    #[cfg(feature = "testkit")]
-    Panic,
-    /// Send what is queued, then stop (counting `ShardContext::stopped` down); at `deadline`
-    /// fail what is left.
-    Close {
-        deadline: Instant,
-    },
-}
 
 /// What every shard shares.
 pub(crate) struct ShardContext {

@@ -15,8 +15,8 @@ use crate::engine::{Engine, EngineConfig, TopicPartition};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::shared::{release_sink, BufferMemory};
 use crate::protocol::record_batch::Header;
+use crate::runtime::command::{OwnedRecord, ShardCommand};
 use crate::runtime::inbox::ShardInbox;
-use crate::runtime::shard::{OwnedRecord, ShardCommand};
 
 /// `threads` threads each hand `per_thread` records with `value` to one shard, spread over
 /// `partitions` partitions; returns the time from the start until the shard has appended the

@@ -1,0 +1,96 @@
+//! What application threads hand a shard through its inbox: records, and the commands of the
+//! producer's calls (flush, purge, a transaction's barrier, close), with the latch a calling
+//! thread waits on until every shard has handled its command.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::engine::TopicPartition;
+use crate::error::ProduceError;
+use crate::producer::delivery::DeliveryHandle;
+use crate::producer::RecordHeader;
+
+/// A record handed from an application thread to its partition's shard.
+pub(crate) struct OwnedRecord {
+    pub tp: TopicPartition,
+    pub timestamp: i64,
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    pub headers: Vec<RecordHeader>,
+    pub delivery: DeliveryHandle,
+    /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
+    /// 0 without a transactional id).
+    pub txn_barrier: u64,
+}
+
+/// A countdown that application threads wait on (flush, close).
+#[derive(Default)]
+pub(crate) struct Latch {
+    remaining: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Latch {
+    pub(crate) fn new(count: usize) -> Arc<Latch> {
+        Arc::new(Latch {
+            remaining: Mutex::new(count),
+            done: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn count_down(&self) {
+        let mut r = self.remaining.lock().expect("latch lock");
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.done.notify_all();
+        }
+    }
+
+    /// Waits up to `timeout`; true when the count reached zero.
+    pub(crate) fn wait(&self, timeout: Option<Duration>) -> bool {
+        let r = self.remaining.lock().expect("latch lock");
+        match timeout {
+            None => *self.done.wait_while(r, |r| *r > 0).expect("latch lock") == 0,
+            Some(t) => {
+                let (r, _) = self
+                    .done
+                    .wait_timeout_while(r, t, |r| *r > 0)
+                    .expect("latch lock");
+                *r == 0
+            }
+        }
+    }
+}
+
+pub(crate) enum ShardCommand {
+    Append(OwnedRecord),
+    RequestTopic(Arc<str>),
+    /// `send` refused a record of the transaction it checked under `txn_barrier`
+    /// (`Engine::txn_send_refused`). Boxed: rare, and the queue's slots stay a record's size.
+    SendRefused {
+        error: Box<ProduceError>,
+        txn_barrier: u64,
+    },
+    Flush(Arc<Latch>),
+    /// Fail every record not yet sent (`Engine::purge_unsent`), then count down.
+    Purge(Arc<Latch>),
+    /// A commit or abort call's barrier: every record queued before it is in that call's
+    /// flush, every record checked before the call and queued after it is refused
+    /// (`txn_driver`).
+    TxnBarrier {
+        token: u64,
+        commit: bool,
+    },
+    /// Publish this shard's metrics now (`Producer::metrics`), then count down.
+    PublishMetrics(Arc<Latch>),
+    /// Panics the shard, as a bug of its own would (`testkit::panic_shard`).
+    #[cfg(feature = "testkit")]
+    Panic,
+    /// Send what is queued, then stop (counting `ShardContext::stopped` down); at `deadline`
+    /// fail what is left.
+    Close {
+        deadline: Instant,
+    },
+}
