@@ -12,7 +12,7 @@ use crate::engine::{Delivery, RecordMetadata, TopicPartition};
 use crate::error::ProduceError;
 
 use super::completion::{next_slot, CompletionBlock, Outcome};
-use super::shared::release_sink;
+use super::shared::{release_sink, MemoryId};
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
 
@@ -164,8 +164,9 @@ pub(crate) struct DeliveryHandle {
     callback: Option<Callback>,
     block: Arc<CompletionBlock>,
     index: u32,
-    /// Bytes of `buffer.memory` the record holds.
+    /// Bytes of `buffer.memory` the record holds, and whose memory they are.
     reserved: u32,
+    memory: MemoryId,
     /// The record was handed to the engine of its shard.
     in_engine: bool,
     done: bool,
@@ -177,6 +178,7 @@ impl DeliveryHandle {
     pub(crate) fn new(
         topic: Arc<str>,
         partition: i32,
+        memory: MemoryId,
         reserved: usize,
     ) -> (DeliveryHandle, DeliveryFuture) {
         let (future, block, index) = DeliveryFuture::new(topic, partition);
@@ -186,6 +188,7 @@ impl DeliveryHandle {
                 block,
                 index,
                 reserved: u32::try_from(reserved).expect("a record's reservation fits in u32"),
+                memory,
                 in_engine: false,
                 done: false,
             },
@@ -202,7 +205,7 @@ impl DeliveryHandle {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        release_sink::release(self.reserved as usize);
+        release_sink::release(self.memory, self.reserved as usize);
         match self.callback.take() {
             Some(callback) => callback(outcome),
             None => self.block.complete(self.index, outcome),
@@ -263,7 +266,7 @@ mod tests {
     ) {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 100);
-        let (handle, future) = DeliveryHandle::new("t".into(), 2, 100);
+        let (handle, future) = DeliveryHandle::new("t".into(), 2, memory.id(), 100);
         drop(handle);
         release_sink::flush_to(&memory);
         assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
@@ -274,7 +277,7 @@ mod tests {
     fn a_handle_dropped_after_its_record_reached_the_engine_resolves_outcome_unknown() {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 100);
-        let (mut handle, future) = DeliveryHandle::new("t".into(), 2, 100);
+        let (mut handle, future) = DeliveryHandle::new("t".into(), 2, memory.id(), 100);
         handle.entering_engine();
         drop(handle);
         release_sink::flush_to(&memory);
@@ -292,7 +295,7 @@ mod tests {
     fn a_completed_handle_resolves_once_and_returns_its_memory_once() {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 300);
-        let (handle, future) = DeliveryHandle::new("t".into(), 0, 100);
+        let (handle, future) = DeliveryHandle::new("t".into(), 0, memory.id(), 100);
         handle.complete(Err(ProduceError::TransactionAborted));
         release_sink::flush_to(&memory);
         assert_eq!(
@@ -303,8 +306,29 @@ mod tests {
     }
 
     #[test]
+    fn memory_released_on_a_thread_goes_back_to_the_producer_it_came_from() {
+        // Producer A's record completes on this thread (a shard of A), then a record of
+        // producer B that B's closed inbox refused is dropped here (sent from A's callback),
+        // and B's memory is given back.
+        let a = BufferMemory::new(1000);
+        let b = BufferMemory::new(1000);
+        reserved(&a, 300);
+        reserved(&b, 200);
+        let (a_handle, _a_future) = DeliveryHandle::new("a".into(), 0, a.id(), 300);
+        a_handle.complete(Err(ProduceError::Purged));
+        let (b_handle, _b_future) = DeliveryHandle::new("b".into(), 0, b.id(), 200);
+        drop(b_handle);
+        release_sink::flush_to(&b);
+        assert_eq!(b.used(), 0, "B gets back its own bytes, and only those");
+        assert_eq!(a.used(), 300, "A's bytes stay A's, to be given back to A");
+        release_sink::flush_to(&a);
+        assert_eq!(a.used(), 0);
+    }
+
+    #[test]
     fn an_appended_record_resolves_with_its_futures_topic_and_partition() {
-        let (handle, future) = DeliveryHandle::new("orders".into(), 3, 0);
+        let (handle, future) =
+            DeliveryHandle::new("orders".into(), 3, BufferMemory::new(1).id(), 0);
         handle.appended(&TopicPartition::new("orders", 3), 41, 1_700);
         let metadata = future.wait().expect("appended");
         assert_eq!(
@@ -320,7 +344,7 @@ mod tests {
 
     #[test]
     fn an_awaited_future_is_woken_by_a_completion_on_another_thread() {
-        let (handle, mut future) = DeliveryHandle::new("t".into(), 0, 0);
+        let (handle, mut future) = DeliveryHandle::new("t".into(), 0, BufferMemory::new(1).id(), 0);
         // Registered as pending before the completion exists.
         assert!(
             futures_lite::future::block_on(futures_lite::future::poll_once(&mut future)).is_none()

@@ -505,7 +505,8 @@ impl Producer {
         if let Err(err) = reserved {
             return Err(refuse(&record, err));
         }
-        let (mut delivery, future) = DeliveryHandle::new(record.topic.clone(), partition, size);
+        let (mut delivery, future) =
+            DeliveryHandle::new(record.topic.clone(), partition, inner.memory.id(), size);
         if let Some(make) = callback {
             delivery = delivery.with_callback(make(&record.topic, partition));
         }

@@ -19,69 +19,87 @@ impl Producer {
     /// `close` wakes it, and it resolves to a future failed with `Closed`. Polled on a shard
     /// thread it does not wait, as `send` does not there.
     pub async fn send_async(&self, mut record: ProducerRecord) -> DeliveryFuture {
-        let deadline = Instant::now() + self.max_block();
         let started = Instant::now();
+        // One deadline, and one timer entry, for the whole call however often it waits.
+        let mut timer = async_wait::Deadline::new(started + self.max_block());
         loop {
-            let (returned, list): (ProducerRecord, &async_wait::WaitList) = match self
-                .try_send(record)
-            {
+            let waiting_for_room = match self.try_send(record) {
                 Ok(future) => return future,
-                Err(TrySendError::BufferFull(r)) => (*r, &self.inner.memory.async_waiters),
-                Err(TrySendError::MetadataPending(r)) => (*r, &self.inner.metadata.async_waiters),
-            };
-            record = returned;
-            let mut timer = async_wait::Deadline::new(deadline);
-            if timer.passed() {
-                let err = match self.inner.metadata.topic_partition_count(&record.topic) {
-                    Some(_) => {
-                        self.inner.memory.exhausted_once();
-                        ProduceError::BufferExhausted {
-                            buffer_memory: self.inner.config.buffer_memory,
-                            waited: started.elapsed(),
-                        }
-                    }
-                    None => ProduceError::MetadataTimeout {
-                        topic: record.topic.clone(),
-                        waited: started.elapsed(),
-                        last_error: self
-                            .inner
-                            .metadata
-                            .get(&record.topic)
-                            .map(|i| crate::protocol::error_code::name(i.error_code)),
-                    },
-                };
-                // A record of an open transaction: it must not commit without it, as when
-                // `send` refuses one (`refused_in_transaction`).
-                if self.inner.config.transactional_id.is_some() {
-                    if let Ok(token) = self.inner.txn_status.check_send() {
-                        self.refused_in_transaction(&err, token);
-                    }
+                Err(TrySendError::BufferFull(r)) => {
+                    record = *r;
+                    true
                 }
-                return DeliveryFuture::failed(record.topic, err);
+                Err(TrySendError::MetadataPending(r)) => {
+                    record = *r;
+                    false
+                }
+            };
+            if timer.passed() {
+                return self.gave_up(record, waiting_for_room, started);
             }
-            let size = RECORD_BATCH_OVERHEAD
-                + record_size_upper_bound_of(&record)
-                + RECORD_MEMORY_OVERHEAD;
             let memory = &self.inner.memory;
             let metadata = &self.inner.metadata;
-            let topic = record.topic.clone();
-            let changed = async_wait::Changed {
-                list,
-                ready: move || {
-                    metadata.fatal().is_some()
-                        || match metadata.topic_partition_count(&topic) {
-                            Some(_) => memory.used() + size <= memory.limit(),
-                            None => false,
-                        }
-                },
-                registered: false,
-            };
-            let waiting_for_room = std::ptr::eq(list, &memory.async_waiters);
-            let wait_started = Instant::now();
-            futures_lite::future::or(changed, &mut timer).await;
+            // Each wait looks for what it lacks, or for the end of the producer's hope: a
+            // close or a fatal error (the next `try_send` then fails the record with it).
+            let ended = move || memory.is_closed() || metadata.fatal().is_some();
             if waiting_for_room {
+                let bytes = RECORD_BATCH_OVERHEAD
+                    + record_size_upper_bound_of(&record)
+                    + RECORD_MEMORY_OVERHEAD;
+                let room = async_wait::RoomWait {
+                    waiters: &memory.async_waiters,
+                    bytes,
+                    ready: move || ended() || memory.used() + bytes <= memory.limit(),
+                    id: None,
+                };
+                let wait_started = Instant::now();
+                futures_lite::future::or(room, &mut timer).await;
                 memory.add_wait(wait_started.elapsed());
+            } else {
+                let topic = record.topic.clone();
+                let known = async_wait::TopicWait {
+                    waiters: &metadata.async_waiters,
+                    topic: record.topic.clone(),
+                    ready: move || ended() || metadata.topic_partition_count(&topic).is_some(),
+                    id: None,
+                };
+                futures_lite::future::or(known, &mut timer).await;
             }
         }
+    }
+
+    /// `send_async` waited `max.block.ms` for room (`waiting_for_room`) or metadata: the
+    /// record fails with the error of what it lacked.
+    fn gave_up(
+        &self,
+        record: ProducerRecord,
+        waiting_for_room: bool,
+        started: Instant,
+    ) -> DeliveryFuture {
+        let err = if waiting_for_room {
+            self.inner.memory.exhausted_once();
+            ProduceError::BufferExhausted {
+                buffer_memory: self.inner.config.buffer_memory,
+                waited: started.elapsed(),
+            }
+        } else {
+            ProduceError::MetadataTimeout {
+                topic: record.topic.clone(),
+                waited: started.elapsed(),
+                last_error: self
+                    .inner
+                    .metadata
+                    .get(&record.topic)
+                    .map(|i| crate::protocol::error_code::name(i.error_code)),
+            }
+        };
+        // A record of an open transaction: it must not commit without it, as when `send`
+        // refuses one (`refused_in_transaction`).
+        if self.inner.config.transactional_id.is_some() {
+            if let Ok(token) = self.inner.txn_status.check_send() {
+                self.refused_in_transaction(&err, token);
+            }
+        }
+        DeliveryFuture::failed(record.topic, err)
     }
 }

@@ -2,14 +2,14 @@
 //! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::engine::batch_memory::{batch_slack, BatchMemory};
 use crate::error::ProduceError;
 
-use super::async_wait::WaitList;
+use super::async_wait::{RoomWaiters, TopicWaiters};
 
 /// `buffer.memory`: bytes of records accepted and not yet completed. `send` blocks up to
 /// `max.block.ms` for room, then fails with `BufferExhausted`.
@@ -18,6 +18,8 @@ use super::async_wait::WaitList;
 /// one subtraction (once per shard turn, see [`release_sink`]). The mutex and condvar are only
 /// for callers that found the buffer full; a release signals only when one of them waits.
 pub(crate) struct BufferMemory {
+    /// Names this producer's memory in the release sinks of the threads that free it.
+    id: MemoryId,
     limit: usize,
     used: AtomicUsize,
     /// Callers blocked in `reserve`.
@@ -25,7 +27,7 @@ pub(crate) struct BufferMemory {
     wait_lock: Mutex<()>,
     freed: Condvar,
     /// Tasks of `send_async` waiting for room.
-    pub(crate) async_waiters: WaitList,
+    pub(crate) async_waiters: RoomWaiters,
     /// Nanoseconds callers spent blocked in `reserve` (`bufferpool-wait-time-ns-total`);
     /// written only on the path that waits.
     wait_ns: AtomicU64,
@@ -37,17 +39,25 @@ pub(crate) struct BufferMemory {
 
 impl BufferMemory {
     pub(crate) fn new(limit: usize) -> Self {
+        /// Ids are process-unique (0 is no memory's), so that no sink confuses two producers.
+        static IDS: AtomicU32 = AtomicU32::new(1);
         BufferMemory {
+            id: MemoryId(IDS.fetch_add(1, Ordering::Relaxed)),
             limit,
             used: AtomicUsize::new(0),
             waiters: AtomicUsize::new(0),
             wait_lock: Mutex::new(()),
             freed: Condvar::new(),
-            async_waiters: WaitList::default(),
+            async_waiters: RoomWaiters::default(),
             wait_ns: AtomicU64::new(0),
             exhausted: AtomicU64::new(0),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// The id a release names this memory by.
+    pub(crate) fn id(&self) -> MemoryId {
+        self.id
     }
 
     /// Takes `bytes` if they fit now.
@@ -164,7 +174,8 @@ impl BufferMemory {
             drop(self.wait_lock.lock().expect("buffer memory lock"));
             self.freed.notify_all();
         }
-        self.async_waiters.wake_all();
+        self.async_waiters
+            .wake_fitting(self.limit.saturating_sub(self.used.load(Ordering::Acquire)));
     }
 
     pub(crate) fn used(&self) -> usize {
@@ -174,7 +185,18 @@ impl BufferMemory {
     pub(crate) fn limit(&self) -> usize {
         self.limit
     }
+
+    /// The producer is closing (`close`).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
 }
+
+/// Which producer's `buffer.memory` a reservation belongs to: a record's handle carries it
+/// instead of a reference to the memory (a shared count touched twice per record by two
+/// threads), and its completion names it to the completing thread's release sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MemoryId(u32);
 
 /// Batches charge the unused capacity of their buffers to the same count as records, into a
 /// slack above `buffer.memory` that callers never use (`engine::batch_memory`).
@@ -192,7 +214,7 @@ impl BatchMemory for BufferMemory {
     /// Through the thread's release sink: a shard drops batches only on its own thread, and
     /// gives back what they held once per turn with its records'.
     fn release(&self, bytes: usize) {
-        release_sink::release(bytes);
+        release_sink::release(self.id, bytes);
     }
 }
 
@@ -202,21 +224,58 @@ impl BatchMemory for BufferMemory {
 /// handles gives the sum back with [`flush_to`](release_sink::flush_to): a shard at the end of
 /// every turn, a caller right after a record it could not queue.
 pub(crate) mod release_sink {
-    use std::cell::Cell;
+    use std::cell::{Cell, RefCell};
 
-    use super::BufferMemory;
+    use super::{BufferMemory, MemoryId};
 
     thread_local! {
-        static PENDING: Cell<usize> = const { Cell::new(0) };
+        /// The bytes owed to one producer's memory: the one whose records this thread
+        /// completes (a shard's own producer), checked with one comparison per record.
+        static PENDING: Cell<(MemoryId, usize)> = const { Cell::new((MemoryId(0), 0)) };
+        /// What is owed to any other producer's memory: a callback that sends on another
+        /// producer may drop that producer's record here (its shard refused it).
+        static OTHERS: RefCell<Vec<(MemoryId, usize)>> = const { RefCell::new(Vec::new()) };
     }
 
-    pub(crate) fn release(bytes: usize) {
-        PENDING.with(|p| p.set(p.get() + bytes));
+    /// `bytes` of `memory`'s reservations are free; given back at this thread's next
+    /// [`flush_to`] of that memory.
+    pub(crate) fn release(memory: MemoryId, bytes: usize) {
+        PENDING.with(|pending| {
+            let (owner, owed) = pending.get();
+            if owner == memory || owed == 0 {
+                pending.set((memory, owed + bytes));
+            } else {
+                OTHERS.with(|others| {
+                    let mut others = others.borrow_mut();
+                    match others.iter_mut().find(|(id, _)| *id == memory) {
+                        Some((_, owed)) => *owed += bytes,
+                        None => others.push((memory, bytes)),
+                    }
+                });
+            }
+        });
     }
 
-    /// Gives what this thread's completions freed back to `memory`.
+    /// Gives what this thread's completions freed of `memory`'s reservations back to it,
+    /// and nothing owed to another producer's memory.
     pub(crate) fn flush_to(memory: &BufferMemory) {
-        memory.release(PENDING.with(|p| p.replace(0)));
+        let id = memory.id();
+        let mut bytes = PENDING.with(|pending| {
+            let (owner, owed) = pending.get();
+            if owner == id {
+                pending.set((id, 0));
+                owed
+            } else {
+                0
+            }
+        });
+        OTHERS.with(|others| {
+            let mut others = others.borrow_mut();
+            if let Some(at) = others.iter().position(|(owner, _)| *owner == id) {
+                bytes += others.swap_remove(at).1;
+            }
+        });
+        memory.release(bytes);
     }
 
     /// Flushes on drop: a shard that unwinds still returns what its dropped records held.
@@ -250,7 +309,7 @@ pub(crate) struct MetadataSnapshot {
     /// never taken for another snapshot's.
     version: std::sync::atomic::AtomicU64,
     /// Tasks of `send_async` waiting for a topic's metadata (or a fatal error).
-    pub(crate) async_waiters: WaitList,
+    pub(crate) async_waiters: TopicWaiters,
     /// The producer is closing: callers stop waiting for metadata (`close`).
     closed: AtomicBool,
 }
@@ -266,7 +325,7 @@ impl Default for MetadataSnapshot {
             changed: Condvar::new(),
             changed_lock: Mutex::new(0),
             version: AtomicU64::new(SNAPSHOTS.fetch_add(1, Ordering::Relaxed) << 32),
-            async_waiters: WaitList::default(),
+            async_waiters: TopicWaiters::default(),
             closed: AtomicBool::new(false),
         }
     }
@@ -353,7 +412,7 @@ impl MetadataSnapshot {
         {
             let mut topics = self.topics.write().expect("metadata lock");
             // An error answer does not erase a known partition count.
-            let entry = topics.entry(topic).or_insert(info);
+            let entry = topics.entry(topic.clone()).or_insert(info);
             if info.partition_count > 0 || entry.partition_count == 0 {
                 *entry = info;
             } else {
@@ -363,7 +422,7 @@ impl MetadataSnapshot {
         }
         *self.changed_lock.lock().expect("metadata lock") += 1;
         self.changed.notify_all();
-        self.async_waiters.wake_all();
+        self.async_waiters.wake_topic(&topic);
     }
 
     /// Waits until `topic` has partitions or `deadline` passes, or the producer closes or

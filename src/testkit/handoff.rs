@@ -85,7 +85,8 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                     let size = 100;
                     memory.reserve(size, Instant::now).expect("room");
                     let partition = (i % partitions as u64) as i32;
-                    let (delivery, future) = DeliveryHandle::new(topic.clone(), partition, size);
+                    let (delivery, future) =
+                        DeliveryHandle::new(topic.clone(), partition, memory.id(), size);
                     drop(future);
                     let command = ShardCommand::Append(OwnedRecord {
                         tp: TopicPartition {
