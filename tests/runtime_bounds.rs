@@ -242,16 +242,29 @@ fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
     drop(ManuallyDrop::into_inner(producer));
 }
 
-/// A shard that dies of a bug of kacrab's own (a panic injected by the testkit): the producer
-/// becomes fatal with an error naming the shard, every record completes with an honest
-/// promise (read back with librdkafka), the other shard's records are delivered, `flush`,
-/// `close` and later sends return, and `buffer.memory` comes back to zero.
+/// A shard that dies of a bug of kacrab's own (a panic injected by the testkit) in its driver
+/// loop: the producer becomes fatal with an error naming the shard, every record completes
+/// with an honest promise (read back with librdkafka), the dying shard's never-sent records
+/// with that error, the other shard's records are delivered, `flush`, `close` and later sends
+/// return, and `buffer.memory` comes back to zero.
 #[test]
 fn a_shard_that_panics_makes_the_producer_fatal_and_every_record_call_and_byte_comes_back() {
-    const TOPIC: &str = "shard-panic";
+    shard_dies(false);
+}
+
+/// The same when the panic is in a task the shard spawned (as its connections' readers and
+/// writers are): glommio runs the shard's tasks in the shard's turn, so the shard's catch sees
+/// it too, and everything comes back as above.
+#[test]
+fn a_shard_whose_task_panics_dies_the_same_way_and_every_record_call_and_byte_comes_back() {
+    shard_dies(true);
+}
+
+fn shard_dies(in_task: bool) {
+    let topic = if in_task { "task-panic" } else { "shard-panic" };
     const PARTITIONS: i32 = 8;
     let cluster = ReferenceCluster::start(1, BrokerRules::default());
-    cluster.create_topic(TOPIC, &[1; PARTITIONS as usize]);
+    cluster.create_topic(topic, &[1; PARTITIONS as usize]);
     // A long linger keeps the dying shard's records in their batches; a slow answer keeps
     // some of its requests on the wire as it dies.
     let producer = ManuallyDrop::new(common::kacrab_producer(
@@ -264,12 +277,15 @@ fn a_shard_that_panics_makes_the_producer_fatal_and_every_record_call_and_byte_c
         .delay_response(1, ApiKey::Produce, 2, Duration::from_millis(500));
     let send = |id: u64| {
         producer.send(
-            ProducerRecord::new(TOPIC, Bytes::from(id.to_be_bytes().to_vec()))
+            ProducerRecord::new(topic, Bytes::from(id.to_be_bytes().to_vec()))
                 .with_partition((id % PARTITIONS as u64) as i32),
         )
     };
     let mut futures: Vec<(u64, DeliveryFuture)> = (0..400).map(|id| (id, send(id))).collect();
-    assert!(kacrab::testkit::panic_shard(&producer, 1), "shard 1 runs");
+    assert!(
+        kacrab::testkit::panic_shard(&producer, 1, in_task),
+        "shard 1 runs"
+    );
     futures.extend((400..800).map(|id| (id, send(id))));
 
     let mut outcomes = Vec::new();
@@ -305,7 +321,7 @@ fn a_shard_that_panics_makes_the_producer_fatal_and_every_record_call_and_byte_c
     // What the log holds agrees with every promise, and the live shard lost nothing.
     let records = common::read_back(
         &cluster.bootstrap_servers(),
-        TOPIC,
+        topic,
         PARTITIONS,
         common::Isolation::ReadUncommitted,
         WATCHDOG,

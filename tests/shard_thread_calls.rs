@@ -192,6 +192,34 @@ fn a_blocking_send_from_a_callback_never_waits_for_room() {
 }
 
 #[test]
+fn a_send_async_driven_in_a_callback_never_waits_for_room() {
+    let cluster = cluster();
+    let producer = producer(
+        &cluster,
+        &[("buffer.memory", "3000"), ("max.block.ms", "60000")],
+    );
+    let (result, took) = from_a_callback(&producer, "send_async with a full buffer.memory", |p| {
+        let started = Instant::now();
+        let big = ProducerRecord::new(TOPIC, Bytes::from(vec![7u8; 2000])).with_partition(0);
+        let first = p.send(big.clone());
+        let second = futures::executor::block_on(p.send_async(big));
+        let took = started.elapsed();
+        drop(first);
+        (second.try_result(), took)
+    });
+    assert!(
+        took < WATCHDOG,
+        "send_async in a callback waited {took:?} for room"
+    );
+    assert!(
+        matches!(result, Some(Err(ProduceError::BufferExhausted { .. }))),
+        "a send_async that would wait for room on a shard thread fails at once: {result:?}"
+    );
+    shard_still_delivers(&producer);
+    ManuallyDrop::into_inner(producer).close(WATCHDOG);
+}
+
+#[test]
 fn a_transactional_call_from_a_callback_is_refused_at_once() {
     let cluster = cluster();
     let producer = producer(&cluster, &[("transactional.id", "shard-thread-calls")]);

@@ -24,7 +24,7 @@ use crate::error::{Error, ProduceError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
-use crate::runtime::command::{Latch, OwnedRecord, ShardCommand};
+use crate::runtime::command::{Countdown, Latch, OwnedRecord, ShardCommand};
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
@@ -281,16 +281,8 @@ impl Producer {
         // from a shard's own thread (a delivery callback): that shard cannot answer while
         // it runs the callback, and the slots are at most `PUBLISH_INTERVAL` old anyway.
         if !runtime::shard::on_shard_thread() {
-            let latch = Latch::new(self.inner.inboxes.len());
-            for inbox in &self.inner.inboxes {
-                // A closed inbox: that shard published its last counters as it stopped.
-                if inbox
-                    .push(ShardCommand::PublishMetrics(latch.clone()))
-                    .is_err()
-                {
-                    latch.count_down();
-                }
-            }
+            // A closed inbox: that shard published its last counters as it stopped.
+            let latch = self.inner.to_every_shard(ShardCommand::PublishMetrics);
             // Bounded: a shard stuck in a long turn only makes the snapshot older.
             latch.wait(Some(METRICS_WAIT));
         }
@@ -656,22 +648,23 @@ impl Producer {
 
 #[cfg(feature = "testkit")]
 impl Producer {
-    /// Queues a command that makes `shard` panic when it handles it (`testkit::panic_shard`);
-    /// false when that shard's inbox is closed.
-    pub(crate) fn inject_shard_panic(&self, shard: usize) -> bool {
-        self.inner.inboxes[shard].push(ShardCommand::Panic).is_ok()
+    /// Queues a command that makes `shard` panic when it handles it, in its driver loop or in
+    /// a task it spawns (`in_task`); false when that shard's inbox is closed.
+    pub(crate) fn inject_shard_panic(&self, shard: usize, in_task: bool) -> bool {
+        self.inner.inboxes[shard]
+            .push(ShardCommand::Panic { in_task })
+            .is_ok()
     }
 }
 
 impl Inner {
     /// Pushes `command(latch)` to every shard and returns the latch, which each shard counts
     /// down when done with it (a closed inbox at once: `close` completes every record).
-    fn to_every_shard(&self, command: impl Fn(Arc<Latch>) -> ShardCommand) -> Arc<Latch> {
+    fn to_every_shard(&self, command: impl Fn(Countdown) -> ShardCommand) -> Arc<Latch> {
         let latch = Latch::new(self.inboxes.len());
         for inbox in &self.inboxes {
-            if inbox.push(command(latch.clone())).is_err() {
-                latch.count_down();
-            }
+            // A refused command is dropped here, and its count with it.
+            let _ = inbox.push(command(latch.share()));
         }
         latch
     }

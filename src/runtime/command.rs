@@ -40,6 +40,11 @@ impl Latch {
         })
     }
 
+    /// One count of this latch, to hand to a shard: it counts down when dropped.
+    pub(crate) fn share(self: &Arc<Self>) -> Countdown {
+        Countdown(self.clone())
+    }
+
     pub(crate) fn count_down(&self) {
         let mut r = self.remaining.lock().expect("latch lock");
         *r = r.saturating_sub(1);
@@ -73,9 +78,9 @@ pub(crate) enum ShardCommand {
         error: Box<ProduceError>,
         txn_barrier: u64,
     },
-    Flush(Arc<Latch>),
+    Flush(Countdown),
     /// Fail every record not yet sent (`Engine::purge_unsent`), then count down.
-    Purge(Arc<Latch>),
+    Purge(Countdown),
     /// A commit or abort call's barrier: every record queued before it is in that call's
     /// flush, every record checked before the call and queued after it is refused
     /// (`txn_driver`).
@@ -84,13 +89,28 @@ pub(crate) enum ShardCommand {
         commit: bool,
     },
     /// Publish this shard's metrics now (`Producer::metrics`), then count down.
-    PublishMetrics(Arc<Latch>),
-    /// Panics the shard, as a bug of its own would (`testkit::panic_shard`).
+    PublishMetrics(Countdown),
+    /// Panics the shard's driver loop (`in_task: false`) or a task the shard spawns, as a bug
+    /// of its own would (`testkit::panic_shard`).
     #[cfg(feature = "testkit")]
-    Panic,
+    Panic {
+        in_task: bool,
+    },
     /// Send what is queued, then stop (counting `ShardContext::stopped` down); at `deadline`
     /// fail what is left.
     Close {
         deadline: Instant,
     },
+}
+
+/// One shard's count of a [`Latch`], counted down when it is dropped: by the shard once it has
+/// done what the command asked, by the caller when the shard's inbox refused the command, and
+/// by the unwinding of a shard that died however it died. So no call waits for a shard that is
+/// gone.
+pub(crate) struct Countdown(Arc<Latch>);
+
+impl Drop for Countdown {
+    fn drop(&mut self) {
+        self.0.count_down();
+    }
 }

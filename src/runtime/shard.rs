@@ -19,7 +19,7 @@ use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
 
-use super::command::{Latch, ShardCommand};
+use super::command::{Countdown, Latch, ShardCommand};
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
@@ -213,6 +213,13 @@ pub(crate) async fn run_shard(
     control: ControlReceiver,
     ctx: Arc<ShardContext>,
 ) {
+    // Declared first, so dropped last: after the engine's records and memory, and after the
+    // running count, so that a `close` that returns sees this shard stopped.
+    let _stopping = Stopping {
+        shard,
+        inbox: &inbox,
+        ctx: &ctx,
+    };
     let _running = ctx.counters.shard_guard();
     ON_SHARD.with(|on| on.set(true));
     // Completions on this thread return their memory through the sink; this returns it even
@@ -243,10 +250,10 @@ struct ShardState {
     engine: Engine<DeliveryHandle>,
     /// Commands taken from the inbox and not yet handled (at most one inbox's worth).
     local: VecDeque<ShardCommand>,
-    flushes: Vec<(u64, Arc<Latch>)>,
+    flushes: Vec<(u64, Countdown)>,
     /// The deadline of the `Close` being carried out.
     closing: Option<Instant>,
-    metric_requests: Vec<Arc<Latch>>,
+    metric_requests: Vec<Countdown>,
     txn: TxnDriver,
 }
 
@@ -278,25 +285,46 @@ fn die(
     }
     state.local.extend(inbox.close());
     for command in state.local.drain(..) {
-        match command {
-            ShardCommand::Append(record) => record.delivery.complete(Err(error.clone())),
-            ShardCommand::Flush(latch)
-            | ShardCommand::PublishMetrics(latch)
-            | ShardCommand::Purge(latch) => latch.count_down(),
-            _ => {}
+        // Any other command's latch counts down as it drops.
+        if let ShardCommand::Append(record) = command {
+            record.delivery.complete(Err(error.clone()));
         }
     }
-    for (_, latch) in state.flushes.drain(..) {
-        latch.count_down();
-    }
-    for latch in state.metric_requests.drain(..) {
-        latch.count_down();
-    }
+    state.flushes.clear();
+    state.metric_requests.clear();
     state
         .txn
         .fail_calls(TransactionError::Fatal(error.to_string()));
-    release_sink::flush_to(&ctx.memory);
-    ctx.stopped.count_down();
+}
+
+/// Dropped last as the shard's future ends, whichever way: closed, dead of a panic [`die`]
+/// answered, or dropped while unwinding from a panic that nothing here caught (the executor
+/// dropping its tasks as its thread unwinds). It closes the inbox and answers what is still
+/// queued there (a record as not in the log, any latch counted down), gives back the memory its
+/// completions freed, and only then counts the producer's `stopped` latch down. One dropped by
+/// an unwinding also makes the producer fatal, so that later sends fail at once; the records
+/// its engine held have completed as of unknown outcome as they dropped before it.
+struct Stopping<'a> {
+    shard: usize,
+    inbox: &'a ShardInbox,
+    ctx: &'a ShardContext,
+}
+
+impl Drop for Stopping<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(target: "kacrab::producer", shard = self.shard, "shard stopped: a task of it panicked");
+            self.ctx
+                .metadata
+                .publish_fatal(ProduceError::ShardPanicked {
+                    shard: self.shard,
+                    message: "a task of the shard panicked (its message is in the log)".into(),
+                });
+        }
+        drop(self.inbox.close());
+        release_sink::flush_to(&self.ctx.memory);
+        self.ctx.stopped.count_down();
+    }
 }
 
 /// The driver loop: until the shard has closed.
@@ -350,9 +378,9 @@ async fn drive(
                               append_at: u64,
                               engine: &mut Engine<DeliveryHandle>,
                               txn: &mut TxnDriver,
-                              flushes: &mut Vec<(u64, Arc<Latch>)>,
+                              flushes: &mut Vec<(u64, Countdown)>,
                               closing: &mut Option<Instant>,
-                              metric_requests: &mut Vec<Arc<Latch>>| {
+                              metric_requests: &mut Vec<Countdown>| {
             match cmd {
                 ShardCommand::Append(mut record) => {
                     if let Err(err) = txn.admit(record.txn_barrier) {
@@ -381,14 +409,23 @@ async fn drive(
                 }
                 ShardCommand::Flush(latch) => flushes.push((engine.begin_flush(), latch)),
                 ShardCommand::PublishMetrics(latch) => metric_requests.push(latch),
-                ShardCommand::Purge(latch) => {
+                ShardCommand::Purge(done) => {
                     let purged = engine.purge_unsent();
                     tracing::debug!(target: "kacrab::producer", purged, "purged unsent records");
-                    latch.count_down();
+                    drop(done);
                 }
                 ShardCommand::TxnBarrier { token, commit } => txn.on_barrier(token, commit, engine),
                 #[cfg(feature = "testkit")]
-                ShardCommand::Panic => panic!("a panic injected by the testkit"),
+                ShardCommand::Panic { in_task: false } => panic!("a panic injected by the testkit"),
+                #[cfg(feature = "testkit")]
+                ShardCommand::Panic { in_task: true } => {
+                    drop(
+                        glommio::spawn_local(async {
+                            panic!("a panic injected by the testkit in a task of the shard")
+                        })
+                        .detach(),
+                    );
+                }
                 ShardCommand::Close { deadline } => {
                     engine.begin_close();
                     *closing = Some(deadline);
@@ -515,24 +552,14 @@ async fn drive(
             replica.applied(),
             !metric_requests.is_empty(),
         );
-        for latch in metric_requests.drain(..) {
-            latch.count_down();
-        }
-        flushes.retain(|(token, latch)| {
-            if engine.flush_done(*token) {
-                latch.count_down();
-                false
-            } else {
-                true
-            }
-        });
+        // Each request's count goes down as it drops.
+        metric_requests.clear();
+        flushes.retain(|(token, _)| !engine.flush_done(*token));
         publish_report(shard, engine, &replica, &mut connections, ctx, &mut report);
         if let Some(deadline) = *closing {
             if engine.is_idle() || Instant::now() >= deadline {
                 engine.abort_all(ProduceError::Closed);
-                for (_, latch) in flushes.drain(..) {
-                    latch.count_down();
-                }
+                flushes.clear();
                 // Close every socket and cancel every task before saying we are done.
                 connections.slots.clear();
                 connections.changed = true;
@@ -543,19 +570,10 @@ async fn drive(
                 txn.close();
                 // Nothing is queued behind `Close` (the inbox refuses pushes after it);
                 // whatever is left is answered rather than left in a queue nobody reads.
+                // A record's handle completes it with `Closed` as it drops, a latch counts
+                // down. `Stopping` then gives back the memory and reports the shard stopped.
                 local.extend(inbox.close());
-                for cmd in local.drain(..) {
-                    match cmd {
-                        // Its delivery handle completes it with `Closed` as it drops.
-                        ShardCommand::Append(record) => drop(record),
-                        ShardCommand::Flush(latch)
-                        | ShardCommand::PublishMetrics(latch)
-                        | ShardCommand::Purge(latch) => latch.count_down(),
-                        _ => {}
-                    }
-                }
-                release_sink::flush_to(&ctx.memory);
-                ctx.stopped.count_down();
+                local.clear();
                 return;
             }
         }

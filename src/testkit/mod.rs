@@ -40,11 +40,12 @@ pub mod batch;
 pub mod broker;
 
 /// Makes shard `shard` of `producer` panic when it takes this command from its inbox (behind
-/// every record queued there before), as a bug of kacrab's own would: for tests of what a
-/// producer does when one of its shards dies. False if that shard has already stopped.
+/// every record queued there before), as a bug of kacrab's own would: in its driver loop, or
+/// (`in_task`) in a task it spawns, which takes its executor's thread down with it. For tests
+/// of what a producer does when one of its shards dies. False if that shard has stopped.
 #[doc(hidden)]
-pub fn panic_shard(producer: &crate::Producer, shard: usize) -> bool {
-    producer.inject_shard_panic(shard)
+pub fn panic_shard(producer: &crate::Producer, shard: usize, in_task: bool) -> bool {
+    producer.inject_shard_panic(shard, in_task)
 }
 #[doc(hidden)]
 pub mod handoff;
