@@ -220,6 +220,40 @@ fn a_send_async_driven_in_a_callback_never_waits_for_room() {
 }
 
 #[test]
+fn waiting_on_a_future_in_a_callback_returns_at_once_and_the_record_is_still_delivered() {
+    let cluster = cluster();
+    let producer = producer(&cluster, &[]);
+    let (result, waited) = from_a_callback(&producer, "DeliveryFuture::wait", |p| {
+        let waited = p.send(record(7)).wait_timeout(Duration::from_secs(60));
+        (p.send(record(8)).wait(), waited)
+    });
+    assert!(
+        waited.is_none(),
+        "wait_timeout in a callback does not wait: {waited:?}"
+    );
+    assert!(
+        matches!(result, Err(ProduceError::OutcomeUnknown { .. }) | Ok(_)),
+        "wait in a callback answers at once, honestly: {result:?}"
+    );
+    shard_still_delivers(&producer);
+    ManuallyDrop::into_inner(producer).close(WATCHDOG);
+    let records = common::read_back(
+        &cluster.bootstrap_servers(),
+        TOPIC,
+        PARTITIONS,
+        common::Isolation::ReadUncommitted,
+        WATCHDOG,
+    );
+    let ids = common::payload_ids(&records);
+    for id in [7, 8] {
+        assert!(
+            ids.iter().flatten().filter(|&&i| i == id).count() == 1,
+            "record {id}, sent in the callback, is in the log once: {ids:?}"
+        );
+    }
+}
+
+#[test]
 fn a_transactional_call_from_a_callback_is_refused_at_once() {
     let cluster = cluster();
     let producer = producer(&cluster, &[("transactional.id", "shard-thread-calls")]);
