@@ -100,7 +100,24 @@ impl DeliveryFuture {
     }
 
     /// Blocks the calling thread until the result is known.
+    ///
+    /// On a shard thread (in a delivery callback) it does not block: the record may be one
+    /// that the shard running the callback must complete. A result not known yet is then
+    /// [`ProduceError::OutcomeUnknown`], whose promise holds (the record is in the log at most
+    /// once, or not at all; it may still be written). Read the result from another thread, or
+    /// give the record a callback of its own.
     pub fn wait(self) -> DeliveryResult {
+        if crate::runtime::shard::on_shard_thread() {
+            return self.try_result().unwrap_or_else(|| {
+                Err(ProduceError::OutcomeUnknown {
+                    topic: self.topic.clone(),
+                    partition: self.partition,
+                    reason: "wait() was called on a shard thread, where it cannot wait, before \
+                             the record's result was known"
+                        .into(),
+                })
+            });
+        }
         let outcome = self
             .block
             .wait(self.index, None)
@@ -108,8 +125,12 @@ impl DeliveryFuture {
         self.result(outcome)
     }
 
-    /// Blocks up to `timeout`; `None` if the result is not known by then.
+    /// Blocks up to `timeout`; `None` if the result is not known by then. On a shard thread it
+    /// does not block (as [`wait`](Self::wait)), and is [`try_result`](Self::try_result).
     pub fn wait_timeout(&self, timeout: Duration) -> Option<DeliveryResult> {
+        if crate::runtime::shard::on_shard_thread() {
+            return self.try_result();
+        }
         let deadline = Instant::now().checked_add(timeout);
         self.block
             .wait(self.index, deadline)
