@@ -1,5 +1,5 @@
 //! Scenario table for the reference broker's sans-IO core: each test is one row of Kafka's
-//! broker-side producer rules (rulebook `kafka-broker-producer-rules.md` §2-10) and
+//! broker-side producer rules (sequences, epochs, duplicates, transactions) and
 //! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
 #![cfg(feature = "testkit")]
 
@@ -659,7 +659,8 @@ fn transactional_batch_for_a_partition_not_in_the_transaction() {
 }
 
 // RM `handleProduceAppend`: transactional batches of one request with two producer ids fail
-// every partition; scenario row 19, RMT `testExceptionWhenUnverifiedTransactionHasMultipleProducerIds`.
+// every partition; scenario row 19, RMT
+// `testExceptionWhenUnverifiedTransactionHasMultipleProducerIds`.
 #[test]
 fn transactional_batches_of_two_producers_in_one_request_are_invalid_producer_id_mapping() {
     let mut c = cluster();
@@ -763,7 +764,7 @@ fn retention_bytes_bound_the_log() {
     assert_eq!(c.log_bytes(), c.partition_log_bytes(TOPIC, 0));
 }
 
-// Check order (rulebook §9, §11: the first failing check wins). A transactional batch off the
+// Check order (the first failing check wins). A transactional batch off the
 // leader fails leadership before verification (`ReplicaManager
 // .maybeStartTransactionVerificationForPartition`); invalid acks come before leadership for
 // other batches (`ReplicaManager.appendRecords` before `appendToLocalLog`); a bad CRC comes
@@ -804,8 +805,8 @@ fn the_first_failing_check_wins_in_kafka_order() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Transactions: the coordinator (rulebook §5), markers (§6), the last stable offset and
-// read_committed (§7), transactional offsets (§8); TV1, the client versions.
+// Transactions: the coordinator, markers, the last stable offset and read_committed,
+// transactional offsets; TV1, the client versions.
 
 const TXN: &str = "tx";
 const GROUP: &str = "g";
@@ -1509,7 +1510,7 @@ fn produce_to_a_partition_not_added_to_this_transaction_is_rejected() {
 // last batch), so after a restart the de-duplication window is one batch: a retry of the
 // last batch is still a duplicate, a retry of an older batch that is in the log (one the
 // running leader recognised) is OUT_OF_ORDER_SEQUENCE_NUMBER, and the next batch continues
-// the sequence. Rulebook §1 [quirk].
+// the sequence.
 #[test]
 fn after_a_snapshot_reload_only_the_last_batch_is_recognised_as_a_duplicate() {
     let mut c = cluster();
@@ -1569,7 +1570,7 @@ fn a_broker_restart_reloads_the_partitions_it_leads_and_drops_expired_producers(
     let later = NOW + c.rules().producer_id_expiration_ms;
     assert_eq!(c.reload_producer_state_from_snapshot(TOPIC, 1, later), 1);
     assert!(c.producer_state(TOPIC, 1, pid).is_none());
-    // With no entry any sequence is accepted again (rulebook §2 rule 3).
+    // With no entry any sequence is accepted again.
     let resumed = c.produce(2, TOPIC, 1, &batch(pid, 0, 7, 1), -1, None, later);
     assert_eq!(resumed.error_code, NONE);
 }
