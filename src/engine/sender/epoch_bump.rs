@@ -4,21 +4,25 @@
 //! drain's (`stamp_if_needed`, docs/java-rules.md §2.1), after `maybe_update_producer_id_and_epoch`
 //! here; split children inherit their parent's.
 //!
-//! Read it beside `docs/java-rules.md` (its section, the Java method: the function here):
+//! The Java rules this module follows (section of docs/java-rules.md, Java method: function
+//! here):
 //!
-//! - §2.1 step 1, `TransactionManager.maybeUpdateProducerIdAndEpoch`:
+//! - docs/java-rules.md §2.1 step 1, `TransactionManager.maybeUpdateProducerIdAndEpoch`:
 //!   `maybe_update_producer_id_and_epoch`;
-//! - §2.3 gates 3a and 3b: `bump_gate_open` (gates 2 and 4 are checked in `head_is_drainable`);
-//! - §4.2, `TransactionManager.handleFailedBatch`: `handle_failed_batch`;
-//! - §4.4, `TransactionManager.requestIdempotentEpochBumpForPartition`: `request_bump_for`;
-//! - §4.4, `TransactionManager.bumpIdempotentProducerEpoch`: `EpochCoordinator::request_bump`
-//!   (`engine/identity.rs`), carried to every shard by the runtime's ticket ring and adopted in
-//!   `on_identity`;
-//! - §4.4, `TxnPartitionEntry.startSequencesAtBeginning`: `apply_sequence_rewrites`;
-//! - §4.6 and §4.7, `TransactionManager.canRetry`: `idempotent_can_retry`;
-//! - §4.9, `TransactionManager.markSequenceUnresolved` and `maybeResolveSequences`:
-//!   `mark_sequence_unresolved` and `maybe_resolve_sequences`;
-//! - §4.10, `TxnPartitionEntry.adjustSequencesDueToFailedBatch`:
+//! - docs/java-rules.md §2.3 gates 3a and 3b: `bump_gate_open` (gates 2 and 4 are checked in
+//!   `head_is_drainable`);
+//! - docs/java-rules.md §4.2, `TransactionManager.handleFailedBatch`: `handle_failed_batch`;
+//! - docs/java-rules.md §4.4, `TransactionManager.requestIdempotentEpochBumpForPartition`:
+//!   `request_bump_for`;
+//! - docs/java-rules.md §4.4, `TransactionManager.bumpIdempotentProducerEpoch`:
+//!   `EpochCoordinator::request_bump` (`engine/identity.rs`), carried to every shard by the
+//!   runtime's ticket ring and adopted in `on_identity`;
+//! - docs/java-rules.md §4.4, `TxnPartitionEntry.startSequencesAtBeginning`:
+//!   `apply_sequence_rewrites`;
+//! - docs/java-rules.md §4.6 and §4.7, `TransactionManager.canRetry`: `idempotent_can_retry`;
+//! - docs/java-rules.md §4.9, `TransactionManager.markSequenceUnresolved` and
+//!   `maybeResolveSequences`: `mark_sequence_unresolved` and `maybe_resolve_sequences`;
+//! - docs/java-rules.md §4.10, `TxnPartitionEntry.adjustSequencesDueToFailedBatch`:
 //!   `adjust_sequences_due_to_failed_batch`.
 //!
 //! Deviations from Java, on purpose:
