@@ -142,8 +142,8 @@ impl ProduceError {
     }
 }
 
-/// Why a transaction call failed (Java's KIP-1050 taxonomy, `TransactionManager.maybeFailWithError`).
-/// Each variant says what the application may do next.
+/// Why a transaction call failed (Java's KIP-1050 taxonomy,
+/// `TransactionManager.maybeFailWithError`). Each variant says what the application may do next.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransactionError {
@@ -158,7 +158,7 @@ pub enum TransactionError {
         state: &'static str,
     },
     /// An earlier call timed out and its operation is still in progress: only that same call
-    /// may be repeated until its result has been taken (`TM.throwIfPendingState`).
+    /// may be repeated until its result has been taken (`TransactionManager.throwIfPendingState`).
     #[error("{operation} is not allowed while {pending} is pending; call {pending} again")]
     PendingOperation {
         operation: &'static str,

@@ -618,9 +618,9 @@ fn send_acked(producer: &IdProducer, deliveries: &common::Deliveries, topic: &st
     deliveries.wait_until("acks", WAIT, |s| s.acked.len() >= before + ids.len());
 }
 
-// TC `prepareInitProducerIdTransit` against librdkafka: a second producer with the same
-// transactional id fences the first while its transaction is open. The broker aborts the open
-// transaction (markers at epoch + 1) and answers CONCURRENT_TRANSACTIONS, which librdkafka
+// TransactionCoordinator `prepareInitProducerIdTransit` against librdkafka: a second producer with
+// the same transactional id fences the first while its transaction is open. The broker aborts the
+// open transaction (markers at epoch + 1) and answers CONCURRENT_TRANSACTIONS, which librdkafka
 // retries into a second bump; the first producer's commit then fails fatally. Only the second
 // producer's transaction is visible under read_committed.
 #[test]
@@ -697,9 +697,9 @@ fn librdkafka_second_transactional_producer_fences_the_first_and_its_transaction
     });
 }
 
-// TC `abortTimedOutTransactions` against librdkafka: a transaction left open past
-// `transaction.timeout.ms` is aborted by the coordinator's timer (epoch + 1), and under TV1 the
-// producer is fenced for good: its commit fails fatally and none of its records is visible
+// TransactionCoordinator `abortTimedOutTransactions` against librdkafka: a transaction left open
+// past `transaction.timeout.ms` is aborted by the coordinator's timer (epoch + 1), and under TV1
+// the producer is fenced for good: its commit fails fatally and none of its records is visible
 // under read_committed.
 #[test]
 fn librdkafka_transaction_open_past_its_timeout_is_aborted_by_the_coordinator() {

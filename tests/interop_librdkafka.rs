@@ -500,10 +500,9 @@ fn a_broker_down_holds_only_its_own_partitions() {
     producer.close(Duration::from_secs(10));
 }
 
-/// The mock has a transaction coordinator but no markers and no transaction state (see the
-/// mock notes): it shows that init, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit,
-/// produce and EndTxn interoperate, and that a committed transaction's records are each in the
-/// log once, in order.
+/// The mock has a transaction coordinator but no markers and no transaction state: it shows that
+/// init, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, produce and EndTxn interoperate, and
+/// that a committed transaction's records are each in the log once, in order.
 #[test]
 fn a_committed_transaction_interoperates_with_librdkafkas_mock_coordinator() {
     let mock = mock_with_topic(3);

@@ -1,5 +1,5 @@
 //! Scenario table for the reference broker's sans-IO core: each test is one row of Kafka's
-//! broker-side producer rules (rulebook `kafka-broker-producer-rules.md` §2-10) and
+//! broker-side producer rules (sequences, epochs, duplicates, transactions) and
 //! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
 #![cfg(feature = "testkit")]
 
@@ -77,8 +77,8 @@ fn transactional_batch(pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
     batch.encode()
 }
 
-// PAI `checkSequence` (no-entry branch), then `inSequence`; scenario rows 1-2,
-// PSMT `testBasicIdMapping`.
+// ProducerAppendInfo `checkSequence` (no-entry branch), then `inSequence`,
+// ProducerStateManagerTest `testBasicIdMapping`.
 #[test]
 fn in_sequence_batches_are_appended_at_consecutive_offsets() {
     let mut c = cluster();
@@ -105,8 +105,8 @@ fn in_sequence_batches_are_appended_at_consecutive_offsets() {
     assert_eq!(log_end(&c), 4);
 }
 
-// PSE `findDuplicateBatch` over the 5 retained `BatchMetadata`; UL `append` duplicate
-// branch; scenario rows 4-5, ULT `testDuplicateAppends`.
+// ProducerStateEntry `findDuplicateBatch` over the 5 retained `BatchMetadata`; UnifiedLog `append`
+// duplicate branch, UnifiedLogTest `testDuplicateAppends`.
 #[test]
 fn retry_of_each_of_the_last_five_batches_returns_its_original_offset_without_appending() {
     let mut c = cluster();
@@ -131,8 +131,8 @@ fn retry_of_each_of_the_last_five_batches_returns_its_original_offset_without_ap
     assert_eq!(log_end(&c), end, "no duplicate was written");
 }
 
-// Only five batches are retained (PSE `NUM_BATCHES_TO_RETAIN`); an older retry fails the
-// sequence check; scenario row 5, ULT `testDuplicateAppends`.
+// Only five batches are retained (ProducerStateEntry `NUM_BATCHES_TO_RETAIN`); an older retry fails
+// the sequence check, UnifiedLogTest `testDuplicateAppends`.
 #[test]
 fn retry_older_than_the_five_batch_window_is_out_of_order() {
     let mut c = cluster();
@@ -147,7 +147,7 @@ fn retry_older_than_the_five_batch_window_is_out_of_order() {
     assert_eq!(log_end(&c), end);
 }
 
-// PSE `batchWithSequenceRange` wants the same first *and* last sequence; scenario row 6.
+// ProducerStateEntry `batchWithSequenceRange` wants the same first *and* last sequence.
 #[test]
 fn retry_with_the_same_first_sequence_but_fewer_records_is_out_of_order() {
     let mut c = cluster();
@@ -160,8 +160,8 @@ fn retry_with_the_same_first_sequence_but_fewer_records_is_out_of_order() {
     );
 }
 
-// PAI `checkSequence`: same epoch needs last + 1; scenario row 3,
-// RMT `testReceiveOutOfOrderSequenceExceptionWithLogStartOffset`.
+// ProducerAppendInfo `checkSequence`: same epoch needs last + 1,
+// ReplicaManagerTest `testReceiveOutOfOrderSequenceExceptionWithLogStartOffset`.
 #[test]
 fn sequence_gap_is_out_of_order_and_carries_the_log_start_offset() {
     let mut c = cluster();
@@ -178,8 +178,8 @@ fn sequence_gap_is_out_of_order_and_carries_the_log_start_offset() {
     );
 }
 
-// PAI `checkProducerEpoch` (since 2.7, KIP-588: INVALID_PRODUCER_EPOCH, never PRODUCER_FENCED
-// on produce); scenario row 8, ULT `testOldProducerEpoch`.
+// ProducerAppendInfo `checkProducerEpoch` (since 2.7, KIP-588: INVALID_PRODUCER_EPOCH, never
+// PRODUCER_FENCED on produce), UnifiedLogTest `testOldProducerEpoch`.
 #[test]
 fn stale_epoch_is_invalid_producer_epoch() {
     let mut c = cluster();
@@ -191,7 +191,8 @@ fn stale_epoch_is_invalid_producer_epoch() {
     assert_eq!(stale.log_start_offset, 0);
 }
 
-// PSE `maybeUpdateProducerEpoch` clears the window; scenario row 8, PSMT `testBasicIdMapping`.
+// ProducerStateEntry `maybeUpdateProducerEpoch` clears the window, ProducerStateManagerTest
+// `testBasicIdMapping`.
 #[test]
 fn bumped_epoch_starting_at_zero_is_accepted_and_forgets_the_old_epoch() {
     let mut c = cluster();
@@ -208,8 +209,8 @@ fn bumped_epoch_starting_at_zero_is_accepted_and_forgets_the_old_epoch() {
     );
 }
 
-// PAI `checkSequence`: a new epoch must start at 0 when the partition knows the producer;
-// scenario row 9, PSMT `testRejectNonZeroSequenceForDirectEpochBump`.
+// ProducerAppendInfo `checkSequence`: a new epoch must start at 0 when the partition knows the
+// producer; ProducerStateManagerTest `testRejectNonZeroSequenceForDirectEpochBump`.
 #[test]
 fn bumped_epoch_not_starting_at_zero_is_out_of_order() {
     let mut c = cluster();
@@ -226,13 +227,14 @@ fn bumped_epoch_not_starting_at_zero_is_out_of_order() {
     assert_eq!(c.producer_state(TOPIC, 0, pid).unwrap().producer_epoch, 0);
 }
 
-// PAI `inSequence` (only MAX -> 0 wraps) and `DefaultRecordBatch.incrementSequence`;
-// scenario row 10, PSMT `testProducerSequenceWrapAround`, `testProducerSequenceInvalidWrapAround`.
+// ProducerAppendInfo `inSequence` (only MAX -> 0 wraps) and `DefaultRecordBatch.incrementSequence`;
+// ProducerStateManagerTest `testProducerSequenceWrapAround`,
+// `testProducerSequenceInvalidWrapAround`.
 #[test]
 fn sequence_wraps_from_i32_max_to_zero_only() {
     let mut c = cluster();
     let pid = producer(&mut c);
-    // No entry yet, so the first batch may start anywhere (row 7).
+    // No entry yet, so the first batch may start anywhere.
     assert_eq!(produce(&mut c, pid, 15, i32::MAX - 1, 2).error_code, NONE);
     assert_eq!(
         produce(&mut c, pid, 15, 1, 1).error_code,
@@ -254,8 +256,8 @@ fn sequence_wraps_from_i32_max_to_zero_only() {
     assert_eq!(produce(&mut c, pid, 0, 9, 1).error_code, NONE);
 }
 
-// PAI `checkSequence`: with no entry (new, expired or lost state) any sequence is accepted;
-// scenario row 7, PSMT `testPidExpirationTimeout`.
+// ProducerAppendInfo `checkSequence`: with no entry (new, expired or lost state) any sequence is
+// accepted; ProducerStateManagerTest `testPidExpirationTimeout`.
 #[test]
 fn unknown_producer_may_start_at_any_sequence() {
     let mut c = cluster();
@@ -265,7 +267,7 @@ fn unknown_producer_may_start_at_any_sequence() {
     assert_eq!(c.producer_state(TOPIC, 0, pid).unwrap().last_seq(), 42);
 }
 
-// LV `validateBatch`: a producer id with base sequence -1; scenario row 12.
+// LogValidator `validateBatch`: a producer id with base sequence -1.
 #[test]
 fn negative_base_sequence_with_a_producer_id_is_invalid_record() {
     let mut c = cluster();
@@ -279,9 +281,9 @@ fn negative_base_sequence_with_a_producer_id_is_invalid_record() {
     assert_eq!(c.producer_state_entries(), 0);
 }
 
-// KA/PT: a broker that is not the leader answers NOT_LEADER_OR_FOLLOWER with the current
-// leader (KIP-951); the producer state moves with leadership (replicated), so a retry to
-// the new leader is still a duplicate. Scenario row 21.
+// KafkaApis/Partition: a broker that is not the leader answers NOT_LEADER_OR_FOLLOWER with the
+// current leader (KIP-951); the producer state moves with leadership (replicated), so a retry to
+// the new leader is still a duplicate.
 #[test]
 fn produce_to_the_old_leader_after_a_leader_move_is_not_leader_or_follower() {
     let mut c = cluster();
@@ -306,7 +308,7 @@ fn produce_to_the_old_leader_after_a_leader_move_is_not_leader_or_follower() {
     );
 }
 
-// RM `isValidRequiredAcks`; scenario row 16, RMT `testIllegalRequiredAcks`.
+// ReplicaManager `isValidRequiredAcks`, ReplicaManagerTest `testIllegalRequiredAcks`.
 #[test]
 fn acks_other_than_minus_one_zero_or_one_is_invalid_required_acks() {
     let mut c = cluster();
@@ -324,7 +326,7 @@ fn acks_other_than_minus_one_zero_or_one_is_invalid_required_acks() {
     }
 }
 
-// PR `validateRecords`: exactly one batch of magic 2; scenario row 17.
+// ProduceRequest `validateRecords`: exactly one batch of magic 2.
 #[test]
 fn two_batches_or_magic_one_in_a_partition_is_invalid_record() {
     let mut c = cluster();
@@ -340,7 +342,7 @@ fn two_batches_or_magic_one_in_a_partition_is_invalid_record() {
     assert!(c.partition_log(TOPIC, 0).is_empty());
 }
 
-// UL `analyzeAndValidateRecords`: CRC-32C over attributes..end; scenario row 18.
+// UnifiedLog `analyzeAndValidateRecords`: CRC-32C over attributes..end.
 #[test]
 fn corrupted_crc_is_corrupt_message_without_log_start_offset() {
     let mut c = cluster();
@@ -360,7 +362,7 @@ fn corrupted_crc_is_corrupt_message_without_log_start_offset() {
     );
 }
 
-// UL `analyzeAndValidateRecords`: topic max.message.bytes; scenario row 18.
+// UnifiedLog `analyzeAndValidateRecords`: topic max.message.bytes.
 #[test]
 fn batch_over_max_message_bytes_is_message_too_large() {
     let rules = BrokerRules {
@@ -374,7 +376,7 @@ fn batch_over_max_message_bytes_is_message_too_large() {
     assert_eq!(produce(&mut c, pid, 0, 2, 40).error_code, MESSAGE_TOO_LARGE);
 }
 
-// LV `validateBatch`: clients may not write control batches.
+// LogValidator `validateBatch`: clients may not write control batches.
 #[test]
 fn control_batch_from_a_client_is_invalid_record() {
     let mut c = cluster();
@@ -384,7 +386,7 @@ fn control_batch_from_a_client_is_invalid_record() {
     assert_eq!(result.error_code, INVALID_RECORD);
 }
 
-// KA `handleProduceRequest`: unknown topic or partition.
+// KafkaApis `handleProduceRequest`: unknown topic or partition.
 #[test]
 fn unknown_topic_or_partition() {
     let mut c = cluster();
@@ -399,8 +401,9 @@ fn unknown_topic_or_partition() {
     );
 }
 
-// Legacy (1.0-2.4) PAI `checkSequence`: UNKNOWN_PRODUCER_ID for a producer the partition does
-// not know, with a non-zero sequence (KAFKA-5793); current Kafka accepts it (KIP-360).
+// Legacy (1.0-2.4) ProducerAppendInfo `checkSequence`: UNKNOWN_PRODUCER_ID for a producer the
+// partition does not know, with a non-zero sequence (KAFKA-5793); current Kafka accepts it
+// (KIP-360).
 #[test]
 fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id_only_on_legacy_brokers() {
     let mut legacy = cluster_with(KafkaBehaviour::Legacy);
@@ -416,9 +419,9 @@ fn unknown_producer_with_nonzero_sequence_is_unknown_producer_id_only_on_legacy_
     assert_eq!(produce(&mut current, pid, 0, 7, 1).error_code, NONE);
 }
 
-// Legacy (1.0-1.1) PAI `isDuplicate`: a retry older than the retained batches was answered
-// DUPLICATE_SEQUENCE_NUMBER; since 2.0 (KAFKA-6683) it is OUT_OF_ORDER_SEQUENCE_NUMBER. A retry
-// inside the window is NONE with the original offset in both.
+// Legacy (1.0-1.1) ProducerAppendInfo `isDuplicate`: a retry older than the retained batches was
+// answered DUPLICATE_SEQUENCE_NUMBER; since 2.0 (KAFKA-6683) it is OUT_OF_ORDER_SEQUENCE_NUMBER. A
+// retry inside the window is NONE with the original offset in both.
 #[test]
 fn retry_older_than_the_window_is_duplicate_sequence_only_on_legacy_brokers() {
     for (behaviour, expected) in [
@@ -446,7 +449,7 @@ fn retry_older_than_the_window_is_duplicate_sequence_only_on_legacy_brokers() {
 }
 
 // Retention: since 2.5 producer state survives the log start moving past the producer's
-// batches (KAFKA-7190, ULT `testProducerIdExpirationOnSegmentDeletion`, scenario row 15);
+// batches (KAFKA-7190, UnifiedLogTest `testProducerIdExpirationOnSegmentDeletion`);
 // before 2.5 `ProducerStateManager.truncateHead` dropped it, and the producer's next batch
 // got UNKNOWN_PRODUCER_ID.
 #[test]
@@ -482,8 +485,9 @@ fn retention_keeps_producer_state_on_current_kafka_and_drops_it_on_legacy_broker
     }
 }
 
-// PSM `removeExpiredProducers` by record timestamp: after expiry duplicate detection is gone
-// and a retry is appended again; scenario row 13, PSMT `testPidExpirationTimeout`.
+// ProducerStateManager `removeExpiredProducers` by record timestamp: after expiry duplicate
+// detection is gone and a retry is appended again, ProducerStateManagerTest
+// `testPidExpirationTimeout`.
 #[test]
 fn expired_producer_state_lets_a_retry_be_appended_again() {
     let mut c = cluster();
@@ -503,8 +507,8 @@ fn expired_producer_state_lets_a_retry_be_appended_again() {
     );
 }
 
-// TC `handleInitProducerId`: an idempotent producer always gets a new id at epoch 0; ids are
-// never reused, and transactional ids draw from the same counter.
+// TransactionCoordinator `handleInitProducerId`: an idempotent producer always gets a new id at
+// epoch 0; ids are never reused, and transactional ids draw from the same counter.
 #[test]
 fn producer_ids_are_unique_and_never_reused() {
     let mut c = cluster();
@@ -529,9 +533,9 @@ fn producer_ids_are_unique_and_never_reused() {
     assert_eq!(c.producer_ids_issued(), 101);
 }
 
-// KA `handleInitProducerIdRequest`: naming only one of producer id / epoch is INVALID_REQUEST;
-// TC: an empty transactional id is INVALID_REQUEST, a timeout above
-// transaction.max.timeout.ms is INVALID_TRANSACTION_TIMEOUT.
+// KafkaApis `handleInitProducerIdRequest`: naming only one of producer id / epoch is
+// INVALID_REQUEST; TransactionCoordinator: an empty transactional id is INVALID_REQUEST, a timeout
+// above transaction.max.timeout.ms is INVALID_TRANSACTION_TIMEOUT.
 #[test]
 fn init_producer_id_rejects_malformed_requests() {
     let mut c = cluster();
@@ -558,9 +562,9 @@ fn init_producer_id_rejects_malformed_requests() {
     );
 }
 
-// TMD `prepareIncrementProducerEpoch`: a second InitProducerId bumps the epoch of the same id
-// and the old epoch is fenced on produce; KIP-360 with the current epoch bumps, with the last
-// epoch returns the current one, with an older one is PRODUCER_FENCED. Scenario rows 35, 37.
+// TransactionMetadata `prepareIncrementProducerEpoch`: a second InitProducerId bumps the epoch of
+// the same id and the old epoch is fenced on produce; KIP-360 with the current epoch bumps, with
+// the last epoch returns the current one, with an older one is PRODUCER_FENCED.
 #[test]
 fn transactional_init_producer_id_bumps_the_epoch_and_fences_the_old_one() {
     let mut c = cluster();
@@ -590,7 +594,7 @@ fn transactional_init_producer_id_bumps_the_epoch_and_fences_the_old_one() {
     assert_eq!(wrong_id.error_code, PRODUCER_FENCED);
 }
 
-// KA `handleProduceRequest`: transactional records need a transactional id; scenario row 20.
+// KafkaApis `handleProduceRequest`: transactional records need a transactional id.
 #[test]
 fn transactional_batch_without_a_transactional_id_is_authorization_failed() {
     let mut c = cluster();
@@ -599,10 +603,11 @@ fn transactional_batch_without_a_transactional_id_is_authorization_failed() {
     assert_eq!(result.error_code, TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
 }
 
-// RM `handleProduceAppend` + TC `handleVerifyPartitionsInTransaction`: with verification on, a
-// transactional batch for a partition never added to the transaction is rejected before the
-// append (Produce v10 and below: INVALID_TXN_STATE); scenario row 22. With verification off
-// it is accepted and holds the last stable offset (a hanging transaction, row 23).
+// ReplicaManager `handleProduceAppend` + TransactionCoordinator
+// `handleVerifyPartitionsInTransaction`: with verification on, a transactional batch for a
+// partition never added to the transaction is rejected before the append (Produce v10 and below:
+// INVALID_TXN_STATE). With verification off it is accepted and holds the last stable offset (a
+// hanging transaction).
 #[test]
 fn transactional_batch_for_a_partition_not_in_the_transaction() {
     let mut c = cluster();
@@ -648,7 +653,8 @@ fn transactional_batch_for_a_partition_not_in_the_transaction() {
         "held at the open transaction"
     );
     assert_eq!(c.high_watermark(TOPIC, 0), Some(4));
-    // PAI `appendDataBatch`: a non-transactional write while the transaction is open.
+    // ProducerAppendInfo `appendDataBatch`: a non-transactional write while the transaction is
+    // open.
     assert_eq!(produce(&mut c, pid, 0, 1, 1).error_code, INVALID_TXN_STATE);
     let committed = c.fetch(1, TOPIC, 0, 0, 1 << 20, READ_COMMITTED, -1);
     assert_eq!(committed.aborted_transactions, Some(vec![]));
@@ -658,8 +664,9 @@ fn transactional_batch_for_a_partition_not_in_the_transaction() {
     assert_eq!(uncommitted.aborted_transactions, None);
 }
 
-// RM `handleProduceAppend`: transactional batches of one request with two producer ids fail
-// every partition; scenario row 19, RMT `testExceptionWhenUnverifiedTransactionHasMultipleProducerIds`.
+// ReplicaManager `handleProduceAppend`: transactional batches of one request with two producer ids
+// fail every partition, ReplicaManagerTest
+// `testExceptionWhenUnverifiedTransactionHasMultipleProducerIds`.
 #[test]
 fn transactional_batches_of_two_producers_in_one_request_are_invalid_producer_id_mapping() {
     let mut c = cluster();
@@ -763,7 +770,7 @@ fn retention_bytes_bound_the_log() {
     assert_eq!(c.log_bytes(), c.partition_log_bytes(TOPIC, 0));
 }
 
-// Check order (rulebook §9, §11: the first failing check wins). A transactional batch off the
+// Check order (the first failing check wins). A transactional batch off the
 // leader fails leadership before verification (`ReplicaManager
 // .maybeStartTransactionVerificationForPartition`); invalid acks come before leadership for
 // other batches (`ReplicaManager.appendRecords` before `appendToLocalLog`); a bad CRC comes
@@ -804,8 +811,8 @@ fn the_first_failing_check_wins_in_kafka_order() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Transactions: the coordinator (rulebook §5), markers (§6), the last stable offset and
-// read_committed (§7), transactional offsets (§8); TV1, the client versions.
+// Transactions: the coordinator, markers, the last stable offset and read_committed,
+// transactional offsets; TV1, the client versions.
 
 const TXN: &str = "tx";
 const GROUP: &str = "g";
@@ -882,10 +889,10 @@ fn marker_type_and_coordinator_epoch(marker: &StoredBatch) -> (i16, i32) {
     (kind, epoch)
 }
 
-// TC `endTransaction` + TMCM + PSM `firstUnstableOffset`: the records of an open transaction
-// hold the last stable offset, so read_committed sees nothing of them; the COMMIT marker
-// (transactional + control, the producer's id and epoch) releases them. ListOffsets(LATEST)
-// under read_committed is the LSO. Scenario rows 33-34 (commit side).
+// TransactionCoordinator `endTransaction` + TransactionMarkerChannelManager + ProducerStateManager
+// `firstUnstableOffset`: the records of an open transaction hold the last stable offset, so
+// read_committed sees nothing of them; the COMMIT marker (transactional + control, the producer's
+// id and epoch) releases them. ListOffsets(LATEST) under read_committed is the LSO.
 #[test]
 fn commit_makes_transactional_records_visible_under_read_committed() {
     let mut c = cluster();
@@ -950,9 +957,9 @@ fn commit_makes_transactional_records_visible_under_read_committed() {
     );
 }
 
-// PAI `appendEndTxnMarker` + TI: an ABORT marker closes the transaction and indexes it, so a
-// read_committed fetch lists (producer id, first offset) for the range it returns and the
-// consumer drops those records; read_uncommitted carries no list. Scenario row 34.
+// ProducerAppendInfo `appendEndTxnMarker` + TransactionIndex: an ABORT marker closes the
+// transaction and indexes it, so a read_committed fetch lists (producer id, first offset) for the
+// range it returns and the consumer drops those records; read_uncommitted carries no list.
 #[test]
 fn abort_keeps_records_invisible_and_lists_them_as_aborted() {
     let mut c = cluster();
@@ -995,8 +1002,8 @@ fn abort_keeps_records_invisible_and_lists_them_as_aborted() {
     );
 }
 
-// PSM `firstUnstableOffset`: the LSO is the first offset of the oldest open transaction, and
-// moves to the next open one when the first completes. Scenario row 33.
+// ProducerStateManager `firstUnstableOffset`: the LSO is the first offset of the oldest open
+// transaction, and moves to the next open one when the first completes.
 #[test]
 fn open_transaction_holds_the_last_stable_offset_until_its_marker() {
     let mut c = cluster();
@@ -1047,10 +1054,10 @@ fn open_transaction_holds_the_last_stable_offset_until_its_marker() {
     assert_eq!(c.last_stable_offset(TOPIC, 0), Some(5));
 }
 
-// TC `prepareInitProducerIdTransit` (Ongoing): a second InitProducerId fences the open
-// transaction: CONCURRENT_TRANSACTIONS, ABORT markers at epoch + 1, and the retry bumps again
-// from CompleteAbort. The old epoch is then INVALID_PRODUCER_EPOCH on produce, PRODUCER_FENCED
-// at the coordinator, also for KIP-360. Scenario row 36; TCT
+// TransactionCoordinator `prepareInitProducerIdTransit` (Ongoing): a second InitProducerId fences
+// the open transaction: CONCURRENT_TRANSACTIONS, ABORT markers at epoch + 1, and the retry bumps
+// again from CompleteAbort. The old epoch is then INVALID_PRODUCER_EPOCH on produce,
+// PRODUCER_FENCED at the coordinator, also for KIP-360; TransactionCoordinatorTest
 // `shouldAbortTransactionOnHandleInitPidWhenExistingTransactionInOngoingState`.
 #[test]
 fn second_init_producer_id_fences_and_aborts_the_open_transaction() {
@@ -1092,7 +1099,7 @@ fn second_init_producer_id_fences_and_aborts_the_open_transaction() {
     assert_eq!(kip360.error_code, PRODUCER_FENCED);
 }
 
-// TC `endTransactionWithTV1`: the state table of a retried or wrong EndTxn. Scenario row 40.
+// TransactionCoordinator `endTransactionWithTV1`: the state table of a retried or wrong EndTxn.
 #[test]
 fn retried_end_txn_answers_none_and_the_wrong_end_invalid_txn_state() {
     let mut c = cluster();
@@ -1143,10 +1150,10 @@ fn retried_end_txn_answers_none_and_the_wrong_end_invalid_txn_state() {
     );
 }
 
-// TC: while the markers of an ended transaction are being written (PrepareCommit), the next
-// AddPartitionsToTxn, a retried EndTxn and InitProducerId get CONCURRENT_TRANSACTIONS, the
-// other end INVALID_TXN_STATE, verification of a produce NOT_ENOUGH_REPLICAS; the LSO stays
-// held until the markers land. Scenario row 39 (second half); TCT
+// TransactionCoordinator: while the markers of an ended transaction are being written
+// (PrepareCommit), the next AddPartitionsToTxn, a retried EndTxn and InitProducerId get
+// CONCURRENT_TRANSACTIONS, the other end INVALID_TXN_STATE, verification of a produce
+// NOT_ENOUGH_REPLICAS; the LSO stays held until the markers land; TransactionCoordinatorTest
 // `shouldRespondWithConcurrentTransactionsOnAddPartitionsWhenStateIsPrepareCommit`.
 #[test]
 fn concurrent_transactions_while_markers_are_pending() {
@@ -1183,9 +1190,9 @@ fn concurrent_transactions_while_markers_are_pending() {
     assert_eq!(add_partitions(&mut c, p, &[1], NOW), vec![NONE]);
 }
 
-// TC `abortTimedOutTransactions` (TV1): a transaction open longer than its timeout is fenced
-// (epoch + 1, `lastProducerEpoch` -1) and aborted with markers at the new epoch; its producer
-// is fenced for good, also for KIP-360. Scenario row 42; TCT
+// TransactionCoordinator `abortTimedOutTransactions` (TV1): a transaction open longer than its
+// timeout is fenced (epoch + 1, `lastProducerEpoch` -1) and aborted with markers at the new epoch;
+// its producer is fenced for good, also for KIP-360; TransactionCoordinatorTest
 // `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`.
 #[test]
 fn timed_out_transaction_is_aborted_and_its_producer_fenced() {
@@ -1250,10 +1257,10 @@ fn transaction_timeout_counts_from_the_first_added_partition() {
     );
 }
 
-// OMM `commitTransactionalOffset`, `replayEndTransactionMarker`, `fetchOffsets`: offsets of a
-// TxnOffsetCommit are pending (UNSTABLE_OFFSET_COMMIT with requireStable, the old offset
-// without) until the COMMIT marker reaches the group's offsets partition; ABORT drops them.
-// Without AddOffsetsToTxn the commit is not in the transaction. Scenario row 43.
+// OffsetMetadataManager `commitTransactionalOffset`, `replayEndTransactionMarker`, `fetchOffsets`:
+// offsets of a TxnOffsetCommit are pending (UNSTABLE_OFFSET_COMMIT with requireStable, the old
+// offset without) until the COMMIT marker reaches the group's offsets partition; ABORT drops them.
+// Without AddOffsetsToTxn the commit is not in the transaction.
 #[test]
 fn txn_offset_commit_is_visible_after_commit_and_not_after_abort() {
     let mut c = cluster();
@@ -1350,9 +1357,9 @@ fn txn_offset_commit_is_visible_after_commit_and_not_after_abort() {
     );
 }
 
-// TSM `getAndMaybeAddTransactionState`: after the coordinator moves, the old broker answers
-// NOT_COORDINATOR to every transaction API and the new one serves the same state; markers
-// carry the new coordinator epoch.
+// TransactionStateManager `getAndMaybeAddTransactionState`: after the coordinator moves, the old
+// broker answers NOT_COORDINATOR to every transaction API and the new one serves the same state;
+// markers carry the new coordinator epoch.
 #[test]
 fn moved_transaction_coordinator_leaves_not_coordinator_behind() {
     let mut c = cluster();
@@ -1396,10 +1403,11 @@ fn moved_transaction_coordinator_leaves_not_coordinator_behind() {
     );
 }
 
-// TC `onElection` and TMCM `removeMarkersForTxnTopicPartition`: a coordinator that moves
-// while an ended transaction's markers are unwritten (PrepareCommit) leaves them to the new
-// coordinator, which writes them under its own coordinator epoch; the transaction completes
-// and the next one can start at the new coordinator.
+// TransactionCoordinator `onElection` and TransactionMarkerChannelManager
+// `removeMarkersForTxnTopicPartition`: a coordinator that moves while an ended transaction's
+// markers are unwritten (PrepareCommit) leaves them to the new coordinator, which writes them under
+// its own coordinator epoch; the transaction completes and the next one can start at the new
+// coordinator.
 #[test]
 fn a_coordinator_moving_in_the_middle_of_end_txn_leaves_the_markers_to_the_new_one() {
     let mut c = cluster();
@@ -1440,9 +1448,9 @@ fn a_coordinator_moving_in_the_middle_of_end_txn_leaves_the_markers_to_the_new_o
     assert_eq!(add_partitions(&mut c, moved, &[0], NOW), vec![NONE]);
 }
 
-// KA `handleAddPartitionsToTransactionRequest`: an unknown partition fails, the others are
-// OPERATION_NOT_ATTEMPTED and nothing is added. TC: an unknown transactional id or another
-// producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED (row 39).
+// KafkaApis `handleAddPartitionsToTransactionRequest`: an unknown partition fails, the others are
+// OPERATION_NOT_ATTEMPTED and nothing is added. TransactionCoordinator: an unknown transactional id
+// or another producer id is INVALID_PRODUCER_ID_MAPPING, another epoch PRODUCER_FENCED.
 #[test]
 fn add_partitions_to_txn_rejects_unknown_partitions_and_other_producers() {
     let mut c = cluster();
@@ -1484,10 +1492,10 @@ fn add_partitions_to_txn_rejects_unknown_partitions_and_other_producers() {
     );
 }
 
-// KIP-890 part 1 (TC `handleVerifyPartitionsInTransaction`): each transaction must add its
-// partitions again; a transactional batch to a partition of the previous transaction, after
-// its commit, is INVALID_TXN_STATE (Produce v10 and below). Once added, TV1 sequences simply
-// continue after the same-epoch marker (scenario row 30).
+// KIP-890 part 1 (TransactionCoordinator `handleVerifyPartitionsInTransaction`): each transaction
+// must add its partitions again; a transactional batch to a partition of the previous transaction,
+// after its commit, is INVALID_TXN_STATE (Produce v10 and below). Once added, TV1 sequences simply
+// continue after the same-epoch marker.
 #[test]
 fn produce_to_a_partition_not_added_to_this_transaction_is_rejected() {
     let mut c = cluster();
@@ -1505,11 +1513,11 @@ fn produce_to_a_partition_not_added_to_this_transaction_is_rejected() {
     assert_eq!(txn_send(&mut c, 0, p.pid, p.epoch, 2, 1).error_code, NONE);
 }
 
-// PSM `writeSnapshot`/`readSnapshot`: a snapshot holds one `BatchMetadata` per producer (its
-// last batch), so after a restart the de-duplication window is one batch: a retry of the
-// last batch is still a duplicate, a retry of an older batch that is in the log (one the
-// running leader recognised) is OUT_OF_ORDER_SEQUENCE_NUMBER, and the next batch continues
-// the sequence. Rulebook §1 [quirk].
+// ProducerStateManager `writeSnapshot`/`readSnapshot`: a snapshot holds one `BatchMetadata` per
+// producer (its last batch), so after a restart the de-duplication window is one batch: a retry of
+// the last batch is still a duplicate, a retry of an older batch that is in the log (one the
+// running leader recognised) is OUT_OF_ORDER_SEQUENCE_NUMBER, and the next batch continues the
+// sequence.
 #[test]
 fn after_a_snapshot_reload_only_the_last_batch_is_recognised_as_a_duplicate() {
     let mut c = cluster();
@@ -1545,8 +1553,8 @@ fn after_a_snapshot_reload_only_the_last_batch_is_recognised_as_a_duplicate() {
     assert_eq!((next.error_code, next.base_offset), (NONE, end));
 }
 
-// PSM `loadFromSnapshot` skips producers that `isProducerExpired` at load time; a restart of a
-// broker reloads every partition it leads and leaves the others alone.
+// ProducerStateManager `loadFromSnapshot` skips producers that `isProducerExpired` at load time; a
+// restart of a broker reloads every partition it leads and leaves the others alone.
 #[test]
 fn a_broker_restart_reloads_the_partitions_it_leads_and_drops_expired_producers() {
     let mut c = cluster();
@@ -1569,7 +1577,7 @@ fn a_broker_restart_reloads_the_partitions_it_leads_and_drops_expired_producers(
     let later = NOW + c.rules().producer_id_expiration_ms;
     assert_eq!(c.reload_producer_state_from_snapshot(TOPIC, 1, later), 1);
     assert!(c.producer_state(TOPIC, 1, pid).is_none());
-    // With no entry any sequence is accepted again (rulebook §2 rule 3).
+    // With no entry any sequence is accepted again.
     let resumed = c.produce(2, TOPIC, 1, &batch(pid, 0, 7, 1), -1, None, later);
     assert_eq!(resumed.error_code, NONE);
 }
@@ -1584,9 +1592,9 @@ fn with_count(mut bytes: Vec<u8>, count: i32, last_offset_delta: i32) -> Vec<u8>
     bytes
 }
 
-// LV `validateBatch`: `lastOffsetDelta + 1` must equal the record count (a batch's last
+// LogValidator `validateBatch`: `lastOffsetDelta + 1` must equal the record count (a batch's last
 // sequence is its base sequence plus `lastOffsetDelta`, so this is also what keeps the
-// sequence span honest); a count of 0 or less is invalid too. Scenario row 12's neighbours.
+// sequence span honest); a count of 0 or less is invalid too.
 #[test]
 fn record_count_that_disagrees_with_the_last_offset_delta_is_invalid_record() {
     let mut c = cluster();
@@ -1604,10 +1612,10 @@ fn record_count_that_disagrees_with_the_last_offset_delta_is_invalid_record() {
     assert!(c.producer_state(TOPIC, 0, pid).is_none());
 }
 
-// DRB `RecordIterator`, run by LV over every record of an uncompressed batch: a header that
-// promises more records than the batch holds is "premature EOF", fewer leaves "records still
-// remaining"; both are InvalidRecordException, INVALID_RECORD. Here the count and the last
-// offset delta agree with each other (and so with the sequence span), only not with the
+// DefaultRecordBatch `RecordIterator`, run by LogValidator over every record of an uncompressed
+// batch: a header that promises more records than the batch holds is "premature EOF", fewer leaves
+// "records still remaining"; both are InvalidRecordException, INVALID_RECORD. Here the count and
+// the last offset delta agree with each other (and so with the sequence span), only not with the
 // records, and the CRC is valid.
 #[test]
 fn record_count_that_disagrees_with_the_records_in_the_batch_is_invalid_record() {

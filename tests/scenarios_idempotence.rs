@@ -1,5 +1,5 @@
-//! The idempotent producer's scenarios (java-producer-state-machine.md §9 items 1-8 and 11-15,
-//! and the design's failover cases), each scripted on the deterministic simulator: the engine,
+//! The idempotent producer's scenarios (docs/java-rules.md §9 items 1-8 and 11-15,
+//! and failover cases), each scripted on the deterministic simulator: the engine,
 //! the reference broker behind its in-memory face, a 1 ms network and a virtual clock. The
 //! simulator's checker runs after every event in every test (no duplicate, no reorder, acks at
 //! their offsets, definite failures never in the log), on top of each test's own assertions.
@@ -182,7 +182,7 @@ fn rewrites(sim: &Sim) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 1
+// docs/java-rules.md §9 item 1
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -234,7 +234,7 @@ fn an_acknowledged_record_on_a_create_time_topic_reports_the_timestamp_it_was_se
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 2
+// docs/java-rules.md §9 item 2
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -267,7 +267,7 @@ fn sequences_wrap_from_i32_max_to_0_and_the_broker_accepts_both_sides_of_the_wra
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 3 and the design's five-in-flight failover
+// docs/java-rules.md §9 item 3, and five in flight through a failover
 // ---------------------------------------------------------------------------------------------
 
 /// Five batches in flight to broker 1; the leader moves to broker 2 just before the third
@@ -371,7 +371,7 @@ fn five_in_flight_third_not_leader_retries_3_4_5_in_order_after_a_metadata_refre
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 4
+// docs/java-rules.md §9 item 4
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -484,7 +484,7 @@ fn a_batch_answered_not_leader_or_follower_after_the_append_that_expires_is_outc
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 5
+// docs/java-rules.md §9 item 5
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -556,7 +556,7 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_its_first_out_of_order_answer
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 6
+// docs/java-rules.md §9 item 6
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -616,9 +616,10 @@ fn out_of_order_sequence_on_the_next_batch_bumps_locally_renumbers_p0_from_0_and
     assert_eq!(acked_offsets(&sim, &[x, y].concat()), offsets(0..20));
 }
 
-// A partition's first batch is next in line (`TM.isNextSequence`: nothing acked counts as
-// last acked -1), so OUT_OF_ORDER_SEQUENCE_NUMBER on it is the §4.7 case that bumps, as for any
-// next-in-line batch: the batch is renumbered under epoch 1 from 0, not retried under its stamp.
+// A partition's first batch is next in line (`TransactionManager.isNextSequence`: nothing acked
+// counts as last acked -1), so OUT_OF_ORDER_SEQUENCE_NUMBER on it is the docs/java-rules.md §4.7
+// case that bumps, as for any next-in-line batch: the batch is renumbered under epoch 1 from 0, not
+// retried under its stamp.
 #[test]
 fn out_of_order_sequence_on_the_first_batch_of_a_partition_bumps_and_renumbers_it_from_0() {
     let mut sim = started(setup_with(&[1], |_| {}));
@@ -677,7 +678,7 @@ fn a_renumbered_batch_answered_out_of_order_again_bumps_again_and_is_renumbered_
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 7
+// docs/java-rules.md §9 item 7
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -739,11 +740,11 @@ fn a_bump_at_epoch_32767_drops_the_producer_id_and_nothing_drains_until_a_fresh_
 }
 
 // The same drop of the producer id, then InitProducerId refused once (CLUSTER_AUTHORIZATION_FAILED,
-// §5.2 / scenario 18: the queued batches fail and the producer stays uninitialized). One of
-// them, on p1, is waiting to retry an attempt whose answer was lost after the append: it is
-// in the log, so it must not be reported as a definite failure, and its stamp must not stay
-// behind in p1's in-flight list, where it would block every later batch of p1 (a stamp of
-// the dropped producer id that no batch owns any more).
+// docs/java-rules.md §5.2 / §9 item 18: the queued batches fail and the producer stays
+// uninitialized). One of them, on p1, is waiting to retry an attempt whose answer was lost after
+// the append: it is in the log, so it must not be reported as a definite failure, and its stamp
+// must not stay behind in p1's in-flight list, where it would block every later batch of p1 (a
+// stamp of the dropped producer id that no batch owns any more).
 #[test]
 fn init_producer_id_refused_after_the_id_was_dropped_neither_misreports_a_batch_of_unknown_outcome_nor_wedges_its_partition(
 ) {
@@ -805,7 +806,7 @@ fn init_producer_id_refused_after_the_id_was_dropped_neither_misreports_a_batch_
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 8
+// docs/java-rules.md §9 item 8
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -833,7 +834,7 @@ fn unknown_producer_id_with_log_start_offset_minus_1_is_retried_with_the_same_st
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 11
+// docs/java-rules.md §9 item 11
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -864,7 +865,7 @@ fn duplicate_sequence_number_succeeds_with_offset_minus_1_raises_last_acked_sequ
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 item 12
+// docs/java-rules.md §9 item 12
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -924,7 +925,7 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
 }
 
 // A (0-9) is refused MESSAGE_TOO_LARGE, but the answer comes after A's delivery timeout ended
-// it on the wire. A batch already done is not split (Java's `S.completeBatch` splits only a
+// it on the wire. A batch already done is not split (Java's `Sender.completeBatch` splits only a
 // batch that is not done): A's records were completed at its expiry, and the answer only ends
 // its bookkeeping, so a flush waiting for A completes.
 #[test]
@@ -1118,14 +1119,14 @@ fn message_too_large_on_a_single_record_batch_fails_it_definitely_and_bumps_the_
 }
 
 // ---------------------------------------------------------------------------------------------
-// §9 items 13-15
+// docs/java-rules.md §9 items 13-15
 // ---------------------------------------------------------------------------------------------
 
 // With no retries, A (0-9), answered REQUEST_TIMED_OUT after the broker appended it, fails at
 // once as of unknown outcome. The producer cannot know whether 0-9 are in the log, so the
-// partition's next sequence is unresolved (§4.9); with nothing after A acked it stays so, and
-// the partition moves to a new epoch: B goes out under epoch 1 from 0, never as 10-19 under
-// epoch 0, whose acceptance would hang on A's unknown outcome.
+// partition's next sequence is unresolved (docs/java-rules.md §4.9); with nothing after A acked it
+// stays so, and the partition moves to a new epoch: B goes out under epoch 1 from 0, never as 10-19
+// under epoch 0, whose acceptance would hang on A's unknown outcome.
 #[test]
 fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequences_unresolved_and_the_partition_bumps(
 ) {
@@ -1158,10 +1159,10 @@ fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequenc
 
 // With retries = 1, A (0-9) is refused before any append (NOT_ENOUGH_REPLICAS) on both its
 // attempts and fails for good when its retries run out. Java's `Sender` fails it with
-// `adjustSequenceNumbers = false`, and `TM.handleFailedBatch` then neither bumps the epoch nor
-// marks the partition unresolved (only an OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID
-// failure bumps regardless). B (10-19), sent next, goes out under the same epoch, and the
-// broker, with no state for the producer on p0, appends it.
+// `adjustSequenceNumbers = false`, and `TransactionManager.handleFailedBatch` then neither bumps
+// the epoch nor marks the partition unresolved (only an OUT_OF_ORDER_SEQUENCE_NUMBER or
+// UNKNOWN_PRODUCER_ID failure bumps regardless). B (10-19), sent next, goes out under the same
+// epoch, and the broker, with no state for the producer on p0, appends it.
 #[test]
 fn a_batch_refused_until_its_retries_run_out_fails_definitely_and_moves_no_epoch() {
     let mut sim = started(setup_with(&[1], |c| c.retries = 1));
@@ -1484,7 +1485,7 @@ fn two_batches_expiring_at_once_the_later_queued_and_the_earlier_on_the_wire_lea
 }
 
 // ---------------------------------------------------------------------------------------------
-// The design's failover cases
+// Failover cases
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -1963,10 +1964,10 @@ fn unknown_producer_id_after_an_old_broker_lost_the_producer_state_bumps_and_res
 // UNKNOWN_PRODUCER_ID and takes 0. A (MAX-9 to MAX, the partition's sequences started there)
 // is refused so, but its answer comes late, after its delivery timeout ended it as of unknown
 // outcome; B (0-9, past the wrap), sent behind it, is appended and acked right after that
-// answer. An answer to an expired batch is bookkeeping only: Java's `S.canRetry` refuses a
-// batch already done before `TM.canRetry` runs, so it asks for no bump. Every sequence the
-// partition allotted is then acked (B's 9 is right before the next, 10), the mark A's expiry
-// left clears, and C follows under the same epoch at 10.
+// answer. An answer to an expired batch is bookkeeping only: Java's `Sender.canRetry` refuses a
+// batch already done before `TransactionManager.canRetry` runs, so it asks for no bump. Every
+// sequence the partition allotted is then acked (B's 9 is right before the next, 10), the mark A's
+// expiry left clears, and C follows under the same epoch at 10.
 #[test]
 fn unknown_producer_id_answering_an_expired_batch_asks_for_no_bump() {
     let mut setup = setup_with(&[1], stretched(SECOND));
@@ -2141,10 +2142,11 @@ fn a_refused_batch_ahead_of_one_of_unknown_outcome_answered_unknown_producer_id_
 
 // W (0-9) is acked. L (10-19) is refused definitely (INVALID_RECORD), which bumps the epoch;
 // H (20-29), written right behind L under epoch 0, is lost before the broker reads it; the
-// connection stalls until H's request timeout (2 s here), so H's outcome is unknown. Retried under its old stamp, H can never append
-// (the broker's last sequence under epoch 0 is 9) and is answered OUT_OF_ORDER_SEQUENCE_NUMBER
-// every time. H fails at the first such answer, as of unknown outcome, instead of holding p0's
-// rewrite until its delivery timeout; the next batch goes out under epoch 1 from sequence 0.
+// connection stalls until H's request timeout (2 s here), so H's outcome is unknown. Retried under
+// its old stamp, H can never append (the broker's last sequence under epoch 0 is 9) and is answered
+// OUT_OF_ORDER_SEQUENCE_NUMBER every time. H fails at the first such answer, as of unknown outcome,
+// instead of holding p0's rewrite until its delivery timeout; the next batch goes out under epoch 1
+// from sequence 0.
 #[test]
 fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fails_at_once_and_frees_the_rewrite(
 ) {
@@ -2277,9 +2279,9 @@ fn next_batch_refused_ahead_of_one_of_unknown_outcome(
 }
 
 // D is refused out of order while it is next in line and H, behind it, waits with an unknown
-// outcome: both under the epoch in force. That is §4.7's bump, not a refusal for good: D is
-// retried under its own stamp ahead of H (H may be in the log under its stamp, so the rewrite
-// waits for it) and appended, and H after it.
+// outcome: both under the epoch in force. That is docs/java-rules.md §4.7's bump, not a refusal for
+// good: D is retried under its own stamp ahead of H (H may be in the log under its stamp, so the
+// rewrite waits for it) and appended, and H after it.
 #[test]
 fn out_of_order_on_the_next_batch_ahead_of_one_of_unknown_outcome_under_the_current_epoch_bumps_and_retries_it(
 ) {
@@ -2305,8 +2307,8 @@ fn out_of_order_on_the_next_batch_ahead_of_one_of_unknown_outcome_under_the_curr
 }
 
 // As above, but after the bump D's retry under its old stamp is answered UNKNOWN_PRODUCER_ID
-// with no log start offset: the broker did not know the partition yet (§4.6 case 1), which
-// says nothing about D's stamp, so D is retried again rather than failed, and appended.
+// with no log start offset: the broker did not know the partition yet (docs/java-rules.md §4.6 case
+// 1), which says nothing about D's stamp, so D is retried again rather than failed, and appended.
 #[test]
 fn unknown_producer_id_without_a_log_start_offset_under_a_superseded_epoch_ahead_of_one_of_unknown_outcome_is_retried(
 ) {
@@ -2477,8 +2479,8 @@ fn a_retry_answered_out_of_order_after_a_snapshot_reload_is_never_failed_definit
             (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER)),
         ]
     );
-    // As Java's `TM.canRetry` does for a batch that is not next in line: retried at the same
-    // stamp (never re-stamped, it may be in the log) until its delivery timeout.
+    // As Java's `TransactionManager.canRetry` does for a batch that is not next in line: retried at
+    // the same stamp (never re-stamped, it may be in the log) until its delivery timeout.
     assert!(tried[3..]
         .iter()
         .all(|&a| a == (1, 0, 0, Some(code::OUT_OF_ORDER_SEQUENCE_NUMBER))));
@@ -2501,17 +2503,17 @@ fn a_retry_answered_out_of_order_after_a_snapshot_reload_is_never_failed_definit
 /// 5, p0 led by broker 1, p1 by broker 2):
 /// - W (p0 0-9) is acked under epoch 0;
 /// - Y (p1 0) is refused INVALID_RECORD: a definite failure, so the producer bumps to epoch 1
-///   (§4.2); p0 keeps epoch 0 until nothing of it is in flight (gate 3a);
+///   (docs/java-rules.md §4.2); p0 keeps epoch 0 until nothing of it is in flight (gate 3a);
 /// - X (p0 10-19) is answered REQUEST_TIMED_OUT without being appended: its outcome is unknown
 ///   and it waits for its retry backoff, queued under its epoch-0 stamp;
 /// - B (p0 20-29), on the wire beside X, is refused OUT_OF_ORDER_SEQUENCE_NUMBER (10-19 are
 ///   missing); the answer arrives 50 ms late, after the bump, while X is still queued.
 ///
-/// Java's `TM.canRetry` (§4.7 case 1) retries B without a bump: no sequence is unresolved and B
-/// is not next in line (last acked 9, base 20). The first-in-flight gate sends it only after X,
-/// whose retry lands at 10-19, and B then lands at 20-29 under its own stamp. B may not be
-/// failed because a batch of unknown outcome is queued AHEAD of it: only one queued BEHIND it
-/// (a later sequence) could be overtaken by B renumbered under the new epoch.
+/// Java's `TransactionManager.canRetry` (docs/java-rules.md §4.7 case 1) retries B without a bump:
+/// no sequence is unresolved and B is not next in line (last acked 9, base 20). The first-in-flight
+/// gate sends it only after X, whose retry lands at 10-19, and B then lands at 20-29 under its own
+/// stamp. B may not be failed because a batch of unknown outcome is queued AHEAD of it: only one
+/// queued BEHIND it (a later sequence) could be overtaken by B renumbered under the new epoch.
 #[test]
 fn an_out_of_order_batch_behind_an_earlier_batch_of_unknown_outcome_is_retried_not_failed() {
     let mut sim = started(setup_with(&[1, 2], |_| {}));
@@ -2557,10 +2559,11 @@ fn an_out_of_order_batch_behind_an_earlier_batch_of_unknown_outcome_is_retried_n
     );
 }
 
-// InitProducerId answers an idempotent producer may get (§5.2): CLUSTER_AUTHORIZATION_FAILED
-// fails the batches waiting for an id and the producer asks again by itself (scenario 18), so
-// a later batch lands; PRODUCER_FENCED (as UNSUPPORTED_VERSION and INVALID_PRODUCER_ID_MAPPING)
-// stops the producer, and every batch fails with that error.
+// InitProducerId answers an idempotent producer may get (docs/java-rules.md §5.2):
+// CLUSTER_AUTHORIZATION_FAILED fails the batches waiting for an id and the producer asks again by
+// itself (docs/java-rules.md §9 item 18), so a later batch lands; PRODUCER_FENCED (as
+// UNSUPPORTED_VERSION and INVALID_PRODUCER_ID_MAPPING) stops the producer, and every batch fails
+// with that error.
 #[test]
 fn init_producer_id_refused_for_authorization_fails_the_waiting_batches_and_asks_again_but_fenced_is_fatal(
 ) {

@@ -427,10 +427,10 @@ fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
 // The partition's only batch is refused before any append (NOT_ENOUGH_REPLICAS) on every
 // attempt; the abort begins while it waits for its next retry, and its delivery timeout passes
 // during the abort: it fails as timed out, definitely not in the log. A failure while the
-// abort completes asks for no bump by itself (`TM.maybeTransitionToErrorState`), but its
-// sequences leave a gap no later batch of the epoch can cross, so settling the partition
-// (`TM.maybeResolveSequences`) makes the abort bump the epoch, and the next transaction's batch
-// is written.
+// abort completes asks for no bump by itself (`TransactionManager.maybeTransitionToErrorState`),
+// but its sequences leave a gap no later batch of the epoch can cross, so settling the partition
+// (`TransactionManager.maybeResolveSequences`) makes the abort bump the epoch, and the next
+// transaction's batch is written.
 #[test]
 fn a_batch_that_times_out_without_an_append_during_an_abort_leaves_a_sequence_gap_and_the_abort_bumps_the_epoch(
 ) {
@@ -478,7 +478,7 @@ fn a_batch_that_times_out_without_an_append_during_an_abort_leaves_a_sequence_ga
 
 // ---------------------------------------------------------------------------------------------
 // A batch that fails for good gives its sequences back (Java's
-// `adjustSequencesDueToFailedBatch`, java-producer-state-machine.md §4.10): every later batch
+// `adjustSequencesDueToFailedBatch`, docs/java-rules.md §4.10): every later batch
 // of the partition and epoch moves down by its record count, wherever it waits, and nothing
 // else moves.
 // ---------------------------------------------------------------------------------------------
@@ -691,8 +691,8 @@ fn a_batch_refused_for_good_with_only_earlier_batches_in_flight_lets_the_abort_k
 // P (0) is acked. With retries = 1, A (1) is refused before any append (NOT_ENOUGH_REPLICAS) on
 // both its attempts and fails when its retries run out; B (2), behind it, is refused out of
 // order. Java's `Sender` fails a batch whose retries ran out with `adjustSequenceNumbers = false`,
-// and `TM.handleFailedBatch` then gives no sequence back: B keeps 2 and, refused again, fails
-// when its own retries run out (the transaction aborts anyway).
+// and `TransactionManager.handleFailedBatch` then gives no sequence back: B keeps 2 and, refused
+// again, fails when its own retries run out (the transaction aborts anyway).
 #[test]
 fn a_batch_whose_retries_ran_out_gives_no_sequence_back_and_the_later_batch_keeps_its_own() {
     let mut sim = in_transaction(|setup| setup.engine.retries = 1);
@@ -898,12 +898,13 @@ fn an_abort_after_add_partitions_to_txn_was_lost_unread_is_not_fatal() {
 /// - M (2) is refused NOT_ENOUGH_REPLICAS and queued for retry;
 /// - F's retry is refused for good (INVALID_RECORD).
 ///
-/// `TPE.adjustSequencesDueToFailedBatch` (§4.10) would give F's sequence back and move M from 2
-/// down to 1: L's exact range under the same epoch. The broker recognises a duplicate by epoch
-/// and first and last sequence (Kafka's `ProducerStateEntry.findDuplicateBatch`), so M's retry
-/// would be answered with L's offset and M reported written while it is not in the log. F was
-/// overtaken (its sequence is at or below the last acked one): its sequences are spent and
-/// nothing moves, so M's retry keeps sequence 2 and lands after L.
+/// `TxnPartitionEntry.adjustSequencesDueToFailedBatch` (docs/java-rules.md §4.10) would give F's
+/// sequence back and move M from 2 down to 1: L's exact range under the same epoch. The broker
+/// recognises a duplicate by epoch and first and last sequence (Kafka's
+/// `ProducerStateEntry.findDuplicateBatch`), so M's retry would be answered with L's offset and M
+/// reported written while it is not in the log. F was overtaken (its sequence is at or below the
+/// last acked one): its sequences are spent and nothing moves, so M's retry keeps sequence 2 and
+/// lands after L.
 #[test]
 fn a_failed_batch_never_moves_a_queued_batch_onto_an_acked_batchs_sequences() {
     let mut sim = in_transaction(|_| {});

@@ -761,7 +761,7 @@ fn close_aborts_the_transaction_when_the_commit_under_way_fails_abortably() {
     );
 }
 
-/// InitProducerId refused for authorization (java-producer-state-machine.md §5.2, §0 step 3):
+/// InitProducerId refused for authorization (docs/java-rules.md §5.2, §0 step 3):
 /// `init_transactions` fails with the error and the producer is uninitialized again, refusing
 /// transactions and records, until `init_transactions`, called again, succeeds.
 #[test]

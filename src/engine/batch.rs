@@ -1,5 +1,5 @@
 //! `ProducerBatch`: the records of one partition sent together, and the protocol facts about
-//! its attempts (Java's `ProducerBatch` fields of §1.4).
+//! its attempts (Java's `ProducerBatch` fields of docs/java-rules.md §1.4).
 
 use std::sync::Arc;
 
@@ -273,7 +273,8 @@ impl<D> ProducerBatch<D> {
         }
     }
 
-    /// Whether another record is unlikely to fit: the readiness test of `RA.batchReady`.
+    /// Whether another record is unlikely to fit: the readiness test of
+    /// `RecordAccumulator.batchReady`.
     pub fn is_full(&self) -> bool {
         match &self.data {
             BatchData::Open(b) => self.estimated_bytes_written(b) + 16 >= self.max_size,
@@ -550,7 +551,8 @@ mod tests {
         assert!(encoded <= bound, "{encoded} > {bound}");
     }
 
-    // `RA.batchReady`'s fullness: an open batch is full when 16 more bytes would not fit.
+    // `RecordAccumulator.batchReady`'s fullness: an open batch is full when 16 more bytes would not
+    // fit.
     #[test]
     fn an_open_batch_is_full_once_within_16_bytes_of_batch_size() {
         const MAX: usize = 200;

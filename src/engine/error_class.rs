@@ -1,6 +1,6 @@
 //! The one classifier for Produce partition error codes (Java: `Sender.completeBatch`,
 //! `TransactionManager.canRetry` / `handleFailedBatch` / `maybeTransitionToErrorState`; the
-//! table in java-producer-state-machine.md §5.1). Every produce error decision in the engine
+//! table in docs/java-rules.md §5.1). Every produce error decision in the engine
 //! goes through [`classify_produce_error`].
 
 use crate::protocol::error_code::code;
@@ -17,9 +17,10 @@ pub enum ProduceErrorClass {
     RetriableRefreshMetadata,
     /// Retriable with no metadata refresh: retry under the same stamp.
     Retriable,
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER: decided by §4.7 (retry, with or without a bump).
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER: decided by docs/java-rules.md §4.7 (retry, with or without a
+    /// bump).
     OutOfOrderSequence,
-    /// UNKNOWN_PRODUCER_ID: decided by §4.6.
+    /// UNKNOWN_PRODUCER_ID: decided by docs/java-rules.md §4.6.
     UnknownProducerId,
     /// MESSAGE_TOO_LARGE: split when the batch has more than one record, else fail.
     MessageTooLarge,

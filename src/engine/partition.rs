@@ -74,7 +74,7 @@ impl Default for TxnPartitionEntry {
 }
 
 impl TxnPartitionEntry {
-    /// `TM.firstInFlightSequence`: the lowest outstanding base, -1 if none.
+    /// `TransactionManager.firstInFlightSequence`: the lowest outstanding base, -1 if none.
     pub fn first_in_flight_sequence(&self) -> i32 {
         self.inflight_batches_by_sequence
             .first()
@@ -99,8 +99,8 @@ impl TxnPartitionEntry {
         }
     }
 
-    /// `TPE.maybeUpdateLastAckedSequence`: raised only, so a late duplicate never lowers it.
-    /// "Higher" is judged relative to the in-flight order, not numerically, so it holds
+    /// `TxnPartitionEntry.maybeUpdateLastAckedSequence`: raised only, so a late duplicate never
+    /// lowers it. "Higher" is judged relative to the in-flight order, not numerically, so it holds
     /// across the wrap: a sequence counts as newer when it lies less than 2^30 ahead.
     pub fn maybe_update_last_acked_sequence(&mut self, last_sequence: i32) {
         if self.last_acked_sequence < 0
@@ -110,7 +110,8 @@ impl TxnPartitionEntry {
         }
     }
 
-    /// Whether `base_sequence` is the next one the broker expects (`TM.isNextSequence`).
+    /// Whether `base_sequence` is the next one the broker expects
+    /// (`TransactionManager.isNextSequence`).
     pub fn is_next_sequence(&self, base_sequence: i32) -> bool {
         increment_sequence(self.last_acked_sequence, 1) == base_sequence
             || (self.last_acked_sequence == -1 && base_sequence == 0)
@@ -203,7 +204,8 @@ impl<D> PartitionSlot<D> {
         })
     }
 
-    /// `RA.insertInSequenceOrder`: the deque stays "retries ascending, then unsequenced".
+    /// `RecordAccumulator.insertInSequenceOrder`: the deque stays "retries ascending, then
+    /// unsequenced".
     pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
         let position = self
             .entry
@@ -267,8 +269,9 @@ impl<D> PartitionSlot<D> {
             }
         }
         // In-flight batches of one identity are in ascending sequence order and do not
-        // overlap. Gaps are legitimate while they last: a batch acked out of order (§9 item 4),
-        // failed definitely or expired leaves one until its partition is rewritten or resolved.
+        // overlap. Gaps are legitimate while they last: a batch acked out of order
+        // (docs/java-rules.md §9 item 4), failed definitely or expired leaves one until its
+        // partition is rewritten or resolved.
         for pair in entry.inflight_batches_by_sequence.windows(2) {
             if pair[0].producer == pair[1].producer {
                 assert!(

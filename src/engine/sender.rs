@@ -4,14 +4,15 @@
 //! One `Engine` owns a set of partitions (one shard's). `poll` is `Sender.runOnce`, keeping
 //! Java's order: resolve sequences, adopt epoch bumps, identity and metadata requests, expiry,
 //! then drain. Deliberate deviations from Java, each for a stated reason:
-//! - a blocked partition is skipped (`continue`), it does not stall the whole node (§2.3 quirk);
-//! - sequence comparisons are wrap-aware (§2.2 quirk);
+//! - a blocked partition is skipped (`continue`), it does not stall the whole node
+//!   (docs/java-rules.md §2.3 quirk);
+//! - sequence comparisons are wrap-aware (docs/java-rules.md §2.2 quirk);
 //! - a batch of unknown outcome is never re-stamped under a new epoch: a partition whose
 //!   sequences must be rewritten waits until none of its batches has an attempt of unknown
 //!   outcome, wherever it is queued, and retries the batches up to the last such one under
-//!   their old stamps (design.md "Never re-stamp");
+//!   their old stamps (docs/deviations.md);
 //! - every expired stamped batch marks the partition unresolved, not only one that was retried
-//!   (§4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
+//!   (docs/java-rules.md §4.9 quirk), so the gap is settled by `maybe_resolve_sequences` at once;
 //! - at most `max.in.flight.requests.per.connection` batches per partition are stamped and
 //!   unfinished, across all connections. That bounds the batches in flight, not the batches
 //!   the broker appends while an old attempt is outstanding: acked batches free their places,
@@ -563,7 +564,7 @@ impl<D: Delivery> Engine<D> {
 
     /// Test hook: `tp`'s next batch starts at `sequence` under the identity in force, as if the
     /// records before it had been acked. The only way to reach the sequence wrap at `i32::MAX`
-    /// without sending 2^31 records (java-producer-state-machine.md §9 item 2).
+    /// without sending 2^31 records (docs/java-rules.md §9 item 2).
     #[cfg(feature = "testkit")]
     pub fn start_sequence_at(&mut self, tp: &TopicPartition, sequence: i32) {
         assert!(self.identity.is_valid(), "no producer id in force");

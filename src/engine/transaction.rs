@@ -1,9 +1,9 @@
 //! Java's `TransactionManager`, transactional half: the states and their legal transitions
-//! (java-producer-state-machine.md §6.1, in `transaction/state.rs`), the API calls and their
-//! cached results (§6.2, §6.3), the transactional request queue (§6.4, in
-//! `transaction/queue.rs`) and the partition membership sets (§1.2). Sans-IO:
-//! the engine (`sender.rs`) sends the request this module hands out, classifies the answer with
-//! `txn_requests.rs` and feeds the outcome back here.
+//! (docs/java-rules.md §6.1, in `transaction/state.rs`), the API calls and their
+//! cached results (docs/java-rules.md §6.2, §6.3), the transactional request queue
+//! (docs/java-rules.md §6.4, in `transaction/queue.rs`) and the partition membership sets
+//! (docs/java-rules.md §1.2). Sans-IO: the engine (`sender.rs`) sends the request this module hands
+//! out, classifies the answer with `txn_requests.rs` and feeds the outcome back here.
 //!
 //! # The transaction protocol between engines
 //!
@@ -29,7 +29,8 @@
 //! - a partition's first batch of a transaction is not drained until the owner's
 //!   AddPartitionsToTxn for it succeeded (`PartitionsAdded`; Java's `isSendToPartitionAllowed`);
 //! - EndTxn is sent only after every participant reported `Flushed` for the current round,
-//!   that is, had no incomplete batch left after the flush (Java's `RA.hasIncomplete` check);
+//!   that is, had no incomplete batch left after the flush (Java's
+//!   `RecordAccumulator.hasIncomplete` check);
 //! - every participant learns the end of a transaction (`Ended`) before the owner accepts the
 //!   next `begin_transaction`, because the driver forwards `Ended` before it returns the
 //!   result of the commit or abort to the application;
@@ -43,18 +44,18 @@
 //!
 //! Transactions V1 only (the client sends AddPartitionsToTxn ≤ v3 and EndTxn ≤ v4); no
 //! PREPARED_TRANSACTION (two-phase commit) and no TV2 epoch per transaction. Deviations from
-//! Java, each on purpose: requests of one priority go out FIFO (§6.4 quirk); produce requests
-//! are not paused while a transactional request is in flight (§0 quirk, see `sender/txn.rs`);
-//! an unknown-outcome produce failure always makes the abort bump the epoch, also while
-//! committing, and so does a definite failure of a batch whose partition had later batches on
-//! the wire (their sequences are moved down, while the broker may hold them under the old
-//! ones); and when one of those later batches is of unknown outcome, no sequence moves at all
-//! (Java's `adjustSequencesDueToFailedBatch` would re-stamp it). And an abort sends EndTxn
-//! also when no add was answered but one lost its answer (`start_outcome_unknown`): Java
-//! skips EndTxn then, and when the lost add had started the transaction at the coordinator,
+//! Java, each on purpose: requests of one priority go out FIFO (docs/java-rules.md §6.4 quirk);
+//! produce requests are not paused while a transactional request is in flight
+//! (docs/java-rules.md §0 quirk, see `sender/txn.rs`); an unknown-outcome produce failure always
+//! makes the abort bump the epoch, also while committing, and so does a definite failure of a batch
+//! whose partition had later batches on the wire (their sequences are moved down, while the broker
+//! may hold them under the old ones); and when one of those later batches is of unknown outcome, no
+//! sequence moves at all (Java's `adjustSequencesDueToFailedBatch` would re-stamp it). And an abort
+//! sends EndTxn also when no add was answered but one lost its answer (`start_outcome_unknown`):
+//! Java skips EndTxn then, and when the lost add had started the transaction at the coordinator,
 //! the abort's KIP-360 InitProducerId meets it ongoing, and the coordinator fences the epoch
-//! (`prepareFenceProducerEpoch`). That EndTxn's INVALID_TXN_STATE means no transaction was
-//! ongoing, which is what the abort needed.
+//! (`prepareFenceProducerEpoch`). That EndTxn's INVALID_TXN_STATE means no transaction was ongoing,
+//! which is what the abort needed.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -141,9 +142,9 @@ pub enum TxnAction {
     AddPartitions { partitions: Vec<TopicPartition> },
     /// AddPartitionsToTxn succeeded for these partitions: their batches may be drained.
     PartitionsAdded { partitions: Vec<TopicPartition> },
-    /// A participant's batch failed inside the transaction (`TM.maybeTransitionToErrorState`).
-    /// `needs_bump`: the failure left sequences the broker may not agree on (an outcome
-    /// unknown), so the abort must bump the epoch.
+    /// A participant's batch failed inside the transaction
+    /// (`TransactionManager.maybeTransitionToErrorState`). `needs_bump`: the failure left sequences
+    /// the broker may not agree on (an outcome unknown), so the abort must bump the epoch.
     ProduceFailed {
         error: ProduceError,
         needs_bump: bool,
@@ -211,7 +212,7 @@ pub struct TransactionManager {
     pub group_coordinator: Option<NodeId>,
     queue: Vec<QueuedRequest>,
     next_seq: u64,
-    /// The request on the wire (at most one, §0).
+    /// The request on the wire (at most one, docs/java-rules.md §0).
     pub in_flight: Option<QueuedRequest>,
     pending: Option<PendingOperation>,
     /// Results of calls that completed but were not taken yet, by handle (bounded: one per
@@ -272,11 +273,12 @@ impl TransactionManager {
     }
 
     // ----------------------------------------------------------------------------------------
-    // API calls (§6.2, §6.3)
+    // API calls (docs/java-rules.md §6.2, §6.3)
     // ----------------------------------------------------------------------------------------
 
-    /// `TM.handleCachedTransactionRequestResult` / `throwIfPendingState`: the same operation
-    /// again returns its pending handle; any other operation is refused while one is pending.
+    /// `TransactionManager.handleCachedTransactionRequestResult` / `throwIfPendingState`: the same
+    /// operation again returns its pending handle; any other operation is refused while one is
+    /// pending.
     fn check_pending(
         &self,
         operation: TxnOperation,
@@ -371,7 +373,7 @@ impl TransactionManager {
         Ok(handle)
     }
 
-    /// `commitTransaction` (`TM.beginCommit`).
+    /// `commitTransaction` (`TransactionManager.beginCommit`).
     pub fn commit_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
         if let Some(handle) = self.check_pending(TxnOperation::CommitTransaction)? {
             return Ok(handle);
@@ -386,7 +388,8 @@ impl TransactionManager {
         Ok(handle)
     }
 
-    /// `abortTransaction` (`TM.beginAbort`): allowed from ABORTABLE_ERROR, not from FATAL.
+    /// `abortTransaction` (`TransactionManager.beginAbort`): allowed from ABORTABLE_ERROR, not from
+    /// FATAL.
     pub fn abort_transaction(&mut self) -> Result<TxnHandle, TransactionError> {
         if let Some(handle) = self.check_pending(TxnOperation::AbortTransaction)? {
             return Ok(handle);
@@ -401,8 +404,8 @@ impl TransactionManager {
         Ok(handle)
     }
 
-    /// `TM.beginCompletingTransaction` (TV1): AddPartitions for new partitions first (so their
-    /// batches can be flushed), then EndTxn, then the epoch bump if one is owed.
+    /// `TransactionManager.beginCompletingTransaction` (TV1): AddPartitions for new partitions
+    /// first (so their batches can be flushed), then EndTxn, then the epoch bump if one is owed.
     fn begin_completing(&mut self, commit: bool, handle: TxnHandle) {
         self.flush_round += 1;
         self.actions.push_back(TxnAction::Flush {
@@ -418,7 +421,7 @@ impl TransactionManager {
     }
 
     /// Takes a completed call's result; `None` while it is still running (or for a handle
-    /// already taken). Taking it ends the pending operation (§6.3).
+    /// already taken). Taking it ends the pending operation (docs/java-rules.md §6.3).
     pub fn take_result(&mut self, handle: TxnHandle) -> Option<Result<(), TransactionError>> {
         if let Some(p) = &self.pending {
             if p.handle == handle {
@@ -471,7 +474,8 @@ impl TransactionManager {
         already
     }
 
-    /// A batch failed inside the transaction (`TM.maybeTransitionToErrorState`, §4.3).
+    /// A batch failed inside the transaction (`TransactionManager.maybeTransitionToErrorState`,
+    /// docs/java-rules.md §4.3).
     pub fn produce_failed(&mut self, error: &ProduceError, needs_bump: bool, fatal: bool) {
         if self.state == TransactionState::FatalError {
             return;
@@ -574,7 +578,8 @@ impl TransactionManager {
             .push_back(TxnAction::PartitionsAdded { partitions: added });
     }
 
-    /// AddPartitionsToTxn failed after a full scan: the pending set is emptied (§5.3).
+    /// AddPartitionsToTxn failed after a full scan: the pending set is emptied
+    /// (docs/java-rules.md §5.3).
     pub fn on_partitions_rejected(&mut self, request: &QueuedRequest, error: TransactionError) {
         self.pending_partitions.clear();
         self.fail_request(request, error);

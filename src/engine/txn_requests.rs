@@ -1,8 +1,8 @@
 //! The transactional requests on the wire: one builder and one error classifier per API,
-//! each classifier a transcription of its Java handler's table (java-producer-state-machine.md
-//! §5.2–§5.8: `InitProducerIdHandler`, `AddPartitionsToTxnHandler`, `AddOffsetsToTxnHandler`,
-//! `TxnOffsetCommitHandler`, `EndTxnHandler`, `FindCoordinatorHandler`). Pure functions: the
-//! engine applies the outcome to the transaction manager.
+//! each classifier a transcription of its Java handler's table
+//! (docs/java-rules.md §5.2–§5.8: `InitProducerIdHandler`, `AddPartitionsToTxnHandler`,
+//! `AddOffsetsToTxnHandler`, `TxnOffsetCommitHandler`, `EndTxnHandler`, `FindCoordinatorHandler`).
+//! Pure functions: the engine applies the outcome to the transaction manager.
 
 use std::collections::BTreeMap;
 
@@ -93,7 +93,7 @@ pub fn is_retriable(error: i16) -> bool {
 }
 
 // --------------------------------------------------------------------------------------------
-// FindCoordinator (§5.7)
+// FindCoordinator (docs/java-rules.md §5.7)
 // --------------------------------------------------------------------------------------------
 
 pub fn find_coordinator_request(
@@ -154,7 +154,7 @@ pub fn classify_find_coordinator(
 }
 
 // --------------------------------------------------------------------------------------------
-// InitProducerId (§5.2)
+// InitProducerId (docs/java-rules.md §5.2)
 // --------------------------------------------------------------------------------------------
 
 /// With `bump` (KIP-360, v3+), the request carries the current identity so the coordinator
@@ -173,9 +173,9 @@ pub fn init_producer_id_request(
 }
 
 /// The InitProducerId errors after which the Sender fails the batches and returns to
-/// UNINITIALIZED (`S.shouldHandleAuthorizationError`, §0 step 3, scenario 18): the idempotent
-/// producer asks again by itself, the transactional one when `init_transactions` is called
-/// again.
+/// UNINITIALIZED (`Sender.shouldHandleAuthorizationError`, docs/java-rules.md §0 step 3, §9 item
+/// 18): the idempotent producer asks again by itself, the transactional one when
+/// `init_transactions` is called again.
 pub fn is_init_producer_id_authorization_failure(error: i16) -> bool {
     matches!(
         error,
@@ -202,7 +202,7 @@ pub fn classify_init_producer_id(error: i16) -> TxnOutcome {
 }
 
 // --------------------------------------------------------------------------------------------
-// AddPartitionsToTxn (§5.3)
+// AddPartitionsToTxn (docs/java-rules.md §5.3)
 // --------------------------------------------------------------------------------------------
 
 pub fn add_partitions_request<'a>(
@@ -302,7 +302,7 @@ pub fn classify_add_partitions(
 }
 
 // --------------------------------------------------------------------------------------------
-// AddOffsetsToTxn (§5.4)
+// AddOffsetsToTxn (docs/java-rules.md §5.4)
 // --------------------------------------------------------------------------------------------
 
 pub fn add_offsets_request(
@@ -339,7 +339,7 @@ pub fn classify_add_offsets(error: i16) -> TxnOutcome {
 }
 
 // --------------------------------------------------------------------------------------------
-// TxnOffsetCommit (§5.5)
+// TxnOffsetCommit (docs/java-rules.md §5.5)
 // --------------------------------------------------------------------------------------------
 
 /// Java's `TxnOffsetCommitRequest.Builder.groupMetadataSet`: the metadata is a real
@@ -461,7 +461,7 @@ pub fn classify_txn_offset_commit(response: &TxnOffsetCommitResponse) -> TxnOffs
 }
 
 // --------------------------------------------------------------------------------------------
-// EndTxn (§5.6)
+// EndTxn (docs/java-rules.md §5.6)
 // --------------------------------------------------------------------------------------------
 
 pub fn end_txn_request(

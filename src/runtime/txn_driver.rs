@@ -207,8 +207,8 @@ impl CallSlot {
     }
 }
 
-/// What `send` checks before it appends a record (`TM.maybeAddPartition`'s checks), as the
-/// owner last published it, and the barrier tokens of commit and abort calls.
+/// What `send` checks before it appends a record (`TransactionManager.maybeAddPartition`'s checks),
+/// as the owner last published it, and the barrier tokens of commit and abort calls.
 ///
 /// A record and a commit (or abort) called from another thread race: the record passed the
 /// check while its transaction was open, and only reaches its shard later. Java decides the

@@ -3,13 +3,13 @@
 
 use super::*;
 
-/// InitProducerId refused for authorization (java-producer-state-machine.md §5.2, §0 step 3,
-/// scenario 18): the error is abortable, and the sender's next loop
-/// (`S.shouldHandleAuthorizationError`) fails the pending transactional requests and the
-/// batches and takes the manager back to UNINITIALIZED (`TM.transitionToUninitialized`). The
-/// application may then call `init_transactions` again (once the ACL is granted). Until it
-/// succeeds there is no producer id, so no transaction may begin and no record may be sent:
-/// an abort must not lead to READY without one.
+/// InitProducerId refused for authorization (docs/java-rules.md §5.2, §0 step 3, §9 item 18):
+/// the error is abortable, and the sender's next loop (`Sender.shouldHandleAuthorizationError`)
+/// fails the pending transactional requests and the batches and takes the manager back to
+/// UNINITIALIZED (`TransactionManager.transitionToUninitialized`). The application may then call
+/// `init_transactions` again (once the ACL is granted). Until it succeeds there is no producer
+/// id, so no transaction may begin and no record may be sent: an abort must not lead to READY
+/// without one.
 #[test]
 fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_can_be_retried() {
     let uninitialized = |operation| TransactionError::InvalidState {
@@ -79,8 +79,8 @@ fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_c
 }
 
 /// Only the authorization failures go back to UNINITIALIZED: InitProducerId answered
-/// TRANSACTION_ABORTABLE (§5.2, abortable) leaves the manager abortable, with the error in
-/// force, as for any other abortable error.
+/// TRANSACTION_ABORTABLE (docs/java-rules.md §5.2, abortable) leaves the manager abortable, with
+/// the error in force, as for any other abortable error.
 #[test]
 fn an_init_producer_id_answered_transaction_abortable_stays_abortable() {
     let mut rig = Rig::new(Duration::ZERO);

@@ -32,7 +32,7 @@ fn status_kib(field: &str) -> Option<u64> {
 }
 
 /// CPU time of the live threads of a process, by thread name (`comm`), from
-/// /proc/<pid>/task/<tid>/stat. Threads that have exited are not listed.
+/// `/proc/<pid>/task/<tid>/stat`. Threads that have exited are not listed.
 pub fn threads_cpu(pid: &str) -> Vec<(u32, String, Duration)> {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;

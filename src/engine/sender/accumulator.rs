@@ -1,6 +1,6 @@
 //! The accumulator's side of the engine (Java's `RecordAccumulator`): appending a record to its
-//! partition's open batch, readiness of an unstamped head (`RA.batchReady`), and the ledger
-//! of incomplete batches behind `flush` and `close`.
+//! partition's open batch, readiness of an unstamped head (`RecordAccumulator.batchReady`), and the
+//! ledger of incomplete batches behind `flush` and `close`.
 
 use bytes::BytesMut;
 
@@ -162,7 +162,7 @@ impl<D: Delivery> Engine<D> {
         self.incomplete_batches.is_empty()
     }
 
-    /// `RA.batchReady` for an unstamped head.
+    /// `RecordAccumulator.batchReady` for an unstamped head.
     pub(super) fn batch_ready(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
         let Some(head) = slot.deque.front() else {
             return false;

@@ -1,5 +1,5 @@
-//! How a batch ends: the answer to one partition of a produce request (`S.completeBatch`,
-//! §3.1 of java-producer-state-machine.md), retry or failure (`S.canRetry`, `S.failBatch`),
+//! How a batch ends: the answer to one partition of a produce request (`Sender.completeBatch`,
+//! docs/java-rules.md §3.1), retry or failure (`Sender.canRetry`, `Sender.failBatch`),
 //! success, and the bookkeeping every ending goes through (`finish_batch`: failed deliveries,
 //! the transaction's failure report, split parents, the flush ledger). The sequence side of a
 //! failure is `handle_failed_batch` in `epoch_bump.rs`.
@@ -92,7 +92,7 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `S.completeBatch` for one partition response.
+    /// `Sender.completeBatch` for one partition response.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn complete_batch(
         &mut self,
@@ -153,7 +153,7 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// Retry if `S.canRetry` allows, else fail the batch.
+    /// Retry if `Sender.canRetry` allows, else fail the batch.
     pub(super) fn retry_or_fail(
         &mut self,
         now: Micros,
@@ -203,7 +203,7 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.handleFailedBatch` + completion with the error.
+    /// `TransactionManager.handleFailedBatch` + completion with the error.
     pub(super) fn fail_batch(
         &mut self,
         slot_index: usize,
@@ -241,7 +241,7 @@ impl<D: Delivery> Engine<D> {
         self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
     }
 
-    /// `TM.handleCompletedBatch` + completion.
+    /// `TransactionManager.handleCompletedBatch` + completion.
     pub(super) fn complete_success(
         &mut self,
         slot_index: usize,

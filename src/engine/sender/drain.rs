@@ -1,8 +1,9 @@
-//! Drain (`RA.drain`, §2 of java-producer-state-machine.md): for each ready connection, take
+//! Drain (`RecordAccumulator.drain`, docs/java-rules.md §2): for each ready connection, take
 //! at most one head batch per partition, round-robin, while the request fits
-//! `max.request.size`; a head goes out only past its backoff (§3.5) and the gates of §2.3
-//! (gate 1 in `drain`, the bump's gates 3a and 3b in `epoch_bump.rs`, the others in
-//! `head_is_drainable`), and an unstamped batch is stamped at its first drain (§2.1).
+//! `max.request.size`; a head goes out only past its backoff (docs/java-rules.md §3.5) and the
+//! gates of docs/java-rules.md §2.3 (gate 1 in `drain`, the bump's gates 3a and 3b in
+//! `epoch_bump.rs`, the others in `head_is_drainable`), and an unstamped batch is stamped at its
+//! first drain (docs/java-rules.md §2.1).
 
 use crate::protocol::api::ApiKey;
 use crate::protocol::record_batch;
@@ -139,8 +140,8 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// Stamps an unstamped batch at its first drain (§2.1), after the lazy switch to the
-    /// current identity.
+    /// Stamps an unstamped batch at its first drain (docs/java-rules.md §2.1), after the lazy
+    /// switch to the current identity.
     fn stamp_if_needed(&mut self, slot_index: usize, batch: &mut ProducerBatch<D>) {
         if batch.stamp.is_some() || !self.config.idempotent {
             batch.finish();

@@ -1,22 +1,29 @@
 //! Partition sequencing after the stamp, and the epoch bump: request, resolve, rewrite, adopt.
 //! This module is the only place that requests a bump, writes a partition's `rewrite_pending`
 //! or `unresolved_sequence`, or re-stamps a batch that already has a stamp; the first stamp is
-//! drain's (`stamp_if_needed`, §2.1), after `maybe_update_producer_id_and_epoch` here; split
-//! children inherit their parent's.
+//! drain's (`stamp_if_needed`, docs/java-rules.md §2.1), after `maybe_update_producer_id_and_epoch`
+//! here; split children inherit their parent's.
 //!
-//! Read it beside `java-producer-state-machine.md` (the § numbers are its sections):
+//! The Java rules this module follows (section of docs/java-rules.md, Java method: function
+//! here):
 //!
-//! | Java rule | here |
-//! |---|---|
-//! | §2.1 step 1 `TM.maybeUpdateProducerIdAndEpoch` | `maybe_update_producer_id_and_epoch` |
-//! | §2.3 gates 3a, 3b | `bump_gate_open` (gates 2 and 4 are checked in `head_is_drainable`) |
-//! | §4.2 `TM.handleFailedBatch` | `handle_failed_batch` |
-//! | §4.4 `TM.requestIdempotentEpochBumpForPartition` | `request_bump_for` |
-//! | §4.4 `TM.bumpIdempotentProducerEpoch` | `EpochCoordinator::request_bump` (identity.rs), carried by the runtime's ticket ring, adopted in `on_identity` |
-//! | §4.4 `TPE.startSequencesAtBeginning` | `apply_sequence_rewrites` |
-//! | §4.6, §4.7 `TM.canRetry` | `idempotent_can_retry` |
-//! | §4.9 `TM.markSequenceUnresolved`, `TM.maybeResolveSequences` | `mark_sequence_unresolved`, `maybe_resolve_sequences` |
-//! | §4.10 `TPE.adjustSequencesDueToFailedBatch` | `adjust_sequences_due_to_failed_batch` |
+//! - docs/java-rules.md §2.1 step 1, `TransactionManager.maybeUpdateProducerIdAndEpoch`:
+//!   `maybe_update_producer_id_and_epoch`;
+//! - docs/java-rules.md §2.3 gates 3a and 3b: `bump_gate_open` (gates 2 and 4 are checked in
+//!   `head_is_drainable`);
+//! - docs/java-rules.md §4.2, `TransactionManager.handleFailedBatch`: `handle_failed_batch`;
+//! - docs/java-rules.md §4.4, `TransactionManager.requestIdempotentEpochBumpForPartition`:
+//!   `request_bump_for`;
+//! - docs/java-rules.md §4.4, `TransactionManager.bumpIdempotentProducerEpoch`:
+//!   `EpochCoordinator::request_bump` (`engine/identity.rs`), carried to every shard by the
+//!   runtime's ticket ring and adopted in `on_identity`;
+//! - docs/java-rules.md §4.4, `TxnPartitionEntry.startSequencesAtBeginning`:
+//!   `apply_sequence_rewrites`;
+//! - docs/java-rules.md §4.6 and §4.7, `TransactionManager.canRetry`: `idempotent_can_retry`;
+//! - docs/java-rules.md §4.9, `TransactionManager.markSequenceUnresolved` and
+//!   `maybeResolveSequences`: `mark_sequence_unresolved` and `maybe_resolve_sequences`;
+//! - docs/java-rules.md §4.10, `TxnPartitionEntry.adjustSequencesDueToFailedBatch`:
+//!   `adjust_sequences_due_to_failed_batch`.
 //!
 //! Deviations from Java, on purpose:
 //! - The idempotent bump is producer-wide across shards: each engine only asks
@@ -24,19 +31,19 @@
 //!   whatever identity is installed; concurrent requests for the same identity make one bump.
 //! - A partition's rewrite waits until none of its batches is on the wire or of unknown outcome
 //!   (Java rewrites them at once, on the wire or not, and retries the answers to their old
-//!   attempts as `sequenceHasBeenReset`, §4.4).
+//!   attempts as `sequenceHasBeenReset`, docs/java-rules.md §4.4).
 //! - A batch of unknown outcome answered UNKNOWN_PRODUCER_ID with a known log start offset
-//!   fails as of unknown outcome (Java bumps and rewrites it, §4.6 cases 3 and 4): it may not
-//!   be renumbered, and its old stamp is refused for good.
+//!   fails as of unknown outcome (Java bumps and rewrites it, docs/java-rules.md §4.6 cases 3 and
+//!   4): it may not be renumbered, and its old stamp is refused for good.
 //! - A batch of unknown outcome answered OUT_OF_ORDER_SEQUENCE_NUMBER under an identity the
 //!   producer has moved past fails as of unknown outcome (Java retries it until its delivery
-//!   timeout, §4.7), for the same reason.
+//!   timeout, docs/java-rules.md §4.7), for the same reason.
 //! - A transactional producer never bumps here: its failures go to the transaction manager,
-//!   which bumps through InitProducerId or EndTxn at the abort (§4.5).
-//! - Sequence comparisons are wrap-aware (§2.2 recommendation).
+//!   which bumps through InitProducerId or EndTxn at the abort (docs/java-rules.md §4.5).
+//! - Sequence comparisons are wrap-aware (docs/java-rules.md §2.2).
 //! - A transactional batch that fails after a later batch of its partition was acked gives
-//!   no sequences back (§4.10 would move the batches behind it onto sequences the broker
-//!   already holds, where a retry can be taken for a duplicate of an acked batch).
+//!   no sequences back (docs/java-rules.md §4.10 would move the batches behind it onto sequences
+//!   the broker already holds, where a retry can be taken for a duplicate of an acked batch).
 
 use crate::error::ProduceError;
 use crate::protocol::error_code::code;
@@ -61,24 +68,25 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.maybeUpdateProducerIdAndEpoch` (§2.1 step 1), the lazy switch: an unstamped batch
-    /// about to be stamped moves its partition to the identity in force, which
-    /// `startSequencesAtBeginning` does with nothing in flight (gate 3a holds until then).
+    /// `TransactionManager.maybeUpdateProducerIdAndEpoch` (docs/java-rules.md §2.1 step 1), the
+    /// lazy switch: an unstamped batch about to be stamped moves its partition to the identity in
+    /// force, which `startSequencesAtBeginning` does with nothing in flight (gate 3a holds until
+    /// then).
     pub(super) fn maybe_update_producer_id_and_epoch(&mut self, slot_index: usize) {
         let identity = self.identity;
         let slot = &mut self.partitions[slot_index];
         if slot.entry.producer_id_and_epoch != identity {
             debug_assert!(!slot.entry.has_inflight_batches());
-            // `TM.maybeUpdateProducerIdAndEpoch` → `startSequencesAtBeginning` with nothing in
-            // flight.
+            // `TransactionManager.maybeUpdateProducerIdAndEpoch` → `startSequencesAtBeginning` with
+            // nothing in flight.
             slot.entry.producer_id_and_epoch = identity;
             slot.entry.next_sequence = 0;
             slot.entry.last_acked_sequence = -1;
         }
     }
 
-    /// Gates 3a and 3b (§2.3) for an unstamped head: whether the epoch bump lets the partition
-    /// stamp a new batch now.
+    /// Gates 3a and 3b (docs/java-rules.md §2.3) for an unstamped head: whether the epoch bump lets
+    /// the partition stamp a new batch now.
     pub(super) fn bump_gate_open(&self, slot: &PartitionSlot<D>) -> bool {
         let stale = slot.entry.producer_id_and_epoch != self.identity;
         if stale && slot.entry.has_inflight_batches() {
@@ -90,18 +98,17 @@ impl<D: Delivery> Engine<D> {
         true
     }
 
-    /// `TM.requestIdempotentEpochBumpForPartition`. The request names the identity the
-    /// partition's sequences are under, the one the failure was observed with, not the
-    /// engine's current one: when another shard has bumped meanwhile and this engine already
-    /// adopted the result, that bump covers this partition too, and naming the newer identity
-    /// would make a second bump for the same failure (design.md: concurrent requests for the
-    /// same epoch produce one bump). Such a late request is still made, once per observed
-    /// identity, and the ticket ring's rule discards it, so whether two shards' requests
-    /// collide does not depend on which answer arrived first; the partition is then only
-    /// rewritten.
+    /// `TransactionManager.requestIdempotentEpochBumpForPartition`. The request names the identity
+    /// the partition's sequences are under, the one the failure was observed with, not the engine's
+    /// current one: when another shard has bumped meanwhile and this engine already adopted the
+    /// result, that bump covers this partition too, and naming the newer identity would make a
+    /// second bump for the same failure (concurrent requests for the same epoch produce one bump:
+    /// docs/architecture.md, the ticket ring). Such a late request is still made, once per observed
+    /// identity, and the ticket ring's rule discards it, so whether two shards' requests collide
+    /// does not depend on which answer arrived first; the partition is then only rewritten.
     fn request_bump_for(&mut self, slot_index: usize) {
-        // A transactional producer bumps only through InitProducerId at the abort (§4.5);
-        // its failures reach the transaction manager instead.
+        // A transactional producer bumps only through InitProducerId at the abort
+        // (docs/java-rules.md §4.5); its failures reach the transaction manager instead.
         if !self.config.idempotent || self.config.transactional_id.is_some() {
             return;
         }
@@ -124,7 +131,8 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.maybeResolveSequences`: settle unresolved partitions that have nothing in flight.
+    /// `TransactionManager.maybeResolveSequences`: settle unresolved partitions that have nothing
+    /// in flight.
     pub(super) fn maybe_resolve_sequences(&mut self) {
         for slot_index in 0..self.partitions.len() {
             let slot = &mut self.partitions[slot_index];
@@ -153,8 +161,8 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TPE.startSequencesAtBeginning` for the partitions that asked for a bump, once the new
-    /// identity is in force and none of their batches is on the wire or of unknown outcome.
+    /// `TxnPartitionEntry.startSequencesAtBeginning` for the partitions that asked for a bump, once
+    /// the new identity is in force and none of their batches is on the wire or of unknown outcome.
     pub(super) fn apply_sequence_rewrites(&mut self) {
         if !self.identity.is_valid() || self.bump_requested_from.is_some() {
             return;
@@ -252,8 +260,9 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TM.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (§4.7) and UNKNOWN_PRODUCER_ID (§4.6),
-    /// idempotent producer. Requests a bump where Java does; the retry itself happens later.
+    /// `TransactionManager.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (docs/java-rules.md §4.7) and
+    /// UNKNOWN_PRODUCER_ID (docs/java-rules.md §4.6), idempotent producer. Requests a bump where
+    /// Java does; the retry itself happens later.
     pub(super) fn idempotent_can_retry(
         &mut self,
         slot_index: usize,
@@ -269,8 +278,8 @@ impl<D: Delivery> Engine<D> {
         };
         let refused_under_its_stamp = match class {
             ProduceErrorClass::OutOfOrderSequence => true,
-            // With no log start offset the broker did not know the partition yet (§4.6
-            // case 1): a retry may be answered otherwise.
+            // With no log start offset the broker did not know the partition yet
+            // (docs/java-rules.md §4.6 case 1): a retry may be answered otherwise.
             ProduceErrorClass::UnknownProducerId => log_start_offset != -1,
             _ => false,
         };
@@ -293,7 +302,7 @@ impl<D: Delivery> Engine<D> {
             // A batch of unknown outcome queued before it does not count: the broker may simply
             // not have that one yet, which explains the refusal. That one is retried first,
             // under its own stamp (gate 4), and this one after it: the rules below, Java's
-            // `TM.canRetry` (§4.7), retry it.
+            // `TransactionManager.canRetry` (docs/java-rules.md §4.7), retry it.
             return false;
         }
         if stamp.producer != self.identity
@@ -305,11 +314,12 @@ impl<D: Delivery> Engine<D> {
             // attempt's outcome is unknown), and retried under its old stamp it keeps the
             // partition's rewrite waiting while every attempt is answered out of order, until
             // its delivery timeout. It fails now, as of unknown outcome. A deviation: Java's
-            // `TM.canRetry` retries every out-of-order batch of the idempotent producer (§4.7)
-            // until its delivery timeout. Unlike the definite case above, no batch of unknown
-            // outcome can be queued ahead of it to explain the refusal: its outcome became
-            // unknown at an earlier attempt, so this answer is to a retry, which gate 4 sent
-            // only as the partition's first in flight, and nothing is stamped ahead of that.
+            // `TransactionManager.canRetry` retries every out-of-order batch of the idempotent
+            // producer (docs/java-rules.md §4.7) until its delivery timeout. Unlike the definite
+            // case above, no batch of unknown outcome can be queued ahead of it to explain the
+            // refusal: its outcome became unknown at an earlier attempt, so this answer is to a
+            // retry, which gate 4 sent only as the partition's first in flight, and nothing is
+            // stamped ahead of that.
             return false;
         }
         let slot = &self.partitions[slot_index];
@@ -325,9 +335,9 @@ impl<D: Delivery> Engine<D> {
                     return true;
                 }
                 if transactional {
-                    // §4.6 case 5: the batch fails and the transaction must abort. (The
-                    // retention case, restarting the partition at 0 under the same epoch, is
-                    // not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
+                    // docs/java-rules.md §4.6 case 5: the batch fails and the transaction must
+                    // abort. (The retention case, restarting the partition at 0 under the same
+                    // epoch, is not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
                     return false;
                 }
                 if batch.outcome_unknown {
@@ -360,7 +370,8 @@ impl<D: Delivery> Engine<D> {
                     return true;
                 }
                 if transactional {
-                    return false; // §4.7 case 3: next in line, the transaction must abort
+                    // docs/java-rules.md §4.7 case 3: next in line, the transaction must abort.
+                    return false;
                 }
                 if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
                     self.request_bump_for(slot_index);
@@ -373,8 +384,8 @@ impl<D: Delivery> Engine<D> {
     /// Overtaken: a batch sent after this one was appended first (a broker with no state for
     /// the producer takes any first sequence, Kafka's `ProducerAppendInfo.checkSequence`) and
     /// acknowledged past this one's sequences, and no attempt of this one landed. Its
-    /// sequences are spent: they must not be given back to the batches behind it (§4.10),
-    /// whose numbers the broker has already seen.
+    /// sequences are spent: they must not be given back to the batches behind it
+    /// (docs/java-rules.md §4.10), whose numbers the broker has already seen.
     pub(super) fn is_overtaken(&self, slot_index: usize, batch: &ProducerBatch<D>) -> bool {
         let Some(stamp) = batch.stamp else {
             return false;
@@ -386,10 +397,11 @@ impl<D: Delivery> Engine<D> {
             && !sequence_is_after(stamp.base_sequence, entry.last_acked_sequence)
     }
 
-    /// `TM.handleFailedBatch` (§4.2), the sequence side of a failed batch: it leaves the
-    /// in-flight list, and then its sequences are given back (transactional, definite
-    /// failure, §4.10), marked unresolved (unknown outcome, §4.9), or abandoned with an
-    /// epoch bump (idempotent, §4.4).
+    /// `TransactionManager.handleFailedBatch` (docs/java-rules.md §4.2), the sequence side of a
+    /// failed batch: it leaves the in-flight list, and then its sequences are given back
+    /// (transactional, definite failure, docs/java-rules.md §4.10), marked unresolved (unknown
+    /// outcome, docs/java-rules.md §4.9), or abandoned with an epoch bump (idempotent,
+    /// docs/java-rules.md §4.4).
     pub(super) fn handle_failed_batch(
         &mut self,
         slot_index: usize,
@@ -407,8 +419,9 @@ impl<D: Delivery> Engine<D> {
                 ProduceErrorClass::OutOfOrderSequence | ProduceErrorClass::UnknownProducerId
             );
             if self.config.transactional_id.is_some() {
-                // `TM.handleFailedBatch`, transactional: a definite failure gives its
-                // sequences back (§4.10); an unknown outcome leaves a gap to resolve.
+                // `TransactionManager.handleFailedBatch`, transactional: a definite failure gives
+                // its sequences back (docs/java-rules.md §4.10); an unknown outcome leaves a gap to
+                // resolve.
                 let same =
                     stamp.producer == self.partitions[slot_index].entry.producer_id_and_epoch;
                 if batch.outcome_unknown && same {
@@ -432,10 +445,10 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TPE.adjustSequencesDueToFailedBatch` (§4.10): a definitely failed batch's sequences are
-    /// given back, and every later batch of the partition moves down by its record count, so
-    /// the remaining batches stay contiguous for the broker until the abort; unless the failed
-    /// batch was overtaken (see the invariant below).
+    /// `TxnPartitionEntry.adjustSequencesDueToFailedBatch` (docs/java-rules.md §4.10): a definitely
+    /// failed batch's sequences are given back, and every later batch of the partition moves down
+    /// by its record count, so the remaining batches stay contiguous for the broker until the
+    /// abort; unless the failed batch was overtaken (see the invariant below).
     fn adjust_sequences_due_to_failed_batch(
         &mut self,
         slot_index: usize,
@@ -541,7 +554,7 @@ impl<D: Delivery> Engine<D> {
     }
 }
 
-/// `TM.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
+/// `TransactionManager.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
 pub(super) fn mark_sequence_unresolved<D>(slot: &mut PartitionSlot<D>, last_sequence: i32) {
     let next = record_batch::increment_sequence(last_sequence, 1);
     slot.unresolved_sequence = Some(match slot.unresolved_sequence {

@@ -1,7 +1,7 @@
-//! The delivery timeout (`delivery.timeout.ms`, §4.9 of java-producer-state-machine.md):
-//! batches past it fail, on the wire (`S.getExpiredInflightBatches`) or queued
-//! (`RA.expiredBatches`), with an error that keeps the promise of what may be in the log; a
-//! stamped one under its partition's identity marks the partition's sequences unresolved
+//! The delivery timeout (`delivery.timeout.ms`, docs/java-rules.md §4.9):
+//! batches past it fail, on the wire (`Sender.getExpiredInflightBatches`) or queued
+//! (`RecordAccumulator.expiredBatches`), with an error that keeps the promise of what may be in the
+//! log; a stamped one under its partition's identity marks the partition's sequences unresolved
 //! (`mark_sequence_unresolved`).
 
 use std::time::Duration;
@@ -14,8 +14,8 @@ use super::epoch_bump::mark_sequence_unresolved;
 use super::{Engine, RequestBody};
 
 impl<D: Delivery> Engine<D> {
-    /// Fails batches past `delivery.timeout.ms` (`S.getExpiredInflightBatches`,
-    /// `RA.expiredBatches`).
+    /// Fails batches past `delivery.timeout.ms` (`Sender.getExpiredInflightBatches`,
+    /// `RecordAccumulator.expiredBatches`).
     pub(super) fn expire_batches(&mut self, now: Micros) {
         let timeout = self.config.delivery_timeout;
         for slot_index in 0..self.partitions.len() {

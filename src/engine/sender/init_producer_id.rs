@@ -1,5 +1,5 @@
 //! InitProducerId for the idempotent, non-transactional producer
-//! (`TM.InitProducerIdHandler`, §5.2 of java-producer-state-machine.md): sent by the engine
+//! (`TransactionManager.InitProducerIdHandler`, docs/java-rules.md §5.2): sent by the engine
 //! that owns the identity when none is in force, retried with backoff. A success is emitted as
 //! `Action::ProducerIdAssigned`; the engine adopts the identity only when the driver installs
 //! it through `on_identity`.
@@ -82,9 +82,9 @@ impl<D: Delivery> Engine<D> {
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
             }
             e if is_init_producer_id_authorization_failure(e) => {
-                // §5.2 / scenario 18: fail the batches, stay uninitialized and try again (the
-                // transactional producer follows the same rule, `sender/txn.rs`, but waits
-                // for the application's next `init_transactions`).
+                // docs/java-rules.md §5.2 / §9 item 18: fail the batches, stay uninitialized and
+                // try again (the transactional producer follows the same rule, `sender/txn.rs`, but
+                // waits for the application's next `init_transactions`).
                 let err = ProduceError::Fatal(format!(
                     "InitProducerId failed: {}",
                     error_code::name(response.error_code)

@@ -1,4 +1,4 @@
-//! The Produce request (`S.sendProduceRequest`, `S.handleProduceResponse`): the drained
+//! The Produce request (`Sender.sendProduceRequest`, `Sender.handleProduceResponse`): the drained
 //! batches of one node in one request, and its answer routed per partition to
 //! `complete_batch`; a partition the answer leaves out is of unknown outcome.
 

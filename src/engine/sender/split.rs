@@ -1,7 +1,8 @@
 //! Splitting a batch the broker refused as too large (MESSAGE_TOO_LARGE with more than one
-//! record, `S.completeBatch` → `RA.splitAndReenqueue`): the records are re-batched to fit,
-//! the children inherit consecutive sequences under the parent's producer id and epoch
-//! (`PB.assignProducerStateToBatches`), and the parent ends when its last child does.
+//! record, `Sender.completeBatch` → `RecordAccumulator.splitAndReenqueue`): the records are
+//! re-batched to fit, the children inherit consecutive sequences under the parent's producer id and
+//! epoch (`ProducerBatch.assignProducerStateToBatches`), and the parent ends when its last child
+//! does.
 
 use crate::protocol::error_code::code;
 use crate::protocol::record_batch::{self, Header};
@@ -12,8 +13,8 @@ use super::super::Delivery;
 use super::Engine;
 
 impl<D: Delivery> Engine<D> {
-    /// `RA.splitAndReenqueue`: MESSAGE_TOO_LARGE for a multi-record batch. The children keep the
-    /// parent's pid/epoch and consecutive sequences; they are not a new attempt.
+    /// `RecordAccumulator.splitAndReenqueue`: MESSAGE_TOO_LARGE for a multi-record batch. The
+    /// children keep the parent's pid/epoch and consecutive sequences; they are not a new attempt.
     pub(super) fn split_and_reenqueue(&mut self, slot_index: usize, mut batch: ProducerBatch<D>) {
         // The batch is this engine's own: its records decompress to what it appended, which
         // the builder keeps below i32::MAX bytes.

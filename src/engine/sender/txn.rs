@@ -1,12 +1,12 @@
 //! The engine's transactional side: the owner's request loop over the transaction manager
-//! (`S.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the participant's drain
+//! (`Sender.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the participant's drain
 //! gate and batch commands, and the API calls. The protocol between engines is described in
 //! `engine/transaction.rs`.
 //!
 //! Deviation from Java, on purpose: produce requests are not paused while a transactional
-//! request is in flight (§0 quirk). The drain gate (a partition's batches wait for its
-//! AddPartitionsToTxn) and the EndTxn flush barrier are what order data and control; the pause
-//! adds latency only.
+//! request is in flight (docs/java-rules.md §0 quirk). The drain gate (a partition's batches wait
+//! for its AddPartitionsToTxn) and the EndTxn flush barrier are what order data and control; the
+//! pause adds latency only.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -110,7 +110,7 @@ impl<D: Delivery> Engine<D> {
         self.tm_mut()?.abort_transaction()
     }
 
-    /// A call's result once it is done (taking it ends the call, §6.3).
+    /// A call's result once it is done (taking it ends the call, docs/java-rules.md §6.3).
     pub fn txn_result(&mut self, handle: TxnHandle) -> Option<Result<(), TransactionError>> {
         self.tm.as_mut()?.take_result(handle)
     }
@@ -159,10 +159,10 @@ impl<D: Delivery> Engine<D> {
     /// Participant: `send` refused a record of the transaction before it reached an engine
     /// (`error`: its size, its partition, its topic's metadata, `buffer.memory`). As Java's
     /// `KafkaProducer.doSend` hands such an `ApiException` to
-    /// `TM.maybeTransitionToErrorState`, the owner makes the transaction abortable, so it
-    /// cannot commit without the record. The caller queued it on this shard's data queue
-    /// behind the records it sent before, so it reaches the owner before this shard's
-    /// `Flushed` for any commit that began after the refusal.
+    /// `TransactionManager.maybeTransitionToErrorState`, the owner makes the transaction abortable,
+    /// so it cannot commit without the record. The caller queued it on this shard's data queue
+    /// behind the records it sent before, so it reaches the owner before this shard's `Flushed` for
+    /// any commit that began after the refusal.
     pub fn txn_send_refused(&mut self, error: ProduceError) {
         if self.is_transactional() {
             self.txn_actions.push_back(TxnAction::ProduceFailed {
@@ -231,7 +231,7 @@ impl<D: Delivery> Engine<D> {
         });
     }
 
-    /// The drain gate (`TM.isSendToPartitionAllowed`) for an unstamped head.
+    /// The drain gate (`TransactionManager.isSendToPartitionAllowed`) for an unstamped head.
     pub(super) fn txn_send_allowed(&self, slot_index: usize) -> bool {
         !self.is_transactional()
             || (self.participant.added.contains(&slot_index)
@@ -239,7 +239,8 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// Every loop: unsent batches fail while the transaction is abortable or aborting
-    /// (`RA.abortUndrainedBatches`); then a pending flush is reported once nothing is left.
+    /// (`RecordAccumulator.abortUndrainedBatches`); then a pending flush is reported once nothing
+    /// is left.
     pub(super) fn txn_participant_poll(&mut self) {
         if !self.is_transactional() {
             return;
@@ -297,13 +298,13 @@ impl<D: Delivery> Engine<D> {
     // Owner: the transactional request loop
     // ----------------------------------------------------------------------------------------
 
-    /// `S.shouldHandleAuthorizationError` (§0 step 3), in the loop after the fatal check and
-    /// before any transactional request: an InitProducerId refused for authorization left the
-    /// manager abortable; the pending requests fail and it returns to UNINITIALIZED, so the
-    /// application may call `init_transactions` again (scenario 18; the idempotent producer,
-    /// `init_producer_id.rs`, asks again by itself). Drivers poll after feeding an answer and
-    /// before they route its actions (`runtime/shard.rs`), so the application learns that the
-    /// call failed only once the manager is UNINITIALIZED.
+    /// `Sender.shouldHandleAuthorizationError` (docs/java-rules.md §0 step 3), in the loop after
+    /// the fatal check and before any transactional request: an InitProducerId refused for
+    /// authorization left the manager abortable; the pending requests fail and it returns to
+    /// UNINITIALIZED, so the application may call `init_transactions` again (docs/java-rules.md §9
+    /// item 18; the idempotent producer, `init_producer_id.rs`, asks again by itself). Drivers poll
+    /// after feeding an answer and before they route its actions (`runtime/shard.rs`), so the
+    /// application learns that the call failed only once the manager is UNINITIALIZED.
     pub(super) fn maybe_handle_txn_authorization_error(&mut self) {
         if let Some(tm) = self.tm.as_mut() {
             if tm.should_handle_authorization_error() {
@@ -312,7 +313,7 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `S.maybeSendAndPollTransactionalRequest`: at most one request in flight.
+    /// `Sender.maybeSendAndPollTransactionalRequest`: at most one request in flight.
     pub(super) fn maybe_send_txn_request(&mut self, now: Micros) {
         loop {
             let Some(tm) = self.tm.as_mut() else { return };
@@ -363,8 +364,9 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// The coordinator's connection is not ready: connect, and after `request.timeout.ms` of
-    /// waiting find the coordinator again (`S.awaitNodeReady` → `maybeFindCoordinatorAndRetry`).
-    /// `true` when the wait ended and the coordinator is to be looked up again.
+    /// waiting find the coordinator again (`Sender.awaitNodeReady` →
+    /// `maybeFindCoordinatorAndRetry`). `true` when the wait ended and the coordinator is to be
+    /// looked up again.
     fn wait_for_coordinator(
         &mut self,
         now: Micros,

@@ -1,7 +1,7 @@
-//! The transactional request queue (`TM.nextRequest`, `TM.Priority`,
-//! java-producer-state-machine.md §6.4): the requests, their priorities and coordinators, and
-//! the choice of the next one to send (by priority; EndTxn only once its flush round is
-//! reported; in an error state the queued requests end with the error instead, except a
+//! The transactional request queue (`TransactionManager.nextRequest`,
+//! `TransactionManager.Priority`, docs/java-rules.md §6.4): the requests, their priorities and
+//! coordinators, and the choice of the next one to send (by priority; EndTxn only once its flush
+//! round is reported; in an error state the queued requests end with the error instead, except a
 //! FindCoordinator while the error is abortable).
 
 use std::collections::BTreeMap;
@@ -17,7 +17,7 @@ pub enum CoordinatorType {
     Transaction = 1,
 }
 
-/// `TM.Priority`, lowest first.
+/// `TransactionManager.Priority`, lowest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Priority {
     FindCoordinator = 0,
@@ -34,11 +34,12 @@ pub enum TxnRequest {
         key_type: CoordinatorType,
         key: String,
     },
-    /// With `bump`, it carries the current producer id and epoch (KIP-360, §4.5).
+    /// With `bump`, it carries the current producer id and epoch (KIP-360,
+    /// docs/java-rules.md §4.5).
     InitProducerId {
         bump: bool,
     },
-    /// Carries the whole pending set when it is sent (`TM.nextRequest` step 1).
+    /// Carries the whole pending set when it is sent (`TransactionManager.nextRequest` step 1).
     AddPartitions,
     AddOffsets {
         group: GroupMetadata,
@@ -93,7 +94,8 @@ pub struct QueuedRequest {
     pub request: TxnRequest,
     /// The call whose result this request decides (on success only if it is the last step).
     pub op: Option<TxnHandle>,
-    /// FIFO order within a priority (Java's heap is not FIFO; a harmless refinement, §6.4).
+    /// FIFO order within a priority (Java's heap is not FIFO; a harmless refinement,
+    /// docs/java-rules.md §6.4).
     seq: u64,
     /// Not sent before this time (the handler's backoff before a retry).
     pub retry_at: Micros,
@@ -117,7 +119,8 @@ impl TransactionManager {
         self.queue.push(request);
     }
 
-    /// `TM.lookupCoordinator`: forget the cached node, queue FindCoordinator (once).
+    /// `TransactionManager.lookupCoordinator`: forget the cached node, queue FindCoordinator
+    /// (once).
     pub fn lookup_coordinator(&mut self, key_type: CoordinatorType, key: String) {
         tracing::debug!(
             target: "kacrab::transaction",
@@ -144,10 +147,11 @@ impl TransactionManager {
             .map(|(i, _)| i)
     }
 
-    /// `TM.nextRequest`: the next request to send now, popped from the queue, or `None`.
-    /// Requests dequeued in an error state fail with `last_error` unsent (§5.8); an EndTxn
-    /// waits for the flush of its round; an EndTxn with nothing started completes unsent
-    /// (KAFKA-18401), unless an add lost its answer and may have started it.
+    /// `TransactionManager.nextRequest`: the next request to send now, popped from the queue, or
+    /// `None`. Requests dequeued in an error state fail with `last_error` unsent
+    /// (docs/java-rules.md §5.8); an EndTxn waits for the flush of its round; an EndTxn with
+    /// nothing started completes unsent (KAFKA-18401), unless an add lost its answer and may have
+    /// started it.
     pub fn next_request(&mut self, now: Micros) -> Option<QueuedRequest> {
         if self.in_flight.is_some() {
             return None;

@@ -1,6 +1,6 @@
-//! The transaction states and their legal transitions (`TM.State`, `TM.transitionTo`,
-//! java-producer-state-machine.md §6.1), and the manager's moves into the error states
-//! (§4.3).
+//! The transaction states and their legal transitions (`TransactionManager.State`,
+//! `TransactionManager.transitionTo`, docs/java-rules.md §6.1), and the manager's moves into the
+//! error states (docs/java-rules.md §4.3).
 
 use crate::error::{ProduceError, TransactionError};
 
@@ -33,7 +33,7 @@ impl TransactionState {
         }
     }
 
-    /// `TM.State.isTransitionValid` (§6.1).
+    /// `TransactionManager.State.isTransitionValid` (docs/java-rules.md §6.1).
     pub fn is_transition_valid(self, target: TransactionState) -> bool {
         use TransactionState::*;
         match target {
@@ -57,7 +57,7 @@ impl TransactionState {
         }
     }
 
-    /// `TM.isCompleting`.
+    /// `TransactionManager.isCompleting`.
     pub fn is_completing(self) -> bool {
         matches!(
             self,
@@ -67,8 +67,8 @@ impl TransactionState {
 }
 
 impl TransactionManager {
-    /// `TM.transitionTo` from an API call: an invalid transition is an error and changes
-    /// nothing. Every transition to a state other than an error state clears `last_error`.
+    /// `TransactionManager.transitionTo` from an API call: an invalid transition is an error and
+    /// changes nothing. Every transition to a state other than an error state clears `last_error`.
     pub(super) fn transition_to(
         &mut self,
         target: TransactionState,
@@ -107,7 +107,7 @@ impl TransactionManager {
         }
     }
 
-    /// `TM.transitionToAbortableError`: a no-op while aborting (the abort goes on).
+    /// `TransactionManager.transitionToAbortableError`: a no-op while aborting (the abort goes on).
     pub fn transition_to_abortable(&mut self, error: TransactionError) {
         match self.state {
             TransactionState::AbortingTransaction | TransactionState::FatalError => return,
@@ -134,7 +134,7 @@ impl TransactionManager {
         });
     }
 
-    /// `TM.transitionToFatalError`: also fails the pending API call.
+    /// `TransactionManager.transitionToFatalError`: also fails the pending API call.
     pub fn transition_to_fatal(&mut self, error: TransactionError) {
         if self.state == TransactionState::FatalError {
             return;
@@ -156,16 +156,17 @@ impl TransactionManager {
         }
     }
 
-    /// `S.shouldHandleAuthorizationError`: the abortable error in force is InitProducerId's
+    /// `Sender.shouldHandleAuthorizationError`: the abortable error in force is InitProducerId's
     /// authorization failure, so the sender must return the manager to UNINITIALIZED
     /// ([`transition_to_uninitialized`](Self::transition_to_uninitialized)).
     pub fn should_handle_authorization_error(&self) -> bool {
         self.state == TransactionState::AbortableError && self.last_error_is_authorization
     }
 
-    /// The sender's way out of an InitProducerId authorization failure (§0 step 3, §5.2,
-    /// scenario 18): `TM.failPendingRequests` (every queued request's call fails with the
-    /// error, unsent), then `TM.transitionToUninitialized` (the pending call fails too, and
+    /// The sender's way out of an InitProducerId authorization failure
+    /// (docs/java-rules.md §0 step 3, §5.2, §9 item 18): `TransactionManager.failPendingRequests`
+    /// (every queued request's call fails with the error, unsent), then
+    /// `TransactionManager.transitionToUninitialized` (the pending call fails too, and
     /// `last_error` is cleared). From UNINITIALIZED only `init_transactions` is accepted: no
     /// transaction may begin, and no abort may lead to READY, without a producer id.
     ///
@@ -174,7 +175,8 @@ impl TransactionManager {
     /// INITIALIZING, where `send` is refused, and an epoch bump's only after the abort's flush
     /// left nothing incomplete. `TxnAction::Ended` then clears the participants' gates, or the
     /// abortable command would fail the first batches after a later successful
-    /// `init_transactions`. No request is in flight: the one answered was the only one (§0).
+    /// `init_transactions`. No request is in flight: the one answered was the only one
+    /// (docs/java-rules.md §0).
     pub fn transition_to_uninitialized(&mut self) {
         if !self.should_handle_authorization_error() {
             return;
@@ -201,7 +203,7 @@ impl TransactionManager {
         self.actions.push_back(TxnAction::Ended);
     }
 
-    /// `TM.maybeFailWithError`.
+    /// `TransactionManager.maybeFailWithError`.
     pub(super) fn fail_if_error(&self) -> Result<(), TransactionError> {
         match &self.last_error {
             Some(err)

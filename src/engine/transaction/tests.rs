@@ -367,7 +367,8 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
 }
 
 /// What the sender does with InitProducerId's authorization failure: classify it, fail the
-/// call, and in its next loop return to UNINITIALIZED (§0 step 3, §5.2, scenario 18).
+/// call, and in its next loop return to UNINITIALIZED (docs/java-rules.md §0 step 3, §5.2, §9 item
+/// 18).
 fn refuse_for_authorization(tm: &mut TransactionManager, request: &QueuedRequest, error: i16) {
     use crate::engine::txn_requests::{
         classify_init_producer_id, is_init_producer_id_authorization_failure, TxnOutcome,
@@ -383,9 +384,9 @@ fn refuse_for_authorization(tm: &mut TransactionManager, request: &QueuedRequest
 }
 
 /// Java's Sender takes an InitProducerId authorization failure back to UNINITIALIZED
-/// (`S.shouldHandleAuthorizationError`, `TM.transitionToUninitialized`): the call fails with
-/// the error, `init_transactions` may be called again, and nothing else is accepted, so no
-/// abort leads to READY without a producer id.
+/// (`Sender.shouldHandleAuthorizationError`, `TransactionManager.transitionToUninitialized`): the
+/// call fails with the error, `init_transactions` may be called again, and nothing else is
+/// accepted, so no abort leads to READY without a producer id.
 #[test]
 fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_can_be_retried() {
     use crate::protocol::error_code::{self, code};

@@ -72,7 +72,7 @@ fn add_partitions_table() {
         ),
         TxnOutcome::Fatal(TransactionError::Fatal(_))
     ));
-    // §9 item 19: one unauthorized topic, the others not attempted → abortable.
+    // docs/java-rules.md §9 item 19: one unauthorized topic, the others not attempted → abortable.
     let outcome = classify_add_partitions(
         &add_response(&[
             (0, code::OPERATION_NOT_ATTEMPTED),

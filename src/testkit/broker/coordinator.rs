@@ -231,7 +231,7 @@ impl TransactionCoordinator {
             // A new instance of the producer fences the open transaction: the epoch rises
             // (PrepareEpochFence, never persisted), the transaction is aborted with markers at
             // the new epoch, and the answer is CONCURRENT_TRANSACTIONS, never the epoch; the
-            // client's retry then bumps again from CompleteAbort (TCT
+            // client's retry then bumps again from CompleteAbort (TransactionCoordinatorTest
             // `shouldAbortTransactionOnHandleInitPidWhenExistingTransactionInOngoingState`).
             TransactionState::Ongoing => {
                 let job =
@@ -336,7 +336,7 @@ impl TransactionCoordinator {
 
     /// `abortTimedOutTransactions`: every Ongoing transaction with `txn_start_ms +
     /// txn_timeout_ms < now_ms` is fenced (epoch + 1, `lastProducerEpoch` -1 under TV1) and
-    /// aborted, so the timed-out producer is fenced for good (TCT
+    /// aborted, so the timed-out producer is fenced for good (TransactionCoordinatorTest
     /// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`). Ordered by transactional id.
     pub fn abort_timed_out_transactions(&mut self, now_ms: i64) -> Vec<MarkerJob> {
         let coordinator_epoch = self.coordinator_epoch;
@@ -448,7 +448,7 @@ fn fence_and_prepare_abort(
     now_ms: i64,
 ) -> MarkerJob {
     // 32767 is never handed to a client, so the coordinator can always fence
-    // (TCT `shouldUseLastEpochToFenceWhenEpochsAreExhausted`).
+    // (TransactionCoordinatorTest `shouldUseLastEpochToFenceWhenEpochsAreExhausted`).
     metadata.producer_epoch = metadata.producer_epoch.saturating_add(1);
     metadata.last_producer_epoch = -1;
     prepare_end(transactional_id, metadata, coordinator_epoch, false, now_ms)

@@ -2,8 +2,8 @@
 //!
 //! No I/O and no clock reads: time is an argument, so the deterministic simulator can drive a
 //! [`Cluster`] in memory and the TCP face ([`crate::testkit::server`]) can wrap it in a mutex.
-//! Its verdicts follow the Apache Kafka broker's producer-state rules (rulebook:
-//! `kafka-broker-producer-rules.md`); each rule cites the Kafka class it comes from.
+//! Its verdicts follow the Apache Kafka broker's producer-state rules; each rule cites the
+//! Kafka class it comes from.
 //!
 //! Model: every broker hosts a replica of every partition, but only the leader's log exists and
 //! it is always fully replicated (one in-sync replica), so the high watermark is the log end

@@ -2,9 +2,10 @@
 //! transactional producer, and the checks a data batch must pass against it.
 //!
 //! Mirrors Kafka's `ProducerStateManager`, `ProducerStateEntry`, `BatchMetadata` and
-//! `ProducerAppendInfo` (storage module, 4.x) in the order `UnifiedLog.analyzeAndValidateProducerState`
-//! runs them. Validation works on a copy of the entry; the copy replaces the stored entry only
-//! after the log append succeeded, so a rejected batch leaves the state untouched.
+//! `ProducerAppendInfo` (storage module, 4.x) in the order
+//! `UnifiedLog.analyzeAndValidateProducerState` runs them. Validation works on a copy of the entry;
+//! the copy replaces the stored entry only after the log append succeeded, so a rejected batch
+//! leaves the state untouched.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -451,9 +452,9 @@ mod tests {
         }
     }
 
-    // PAI `appendEndTxnMarker` (TV1): a marker below the producer's epoch is
+    // ProducerAppendInfo `appendEndTxnMarker` (TV1): a marker below the producer's epoch is
     // INVALID_PRODUCER_EPOCH, the same epoch passes; a marker of an older coordinator epoch is
-    // TRANSACTION_COORDINATOR_FENCED (ULT `testZombieCoordinatorFenced`, scenario row 32).
+    // TRANSACTION_COORDINATOR_FENCED (UnifiedLogTest `testZombieCoordinatorFenced`).
     #[test]
     fn marker_with_an_older_producer_or_coordinator_epoch_is_refused() {
         let mut m = ProducerStateManager::default();
@@ -472,8 +473,8 @@ mod tests {
         assert_eq!(m.complete_txn(8, 0, 0, 0), None);
     }
 
-    // PAI `appendEndTxnMarker`: a marker with a higher epoch (a fence) forgets the old
-    // epoch's batches, so the next data must start the new epoch at sequence 0.
+    // ProducerAppendInfo `appendEndTxnMarker`: a marker with a higher epoch (a fence) forgets the
+    // old epoch's batches, so the next data must start the new epoch at sequence 0.
     #[test]
     fn marker_with_a_higher_epoch_forgets_the_old_epochs_batches() {
         let mut m = ProducerStateManager::default();

@@ -344,7 +344,7 @@ impl Cluster {
     }
 
     /// TxnOffsetCommit v0-v4 at the group coordinator. One code per input partition, in
-    /// order, in the check order of §8 of the rulebook: coordinator, group id, verification of
+    /// order, in the Kafka broker's check order: coordinator, group id, verification of
     /// the group's offsets partition (it must have been added with AddOffsetsToTxn), group
     /// generation, then per partition the topic and the metadata size. "Not in the
     /// transaction" is answered TRANSACTION_ABORTABLE; below v4 the protocol layer sends

@@ -4,8 +4,8 @@
 //! The view is computed from the broker's raw log independently of the broker's own LSO
 //! bookkeeping: per producer id, transactional data batches are held until a control batch
 //! (a marker) ends them: COMMIT makes them visible, ABORT drops them; data still held at the
-//! end is beyond the last stable offset and invisible (Kafka's `LogSegment` / `Fetcher` rules,
-//! kafka-broker-producer-rules.md §6–§7). The rules checked, per run:
+//! end is beyond the last stable offset and invisible (Kafka's `LogSegment` / `Fetcher` rules
+//! for transaction markers and the last stable offset). The rules checked, per run:
 //! - a committed transaction's records are all in the view, exactly once, in send order, and
 //!   each was acknowledged;
 //! - an aborted transaction's records are never in the view;

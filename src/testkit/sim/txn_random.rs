@@ -354,7 +354,7 @@ impl<'a> Runner<'a> {
     }
 
     /// Makes a call and waits for its result, calling it again after each caller-side
-    /// timeout (§6.3: the repeated call must return the same pending handle).
+    /// timeout (docs/java-rules.md §6.3: the repeated call must return the same pending handle).
     fn call(
         &mut self,
         sim: &mut Sim,

@@ -1,5 +1,5 @@
 //! TxnOffsetCommit v0-v4 (TV1), at the group coordinator. "Not in the transaction" is
-//! TRANSACTION_ABORTABLE from v4 and INVALID_TXN_STATE below (rulebook §8).
+//! TRANSACTION_ABORTABLE from v4 and INVALID_TXN_STATE below.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::txn_offset_commit_response::{

@@ -127,7 +127,11 @@ impl FaultRule {
 pub struct Chaos {
     /// Probability that a request arriving at a broker gets a fault.
     pub request_fault: f64,
-    /// Relative weights of the faults, in the order of [`Chaos::pick`].
+    /// Relative weights of the faults, by index: 0 drop the request, 1 reset before serving
+    /// it, 2 drop the answer, 3 reset mid-frame, 4 an extra delay, 5 answer a code of
+    /// `retriable`, 6 one of `fatal_to_batch`, 7 append then answer one of `after_append`,
+    /// 8 COORDINATOR_NOT_AVAILABLE (requests other than Produce), 9 append then answer one of
+    /// `leader_lost_after_append`. A kind that does not apply to the request is a delay.
     pub weights: [u32; 10],
     /// Retriable error codes to inject.
     pub retriable: Vec<i16>,
