@@ -1,5 +1,6 @@
 //! State shared by the application threads and the shards: the read-mostly metadata snapshot
-//! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
+//! the callers' partitioner reads, and `buffer.memory` accounting with the sinks through which
+//! the threads that complete records give their bytes back.
 
 use std::collections::HashMap;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
