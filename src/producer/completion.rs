@@ -16,12 +16,12 @@
 //! so no per-record reference count on the topic name is touched by the shard.
 
 use std::cell::RefCell;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex, MutexGuard, OnceLock, Ordering};
 
 /// Records per block: a block is 256 slots of 32 bytes plus its header.
 pub(crate) const BLOCK_RECORDS: usize = 256;

@@ -2,12 +2,13 @@
 //! the callers' partitioner reads, `buffer.memory` accounting, and the epoch coordinator.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::engine::batch_memory::{batch_slack, BatchMemory};
 use crate::error::ProduceError;
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 
 use super::async_wait::WaitList;
 

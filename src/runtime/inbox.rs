@@ -34,12 +34,11 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use super::shard::ShardCommand;
+use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Entries a deque keeps allocated however idle the producer is. A burst larger than this
 /// grows the deque; it shrinks back only after `SPARSE_TAKES_BEFORE_SHRINK` takes in a row

@@ -12,9 +12,8 @@
 //! `Full` instead of overwriting); a consumer sees a ticket only after its payload is written
 //! (release/acquire on the slot's sequence number).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::engine::ProducerIdAndEpoch;
+use crate::sync::{AtomicU64, Ordering};
 
 /// A control ticket. Packed into three words so a slot needs no lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
