@@ -589,3 +589,154 @@ mod tests {
         );
     }
 }
+
+/// Model checks of the hand-off between a shard and the threads that push to it or nudge it
+/// (built with `--cfg loom`, see `crate::sync`): every interleaving, up to a bound on
+/// preemptions, of the real inbox and ticket ring. The shard's park has no timer here, so a
+/// lost wake is a deadlock loom reports; in the shard, `MAX_PARK` would hide it as up to 50 ms
+/// of latency.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::runtime::ticket_ring::{Ticket, TicketRing};
+
+    fn check(model: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(model);
+    }
+
+    fn command() -> ShardCommand {
+        ShardCommand::RequestTopic(std::sync::Arc::from("t"))
+    }
+
+    const TICKET: Ticket = Ticket::Bump {
+        producer_id: 1,
+        epoch: 0,
+    };
+
+    /// A shard's loop as far as the inbox and the ring go: take what is queued, read the ring,
+    /// park when it has not had everything yet. With `cut_short`, its first park ends before
+    /// anything wakes it (another future of the shard's select won, say its timer): polled
+    /// once, then dropped.
+    fn shard(
+        inbox: &ShardInbox,
+        ring: &TicketRing,
+        commands: usize,
+        tickets: usize,
+        cut_short: bool,
+    ) {
+        let mut local = VecDeque::new();
+        let (mut taken, mut read) = (0, 0);
+        let mut cut_short = cut_short;
+        loop {
+            inbox.take_all(&mut local);
+            taken += local.len();
+            local.clear();
+            while ring.next(0).is_some() {
+                read += 1;
+            }
+            if taken == commands && read == tickets {
+                return;
+            }
+            if std::mem::take(&mut cut_short) {
+                let mut parked = pin!(inbox.parked(0));
+                let _ = parked
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()));
+            } else {
+                loom::future::block_on(inbox.parked(0));
+            }
+        }
+    }
+
+    fn setup() -> (Arc<ShardInbox>, Arc<TicketRing>) {
+        (
+            Arc::new(ShardInbox::new(WakePolicy::EAGER)),
+            Arc::new(TicketRing::new(2, 1)),
+        )
+    }
+
+    /// A command or record pushed while the shard goes to sleep is taken: either the shard's
+    /// look after raising `parked` sees it, or the push sees `parked` and wakes it.
+    #[test]
+    fn loom_a_pushed_command_or_record_is_never_stranded() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            let recorder = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push_record(command(), 10, 10).is_ok()))
+            };
+            shard(&inbox, &ring, 2, 0, false);
+            pusher.join().unwrap();
+            recorder.join().unwrap();
+        });
+    }
+
+    /// A push racing a park that ends without it (the shard woke for something else) is
+    /// taken on the shard's next look or wakes its next park.
+    #[test]
+    fn loom_a_push_racing_a_park_cut_short_is_not_stranded() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            shard(&inbox, &ring, 1, 0, true);
+            pusher.join().unwrap();
+        });
+    }
+
+    /// A peer publishes a ticket and nudges the shard, with no command: the shard reads the
+    /// ticket, however the nudge falls between its last look at the ring and its park.
+    #[test]
+    fn loom_a_nudge_after_the_shards_last_look_at_the_ring_wakes_it() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let peer = {
+                let (inbox, ring) = (inbox.clone(), ring.clone());
+                thread::spawn(move || {
+                    ring.publish(TICKET).expect("room");
+                    inbox.nudge();
+                })
+            };
+            shard(&inbox, &ring, 0, 1, false);
+            peer.join().unwrap();
+        });
+    }
+
+    /// A nudge and a push together, with a park cut short: the shard gets both.
+    #[test]
+    fn loom_a_nudge_and_a_push_racing_a_park_both_reach_the_shard() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let peer = {
+                let (inbox, ring) = (inbox.clone(), ring.clone());
+                thread::spawn(move || {
+                    ring.publish(TICKET).expect("room");
+                    inbox.nudge();
+                })
+            };
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            shard(&inbox, &ring, 1, 1, true);
+            peer.join().unwrap();
+            pusher.join().unwrap();
+        });
+    }
+}
