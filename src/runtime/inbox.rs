@@ -367,7 +367,14 @@ impl Future for Parked<'_> {
             self.armed = true;
             // Before `parked` is raised: a caller that sees it raised reads this deadline.
             inbox.parked_until.store(self.until, Ordering::Relaxed);
-            inbox.parked.store(true, Ordering::SeqCst);
+            // A swap, not a store (the same cost, once per park). The memory model orders a
+            // plain store as well: a push's late swap that read `false` from before this park
+            // is ordered before this raise, and a push that happens after the raise reads it.
+            // loom's model of read-modify-writes leaves such a late swap and a plain store
+            // unordered, and reports a lost wake that cannot happen (a later push's swap
+            // reading the late swap's `false`); a swap reads the latest value, which puts the
+            // raise in order for loom too.
+            inbox.parked.swap(true, Ordering::SeqCst);
         }
         // Pairs with the fence in `wake_shard`: either this sees a command pushed before the
         // store above, or that push sees `parked` raised and wakes us.
