@@ -60,6 +60,12 @@ pub(crate) struct ShardInbox {
     /// When the parked shard wakes on its own (its timer), in µs since `epoch`. Written before
     /// `parked` is raised, so a caller that sees `parked` reads this park's deadline.
     parked_until: AtomicU64,
+    /// A peer published to the ticket ring since the shard's last park ended: the next park
+    /// returns at once, so the shard reads the ring again. Raised by `nudge`, lowered by the
+    /// park that returns for it (or for anything else: the shard reads the ring after every
+    /// park). Without it, a nudge landing after the shard's last look at the ring and before
+    /// it raises `parked` finds nobody to wake, and the ticket waits for the shard's timer.
+    nudged: AtomicBool,
     waker: Mutex<Option<Waker>>,
     /// Takes in a row that used under an eighth of a grown deque; the shard's alone.
     sparse_takes: AtomicU32,
@@ -135,6 +141,7 @@ impl ShardInbox {
             }),
             parked: AtomicBool::new(false),
             parked_until: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
             waker: Mutex::new(None),
             sparse_takes: AtomicU32::new(0),
             epoch: Instant::now(),
@@ -238,8 +245,14 @@ impl ShardInbox {
     }
 
     /// Wakes the shard for something that is not a command (a peer published to the ticket
-    /// ring): one wake, and only if it sleeps.
+    /// ring, before this): one wake if it sleeps, else its next park returns at once.
     pub(crate) fn nudge(&self) {
+        // Raised before the fence in `wake_shard`, which pairs with the one in `Parked::poll`:
+        // either the park sees `nudged` after raising `parked`, or this sees `parked` raised
+        // and wakes it. Release: the shard that takes the nudge reads the ring after it, and
+        // sees what was published before it. A swap rather than a store, for loom, as the
+        // park's raise of `parked`: it orders this raise after the shard's last take.
+        self.nudged.swap(true, Ordering::Release);
         self.wake_shard();
     }
 
@@ -319,10 +332,11 @@ impl ShardInbox {
         std::mem::take(&mut queue.commands)
     }
 
-    /// Resolves once something is queued or [`nudge`](Self::nudge) was called after this
-    /// future was first polled. The shard's only way to sleep on its inbox. `until`: when the
-    /// shard wakes on its own (µs since [`epoch`](Self::epoch)); a record whose linger runs
-    /// out after that does not wake it (see [`WakePolicy`]).
+    /// Resolves once something is queued or [`nudge`](Self::nudge) was called since the last
+    /// park ended (at once if that was before this one). The shard's only way to sleep on its
+    /// inbox, and it reads the ticket ring after every park. `until`: when the shard wakes on
+    /// its own (µs since [`epoch`](Self::epoch)); a record whose linger runs out after that
+    /// does not wake it (see [`WakePolicy`]).
     pub(crate) fn parked(&self, until: u64) -> Parked<'_> {
         Parked {
             inbox: self,
@@ -336,8 +350,12 @@ impl ShardInbox {
     }
 }
 
-/// The shard asleep on its inbox. Invariant: while an armed `Parked` lives and has not
-/// resolved, `parked` is true unless a push or nudge cleared it to wake the shard.
+/// The shard asleep on its inbox. Invariants: while an armed `Parked` lives and has not
+/// resolved, `parked` is true unless a push or nudge cleared it to wake the shard. No push or
+/// nudge is lost to a park: the caller stores (the command, under the queue's lock, or
+/// `nudged`), fences, then swaps `parked`; the park raises `parked`, fences, then looks at the
+/// queue and `nudged`. Both fences are SeqCst, so at least one side sees the other's store:
+/// the park returns, or the caller wakes it.
 pub(crate) struct Parked<'a> {
     inbox: &'a ShardInbox,
     armed: bool,
@@ -361,6 +379,10 @@ impl Future for Parked<'_> {
             // shard's select woke the task (look at the queue once more).
             if !inbox.parked.load(Ordering::Acquire) {
                 self.armed = false;
+                // The shard reads the ring next, which covers a nudge that woke it. A swap,
+                // not a store: a nudge it takes synchronizes with it (Acquire), so that read
+                // sees the ticket; one raised after stays raised.
+                inbox.nudged.swap(false, Ordering::Acquire);
                 return Poll::Ready(());
             }
         } else {
@@ -376,10 +398,12 @@ impl Future for Parked<'_> {
             // raise in order for loom too.
             inbox.parked.swap(true, Ordering::SeqCst);
         }
-        // Pairs with the fence in `wake_shard`: either this sees a command pushed before the
-        // store above, or that push sees `parked` raised and wakes us.
+        // Pairs with the fence in `wake_shard`: either this sees a command pushed (or a nudge
+        // raised) before the raise above, or that push (nudge) sees `parked` raised and wakes
+        // us.
         fence(Ordering::SeqCst);
-        if inbox.has_commands() {
+        let nudged = inbox.nudged.swap(false, Ordering::Acquire);
+        if nudged || inbox.has_commands() {
             self.armed = false;
             inbox.parked.store(false, Ordering::Release);
             return Poll::Ready(());
@@ -552,6 +576,30 @@ mod tests {
         let mut local = VecDeque::new();
         assert_eq!(inbox.take_all(&mut local), None);
         assert_eq!(local.len(), 2);
+    }
+
+    #[test]
+    fn a_nudge_between_the_shards_last_look_at_the_ring_and_its_park_wakes_the_park() {
+        let inbox = ShardInbox::default();
+        // The shard has read the ring and found nothing; a peer publishes and nudges before
+        // the shard raises `parked`, so the nudge finds nobody to wake.
+        inbox.nudge();
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut parked = Box::pin(inbox.parked(inbox.now_us() + 1_000));
+        assert!(
+            parked
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready(),
+            "the park returns at once, for the shard to read the ring again"
+        );
+        drop(parked);
+        // That park took the nudge: the next one sleeps until something comes, and a nudge
+        // then wakes it.
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        inbox.nudge();
+        assert_eq!(wakes.count(), 1);
     }
 
     fn burst(inbox: &ShardInbox, topic: &Arc<str>, n: usize) {
