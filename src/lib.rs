@@ -17,6 +17,7 @@ pub mod partitioner;
 mod producer;
 pub mod protocol;
 pub mod runtime;
+mod sync;
 
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -16,12 +16,12 @@
 //! so no per-record reference count on the topic name is touched by the shard.
 
 use std::cell::RefCell;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex, MutexGuard, OnceLock, Ordering};
 
 /// Records per block: a block is 256 slots of 32 bytes plus its header.
 pub(crate) const BLOCK_RECORDS: usize = 256;
@@ -258,5 +258,170 @@ mod tests {
             .wait(i, Some(Instant::now() + Duration::from_millis(5)))
             .is_none());
         assert_eq!(block.waiting.load(Ordering::Relaxed), 0);
+    }
+}
+
+/// Model checks of a completion block (built with `--cfg loom`, see `crate::sync`): the shard
+/// completing slots against futures that register wakers, threads blocked in `wait`, and
+/// futures dropped while their slot is written, in every interleaving up to a bound on
+/// preemptions. A lost wake is a deadlock loom reports.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::future::Future;
+    use std::pin::{pin, Pin};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    fn check(model: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(model);
+    }
+
+    /// A record's future, driving the block as `DeliveryFuture` does (`producer::delivery`):
+    /// the slot if written, else register and look again; unregister when dropped registered.
+    /// Resolves to the slot's offset (-1 for `DroppedInEngine`).
+    struct Delivery {
+        block: Arc<CompletionBlock>,
+        index: u32,
+        registered: bool,
+    }
+
+    fn offset(outcome: &Outcome) -> i64 {
+        match outcome {
+            Outcome::Appended { offset, .. } => *offset,
+            _ => -1,
+        }
+    }
+
+    impl Future for Delivery {
+        type Output = i64;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<i64> {
+            if let Some(outcome) = self.block.outcome(self.index) {
+                return Poll::Ready(offset(outcome));
+            }
+            let this = &mut *self;
+            if this
+                .block
+                .register_waker(this.index, cx.waker(), &mut this.registered)
+            {
+                return Poll::Pending;
+            }
+            Poll::Ready(offset(this.block.outcome(this.index).expect("written")))
+        }
+    }
+
+    impl Drop for Delivery {
+        fn drop(&mut self) {
+            if self.registered {
+                self.block.unregister_waker(self.index);
+            }
+        }
+    }
+
+    fn delivery(block: &Arc<CompletionBlock>, index: u32) -> Delivery {
+        Delivery {
+            block: block.clone(),
+            index,
+            registered: false,
+        }
+    }
+
+    fn appended(offset: i64) -> Outcome {
+        Outcome::Appended {
+            offset,
+            timestamp: 0,
+        }
+    }
+
+    fn complete(
+        block: &Arc<CompletionBlock>,
+        index: u32,
+        outcome: Outcome,
+    ) -> thread::JoinHandle<()> {
+        let block = block.clone();
+        thread::spawn(move || block.complete(index, outcome))
+    }
+
+    /// A future waiting on its slot while two completions race for it: it is woken (or sees
+    /// the slot at once), gets the first write, and the slot keeps it.
+    #[test]
+    fn loom_a_waiting_future_is_woken_with_the_one_completion_that_wins() {
+        check(|| {
+            let block = Arc::new(CompletionBlock::new());
+            let first = complete(&block, 0, appended(7));
+            let second = complete(&block, 0, Outcome::DroppedInEngine);
+            let got = loom::future::block_on(delivery(&block, 0));
+            first.join().unwrap();
+            second.join().unwrap();
+            assert_eq!(offset(block.outcome(0).expect("written")), got);
+            assert_eq!(block.waiting.load(Ordering::Relaxed), 0);
+        });
+    }
+
+    /// A thread blocked in `wait` on one slot and a future on another slot of the same block,
+    /// completed by one shard: both get their result.
+    #[test]
+    fn loom_a_blocked_wait_and_a_future_of_one_block_both_get_their_results() {
+        check(|| {
+            let block = Arc::new(CompletionBlock::new());
+            let waiter = {
+                let block = block.clone();
+                thread::spawn(move || offset(block.wait(0, None).expect("no deadline")))
+            };
+            let shard = {
+                let block = block.clone();
+                thread::spawn(move || {
+                    block.complete(1, appended(1));
+                    block.complete(0, appended(0));
+                })
+            };
+            assert_eq!(loom::future::block_on(delivery(&block, 1)), 1);
+            assert_eq!(waiter.join().unwrap(), 0);
+            shard.join().unwrap();
+            assert_eq!(block.waiting.load(Ordering::Relaxed), 0);
+        });
+    }
+
+    /// Counts wakes.
+    struct Wakes(loom::sync::atomic::AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A future polled once (registering its waker) and dropped while its slot is written:
+    /// its waker is woken at most once, and exactly once if the slot was written before the
+    /// drop (whoever registered it may count on that wake).
+    #[test]
+    fn loom_a_future_dropped_as_its_slot_completes_is_woken_at_most_once() {
+        check(|| {
+            let block = Arc::new(CompletionBlock::new());
+            let wakes = std::sync::Arc::new(Wakes(loom::sync::atomic::AtomicUsize::new(0)));
+            let waker = Waker::from(wakes.clone());
+            let shard = complete(&block, 0, appended(3));
+            let (registered, written_before_drop) = {
+                let mut future = pin!(delivery(&block, 0));
+                let _ = future.as_mut().poll(&mut Context::from_waker(&waker));
+                (future.registered, block.outcome(0).is_some())
+            };
+            shard.join().unwrap();
+            let woken = wakes.0.load(Ordering::SeqCst);
+            assert!(woken <= 1, "woken {woken} times");
+            if registered && written_before_drop {
+                assert_eq!(woken, 1, "a registered waker of a written slot is woken");
+            }
+            if !registered {
+                assert_eq!(woken, 0);
+            }
+            assert_eq!(block.waiting.load(Ordering::Relaxed), 0);
+        });
     }
 }

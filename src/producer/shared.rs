@@ -3,12 +3,13 @@
 //! the threads that complete records give their bytes back.
 
 use std::collections::HashMap;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::engine::batch_memory::{batch_slack, BatchMemory};
 use crate::error::ProduceError;
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 
 use super::async_wait::{RoomWaiters, TopicWaiters};
 
@@ -485,5 +486,51 @@ mod tests {
         );
         assert_eq!(memory.used(), 9000);
         release_sink::flush_to(&memory);
+    }
+}
+
+/// Model checks of `buffer.memory` (built with `--cfg loom`, see `crate::sync`): callers
+/// blocked for room against the releases that make it, in every interleaving up to a bound on
+/// preemptions. loom has no time: the deadline is never reached, and a blocked `reserve`
+/// nobody wakes is a deadlock loom reports.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    /// A full buffer, two callers waiting for 5 bytes each and two releases of 5: each
+    /// release's room reaches a waiter, and the count never goes below zero or past the limit.
+    #[test]
+    fn loom_callers_blocked_for_room_are_woken_by_the_releases_that_make_it() {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(|| {
+            let memory = Arc::new(BufferMemory::new(10));
+            assert!(memory.try_reserve(10));
+            let caller = {
+                let memory = memory.clone();
+                thread::spawn(move || memory.reserve(5, far).is_ok())
+            };
+            let shard = {
+                let memory = memory.clone();
+                thread::spawn(move || {
+                    for _ in 0..2 {
+                        memory.release(5);
+                        assert!(memory.used() <= 10);
+                    }
+                })
+            };
+            assert!(memory.reserve(5, far).is_ok());
+            assert!(caller.join().unwrap());
+            shard.join().unwrap();
+            assert_eq!(memory.used(), 10);
+            assert_eq!(memory.waiting_threads(), 0);
+        });
     }
 }

@@ -34,12 +34,11 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use super::command::ShardCommand;
+use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Entries a deque keeps allocated however idle the producer is. A burst larger than this
 /// grows the deque; it shrinks back only after `SPARSE_TAKES_BEFORE_SHRINK` takes in a row
@@ -61,6 +60,12 @@ pub(crate) struct ShardInbox {
     /// When the parked shard wakes on its own (its timer), in µs since `epoch`. Written before
     /// `parked` is raised, so a caller that sees `parked` reads this park's deadline.
     parked_until: AtomicU64,
+    /// A peer published to the ticket ring since the shard's last park ended: the next park
+    /// returns at once, so the shard reads the ring again. Raised by `nudge`, lowered by the
+    /// park that returns for it (or for anything else: the shard reads the ring after every
+    /// park). Without it, a nudge landing after the shard's last look at the ring and before
+    /// it raises `parked` finds nobody to wake, and the ticket waits for the shard's timer.
+    nudged: AtomicBool,
     waker: Mutex<Option<Waker>>,
     /// Takes in a row that used under an eighth of a grown deque; the shard's alone.
     sparse_takes: AtomicU32,
@@ -136,6 +141,7 @@ impl ShardInbox {
             }),
             parked: AtomicBool::new(false),
             parked_until: AtomicU64::new(0),
+            nudged: AtomicBool::new(false),
             waker: Mutex::new(None),
             sparse_takes: AtomicU32::new(0),
             epoch: Instant::now(),
@@ -239,8 +245,14 @@ impl ShardInbox {
     }
 
     /// Wakes the shard for something that is not a command (a peer published to the ticket
-    /// ring): one wake, and only if it sleeps.
+    /// ring, before this): one wake if it sleeps, else its next park returns at once.
     pub(crate) fn nudge(&self) {
+        // Raised before the fence in `wake_shard`, which pairs with the one in `Parked::poll`:
+        // either the park sees `nudged` after raising `parked`, or this sees `parked` raised
+        // and wakes it. Release: the shard that takes the nudge reads the ring after it, and
+        // sees what was published before it. A swap rather than a store, for loom, as the
+        // park's raise of `parked`: it orders this raise after the shard's last take.
+        self.nudged.swap(true, Ordering::Release);
         self.wake_shard();
     }
 
@@ -320,10 +332,11 @@ impl ShardInbox {
         std::mem::take(&mut queue.commands)
     }
 
-    /// Resolves once something is queued or [`nudge`](Self::nudge) was called after this
-    /// future was first polled. The shard's only way to sleep on its inbox. `until`: when the
-    /// shard wakes on its own (µs since [`epoch`](Self::epoch)); a record whose linger runs
-    /// out after that does not wake it (see [`WakePolicy`]).
+    /// Resolves once something is queued or [`nudge`](Self::nudge) was called since the last
+    /// park ended (at once if that was before this one). The shard's only way to sleep on its
+    /// inbox, and it reads the ticket ring after every park. `until`: when the shard wakes on
+    /// its own (µs since [`epoch`](Self::epoch)); a record whose linger runs out after that
+    /// does not wake it (see [`WakePolicy`]).
     pub(crate) fn parked(&self, until: u64) -> Parked<'_> {
         Parked {
             inbox: self,
@@ -337,8 +350,12 @@ impl ShardInbox {
     }
 }
 
-/// The shard asleep on its inbox. Invariant: while an armed `Parked` lives and has not
-/// resolved, `parked` is true unless a push or nudge cleared it to wake the shard.
+/// The shard asleep on its inbox. Invariants: while an armed `Parked` lives and has not
+/// resolved, `parked` is true unless a push or nudge cleared it to wake the shard. No push or
+/// nudge is lost to a park: the caller stores (the command, under the queue's lock, or
+/// `nudged`), fences, then swaps `parked`; the park raises `parked`, fences, then looks at the
+/// queue and `nudged`. Both fences are SeqCst, so at least one side sees the other's store:
+/// the park returns, or the caller wakes it.
 pub(crate) struct Parked<'a> {
     inbox: &'a ShardInbox,
     armed: bool,
@@ -362,18 +379,31 @@ impl Future for Parked<'_> {
             // shard's select woke the task (look at the queue once more).
             if !inbox.parked.load(Ordering::Acquire) {
                 self.armed = false;
+                // The shard reads the ring next, which covers a nudge that woke it. A swap,
+                // not a store: a nudge it takes synchronizes with it (Acquire), so that read
+                // sees the ticket; one raised after stays raised.
+                inbox.nudged.swap(false, Ordering::Acquire);
                 return Poll::Ready(());
             }
         } else {
             self.armed = true;
             // Before `parked` is raised: a caller that sees it raised reads this deadline.
             inbox.parked_until.store(self.until, Ordering::Relaxed);
-            inbox.parked.store(true, Ordering::SeqCst);
+            // A swap, not a store (the same cost, once per park). The memory model orders a
+            // plain store as well: a push's late swap that read `false` from before this park
+            // is ordered before this raise, and a push that happens after the raise reads it.
+            // loom's model of read-modify-writes leaves such a late swap and a plain store
+            // unordered, and reports a lost wake that cannot happen (a later push's swap
+            // reading the late swap's `false`); a swap reads the latest value, which puts the
+            // raise in order for loom too.
+            inbox.parked.swap(true, Ordering::SeqCst);
         }
-        // Pairs with the fence in `wake_shard`: either this sees a command pushed before the
-        // store above, or that push sees `parked` raised and wakes us.
+        // Pairs with the fence in `wake_shard`: either this sees a command pushed (or a nudge
+        // raised) before the raise above, or that push (nudge) sees `parked` raised and wakes
+        // us.
         fence(Ordering::SeqCst);
-        if inbox.has_commands() {
+        let nudged = inbox.nudged.swap(false, Ordering::Acquire);
+        if nudged || inbox.has_commands() {
             self.armed = false;
             inbox.parked.store(false, Ordering::Release);
             return Poll::Ready(());
@@ -548,6 +578,30 @@ mod tests {
         assert_eq!(local.len(), 2);
     }
 
+    #[test]
+    fn a_nudge_between_the_shards_last_look_at_the_ring_and_its_park_wakes_the_park() {
+        let inbox = ShardInbox::default();
+        // The shard has read the ring and found nothing; a peer publishes and nudges before
+        // the shard raises `parked`, so the nudge finds nobody to wake.
+        inbox.nudge();
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(wakes.clone());
+        let mut parked = Box::pin(inbox.parked(inbox.now_us() + 1_000));
+        assert!(
+            parked
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready(),
+            "the park returns at once, for the shard to read the ring again"
+        );
+        drop(parked);
+        // That park took the nudge: the next one sleeps until something comes, and a nudge
+        // then wakes it.
+        let (_parked, wakes) = parked_for(&inbox, 1_000);
+        inbox.nudge();
+        assert_eq!(wakes.count(), 1);
+    }
+
     fn burst(inbox: &ShardInbox, topic: &Arc<str>, n: usize) {
         for _ in 0..n {
             assert!(inbox
@@ -588,5 +642,156 @@ mod tests {
             a < big && b < big,
             "a sparse spell shrinks both deques ({a}, {b})"
         );
+    }
+}
+
+/// Model checks of the hand-off between a shard and the threads that push to it or nudge it
+/// (built with `--cfg loom`, see `crate::sync`): every interleaving, up to a bound on
+/// preemptions, of the real inbox and ticket ring. The shard's park has no timer here, so a
+/// lost wake is a deadlock loom reports; in the shard, `MAX_PARK` would hide it as up to 50 ms
+/// of latency.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::runtime::ticket_ring::{Ticket, TicketRing};
+
+    fn check(model: impl Fn() + Sync + Send + 'static) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.check(model);
+    }
+
+    fn command() -> ShardCommand {
+        ShardCommand::RequestTopic(std::sync::Arc::from("t"))
+    }
+
+    const TICKET: Ticket = Ticket::Bump {
+        producer_id: 1,
+        epoch: 0,
+    };
+
+    /// A shard's loop as far as the inbox and the ring go: take what is queued, read the ring,
+    /// park when it has not had everything yet. With `cut_short`, its first park ends before
+    /// anything wakes it (another future of the shard's select won, say its timer): polled
+    /// once, then dropped.
+    fn shard(
+        inbox: &ShardInbox,
+        ring: &TicketRing,
+        commands: usize,
+        tickets: usize,
+        cut_short: bool,
+    ) {
+        let mut local = VecDeque::new();
+        let (mut taken, mut read) = (0, 0);
+        let mut cut_short = cut_short;
+        loop {
+            inbox.take_all(&mut local);
+            taken += local.len();
+            local.clear();
+            while ring.next(0).is_some() {
+                read += 1;
+            }
+            if taken == commands && read == tickets {
+                return;
+            }
+            if std::mem::take(&mut cut_short) {
+                let mut parked = pin!(inbox.parked(0));
+                let _ = parked
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()));
+            } else {
+                loom::future::block_on(inbox.parked(0));
+            }
+        }
+    }
+
+    fn setup() -> (Arc<ShardInbox>, Arc<TicketRing>) {
+        (
+            Arc::new(ShardInbox::new(WakePolicy::EAGER)),
+            Arc::new(TicketRing::new(2, 1)),
+        )
+    }
+
+    /// A command or record pushed while the shard goes to sleep is taken: either the shard's
+    /// look after raising `parked` sees it, or the push sees `parked` and wakes it.
+    #[test]
+    fn loom_a_pushed_command_or_record_is_never_stranded() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            let recorder = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push_record(command(), 10, 10).is_ok()))
+            };
+            shard(&inbox, &ring, 2, 0, false);
+            pusher.join().unwrap();
+            recorder.join().unwrap();
+        });
+    }
+
+    /// A push racing a park that ends without it (the shard woke for something else) is
+    /// taken on the shard's next look or wakes its next park.
+    #[test]
+    fn loom_a_push_racing_a_park_cut_short_is_not_stranded() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            shard(&inbox, &ring, 1, 0, true);
+            pusher.join().unwrap();
+        });
+    }
+
+    /// A peer publishes a ticket and nudges the shard, with no command: the shard reads the
+    /// ticket, however the nudge falls between its last look at the ring and its park.
+    #[test]
+    fn loom_a_nudge_after_the_shards_last_look_at_the_ring_wakes_it() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let peer = {
+                let (inbox, ring) = (inbox.clone(), ring.clone());
+                thread::spawn(move || {
+                    ring.publish(TICKET).expect("room");
+                    inbox.nudge();
+                })
+            };
+            shard(&inbox, &ring, 0, 1, false);
+            peer.join().unwrap();
+        });
+    }
+
+    /// A nudge and a push together, with a park cut short: the shard gets both.
+    #[test]
+    fn loom_a_nudge_and_a_push_racing_a_park_both_reach_the_shard() {
+        check(|| {
+            let (inbox, ring) = setup();
+            let peer = {
+                let (inbox, ring) = (inbox.clone(), ring.clone());
+                thread::spawn(move || {
+                    ring.publish(TICKET).expect("room");
+                    inbox.nudge();
+                })
+            };
+            let pusher = {
+                let inbox = inbox.clone();
+                thread::spawn(move || assert!(inbox.push(command()).is_ok()))
+            };
+            shard(&inbox, &ring, 1, 1, true);
+            peer.join().unwrap();
+            pusher.join().unwrap();
+        });
     }
 }
