@@ -40,6 +40,20 @@ fn rss_kib() -> u64 {
         .expect("VmRSS in /proc/self/status")
 }
 
+/// Heap bytes in use now, as glibc's allocator counts them (`mallinfo2`: small blocks and
+/// mmapped ones): unlike resident memory, freed memory does not count.
+#[cfg(target_env = "gnu")]
+fn heap_in_use() -> usize {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let info = unsafe { libc::mallinfo2() };
+    info.uordblks + info.hblkhd
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn heap_in_use() -> usize {
+    0
+}
+
 /// Waits until at most `baseline` threads remain, re-reading `/proc/self/task` every few
 /// milliseconds (a thread's exit has no event to wait on); the count reached at the deadline.
 fn wait_for_threads(baseline: usize, timeout: Duration) -> usize {
@@ -142,7 +156,11 @@ fn run(count: u64) {
         "threads after the warm-up: {settled}, before it {baseline_threads}"
     );
     let baseline_rss = rss_kib();
-    println!("baseline: {baseline_threads} threads, {baseline_rss} KiB resident");
+    let baseline_heap = heap_in_use();
+    println!(
+        "baseline: {baseline_threads} threads, {baseline_rss} KiB resident, {} KiB of heap in use",
+        baseline_heap / 1024
+    );
     let (mut peak_threads, mut peak_rss) = (baseline_threads, baseline_rss);
     for index in WARM_UP..WARM_UP + count {
         acked.extend(use_and_end(&cluster, topic, index));
@@ -150,20 +168,25 @@ fn run(count: u64) {
         peak_rss = peak_rss.max(rss_kib());
         if (index - WARM_UP + 1) % 100 == 0 {
             println!(
-                "{} producers: {} threads, {} KiB resident, {:?}",
+                "{} producers: {} threads, {} KiB resident, {} KiB of heap in use, {:?}",
                 index - WARM_UP + 1,
                 threads(),
                 rss_kib(),
+                heap_in_use() / 1024,
                 started.elapsed()
             );
         }
     }
     let after_threads = wait_for_threads(baseline_threads, WAIT);
     let after_rss = rss_kib();
+    let after_heap = heap_in_use();
     println!(
         "{count} producers: threads baseline {baseline_threads}, peak {peak_threads}, after \
          {after_threads}; resident baseline {baseline_rss} KiB, peak {peak_rss} KiB, after \
-         {after_rss} KiB (bound baseline + {RSS_SLACK_KIB} KiB); {:?}",
+         {after_rss} KiB (bound baseline + {RSS_SLACK_KIB} KiB); heap in use baseline {} KiB, \
+         after {} KiB; {:?}",
+        baseline_heap / 1024,
+        after_heap / 1024,
         started.elapsed()
     );
     assert!(
