@@ -118,6 +118,9 @@ struct Plan {
     /// The test's own handle is dropped first, so the last drop is an app thread's, a tokio
     /// task's or a callback's; otherwise it closes the producer once the threads are done.
     handle_dropped_first: bool,
+    /// In a few seeds the last app thread closes the producer at this step, early, while
+    /// other threads may still wait for the topic's metadata.
+    early_close: Option<usize>,
     callback_calls: bool,
 }
 
@@ -151,6 +154,7 @@ impl Plan {
             },
             multi_thread_runtime: rng.chance(50),
             handle_dropped_first: rng.chance(30),
+            early_close: rng.chance(8).then(|| rng.range(0, 4) as usize),
             callback_calls,
         }
     }
@@ -205,7 +209,7 @@ fn add_fault(cluster: &ReferenceCluster, rng: &mut Rng, transactional: bool) {
             NOT_ENOUGH_REPLICAS_AFTER_APPEND,
             1,
         ),
-        5 => faults.delay_response(ANY_BROKER, ApiKey::Metadata, 1, rng.millis(100, 1000)),
+        5 => faults.delay_response(ANY_BROKER, ApiKey::Metadata, 1, rng.millis(100, 2500)),
         6 => faults.inject_error(
             ANY_BROKER,
             ApiKey::AddPartitionsToTxn,

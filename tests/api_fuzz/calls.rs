@@ -345,8 +345,17 @@ impl Ctx {
         } else {
             self.wait_for_first_transaction();
         }
+        let early_close = self
+            .plan
+            .early_close
+            .filter(|_| lane as usize == self.plan.threads - 1);
         for step in 0..self.plan.ops {
             let late = step * 5 >= self.plan.ops * 4;
+            if early_close == Some(step) {
+                let t = rng.millis(0, 200);
+                self.close(&p, t);
+                continue;
+            }
             match rng.below(100) {
                 0..=29 => self.send(&p, &mut rng, Some(lane)),
                 30..=44 => self.try_send(&p, &mut rng, Some(lane)),

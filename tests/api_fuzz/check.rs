@@ -104,7 +104,14 @@ pub(crate) fn run_seed(
         ctx2.watch
             .call("drop of a producer handle", bound, || drop(producer));
     });
+    // Names the seed, its plan and how to replay it, with the failures the calls noted so far.
     let fail = |what: String| {
+        let noted = ctx.watch.state.lock().unwrap().failures.clone();
+        let what = [what]
+            .into_iter()
+            .chain(noted)
+            .collect::<Vec<_>>()
+            .join("\n  ");
         Err(format!("seed {seed}: {what}\n  plan: {:?}\n  replay: KACRAB_FUZZ_SEED={seed} cargo test --features testkit --test api_fuzz -- --nocapture", ctx.plan))
     };
     let watch = &ctx.watch;
@@ -143,7 +150,7 @@ pub(crate) fn run_seed(
             plan.delivery_timeout + HANG
         ));
     }
-    let mut failures = std::mem::take(&mut watch.state.lock().unwrap().failures);
+    let mut failures = Vec::new();
     // Every future and callback resolves.
     let deadline = Instant::now() + plan.delivery_timeout + HANG;
     let futures = std::mem::take(&mut *ctx.ledger.futures.lock().unwrap());
@@ -185,13 +192,24 @@ pub(crate) fn run_seed(
     } else {
         Isolation::ReadUncommitted
     };
-    let log = read_back(
-        &cluster.bootstrap_servers(),
-        &topic,
-        plan.partitions,
-        isolation,
-        Duration::from_secs(60),
-    );
+    let bootstrap = cluster.bootstrap_servers();
+    let read = std::panic::catch_unwind(|| {
+        read_back(
+            &bootstrap,
+            &topic,
+            plan.partitions,
+            isolation,
+            Duration::from_secs(60),
+        )
+    });
+    let log = match read {
+        Ok(log) => log,
+        Err(panic) => {
+            drop(outcomes);
+            let why = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+            return fail(format!("reading the log back failed: {why}"));
+        }
+    };
     let (summary, broken) = check_log(&ctx, &outcomes, &log);
     drop(outcomes);
     if !broken.is_empty() {
