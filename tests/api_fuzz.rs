@@ -25,7 +25,10 @@
 //! from `KACRAB_FUZZ_BASE` (default: days since the epoch × 1000, so CI covers a new window
 //! every day). `KACRAB_FUZZ_CALLBACK_CALLS=0` keeps delivery callbacks from calling the
 //! producer. The long run: `cargo test --release --features testkit --test api_fuzz --
-//! --ignored --nocapture` (5000 seeds, or `KACRAB_FUZZ_SEEDS`).
+//! --ignored --nocapture` (5000 seeds, or `KACRAB_FUZZ_SEEDS`, in 4 jobs of a cluster each, or
+//! `KACRAB_FUZZ_JOBS`). A run stops at its first failed seed (`KACRAB_FUZZ_MAX_FAILURES`
+//! lets it go on; a failed seed leaves its hung threads behind). `KACRAB_FUZZ_VERBOSE=1` prints
+//! each transactional call's result and each record's error.
 #![cfg(feature = "testkit")]
 
 #[path = "api_fuzz/calls.rs"]
@@ -304,7 +307,7 @@ fn env_u64(key: &str) -> Option<u64> {
     std::env::var(key).ok().and_then(|v| v.parse().ok())
 }
 
-fn fuzz(default_seeds: u64) {
+fn fuzz(default_seeds: u64, default_jobs: u64) {
     let seeds: Vec<u64> = match env_u64("KACRAB_FUZZ_SEED") {
         Some(seed) => vec![seed],
         None => {
@@ -320,32 +323,62 @@ fn fuzz(default_seeds: u64) {
     };
     let callback_calls = env_u64("KACRAB_FUZZ_CALLBACK_CALLS") != Some(0);
     let max_failures = env_u64("KACRAB_FUZZ_MAX_FAILURES").unwrap_or(1) as usize;
+    let jobs = env_u64("KACRAB_FUZZ_JOBS").unwrap_or(default_jobs).max(1) as usize;
     println!(
-        "api_fuzz: seeds {}..={} ({}); replay one with KACRAB_FUZZ_SEED=<seed>",
+        "api_fuzz: seeds {}..={} ({}) in {jobs} job(s); replay one with KACRAB_FUZZ_SEED=<seed>",
         seeds[0],
         seeds[seeds.len() - 1],
         seeds.len()
     );
     let started = Instant::now();
-    let cluster = Arc::new(ReferenceCluster::start(3, BrokerRules::default()));
-    let mut failures = Vec::new();
-    for &seed in &seeds {
-        match run_seed(&cluster, seed, callback_calls) {
-            Ok(summary) => println!("{summary}"),
-            Err(failure) => {
-                println!("FAILED {failure}");
-                failures.push(failure);
-                if failures.len() >= max_failures {
-                    break;
+    let failures = Mutex::new(Vec::new());
+    let run = AtomicU64::new(0);
+    // Each job runs every `jobs`-th seed against a cluster of its own (faults are per cluster).
+    std::thread::scope(|scope| {
+        for job in 0..jobs {
+            let (seeds, failures, run) = (&seeds, &failures, &run);
+            scope.spawn(move || {
+                let cluster = Arc::new(ReferenceCluster::start(3, BrokerRules::default()));
+                let mut healthy = true;
+                for &seed in seeds.iter().skip(job).step_by(jobs) {
+                    if failures.lock().unwrap().len() >= max_failures {
+                        break;
+                    }
+                    run.fetch_add(1, Ordering::Relaxed);
+                    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_seed(&cluster, seed, callback_calls)
+                    }))
+                    .unwrap_or_else(|panic| {
+                        let why = panic.downcast_ref::<String>().cloned();
+                        let why =
+                            why.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                        Err(format!("seed {seed} panicked: {}", why.unwrap_or_default()))
+                    });
+                    match result {
+                        Ok(summary) => println!("{summary}"),
+                        Err(failure) => {
+                            println!("FAILED {failure}");
+                            failures.lock().unwrap().push(failure);
+                            healthy = false;
+                        }
+                    }
                 }
-            }
+                if !healthy {
+                    // A failed seed may leave hung threads holding producer handles and
+                    // connections: the cluster is left running rather than joined.
+                    std::mem::forget(cluster);
+                }
+            });
         }
-    }
-    println!("api_fuzz: {} seeds in {:?}", seeds.len(), started.elapsed());
+    });
+    let failures = failures.into_inner().unwrap();
+    println!(
+        "api_fuzz: {} seeds in {:?}, {} failed",
+        run.into_inner(),
+        started.elapsed(),
+        failures.len()
+    );
     if !failures.is_empty() {
-        // A failed seed may leave hung threads holding producer handles and connections:
-        // the cluster is left running rather than joined.
-        std::mem::forget(cluster);
         panic!(
             "{} seed(s) failed:\n{}",
             failures.len(),
@@ -356,11 +389,11 @@ fn fuzz(default_seeds: u64) {
 
 #[test]
 fn random_public_calls_never_hang_and_every_outcome_keeps_its_promise() {
-    fuzz(40);
+    fuzz(40, 1);
 }
 
 #[test]
 #[ignore]
 fn five_thousand_seeds_of_random_public_calls_never_hang_and_keep_every_promise() {
-    fuzz(5000);
+    fuzz(5000, 4);
 }

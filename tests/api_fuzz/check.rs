@@ -44,6 +44,16 @@ pub(crate) fn run_seed(
     for _ in 0..rng.range(0, 3) {
         add_fault(cluster, &mut rng, plan.transactional);
     }
+    if plan.early_close.is_some() {
+        // The topic's metadata comes late: the first sends wait for it while `close` runs.
+        let delay = rng.millis(1500, 2500);
+        cluster
+            .faults()
+            .delay_response(ANY_BROKER, ApiKey::Metadata, 1, delay);
+    }
+    if verbose() {
+        println!("seed {seed}: {plan:?}");
+    }
     let producer = plan.producer(cluster);
     let runtime = producer.runtime_watch();
     let ctx = Arc::new(Ctx {
@@ -110,6 +120,7 @@ pub(crate) fn run_seed(
         let what = [what]
             .into_iter()
             .chain(noted)
+            .filter(|w| !w.is_empty())
             .collect::<Vec<_>>()
             .join("\n  ");
         Err(format!("seed {seed}: {what}\n  plan: {:?}\n  replay: KACRAB_FUZZ_SEED={seed} cargo test --features testkit --test api_fuzz -- --nocapture", ctx.plan))
@@ -182,7 +193,7 @@ pub(crate) fn run_seed(
             "the callbacks of records {missing:?} never ran after the producer closed"
         ));
     }
-    if !failures.is_empty() {
+    if !failures.is_empty() || !watch.state.lock().unwrap().failures.is_empty() {
         drop(outcomes);
         return fail(failures.join("\n  "));
     }

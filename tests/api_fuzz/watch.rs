@@ -158,6 +158,14 @@ impl Drop for CallGuard<'_> {
         let running = state.running.remove(&self.key).expect("registered");
         let now = Instant::now();
         let elapsed = now - running.started;
+        if verbose() && elapsed > Duration::from_millis(300) {
+            println!(
+                "{} returned after {elapsed:?} (woken by close: {}, close returned {:?} after it started)",
+                running.what,
+                self.woken_by_close,
+                state.closed_at.map(|c| c.checked_duration_since(running.started))
+            );
+        }
         if elapsed > running.bound + LATE {
             state.failures.push(format!(
                 "{} returned after {elapsed:?}, past its bound {:?} + {LATE:?}",
@@ -167,7 +175,7 @@ impl Drop for CallGuard<'_> {
         if let Some(closed_at) = state.closed_at {
             if self.woken_by_close && running.started < closed_at && now > closed_at + WAKE {
                 state.failures.push(format!(
-                    "{} was still blocked when `close` returned and returned only {:?} later",
+                    "{} was still blocked when `close` returned and returned only {:?} later (close must wake it: {WAKE:?} allowed)",
                     running.what,
                     now - closed_at
                 ));
