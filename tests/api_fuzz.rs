@@ -58,7 +58,7 @@ use kafka_protocol::messages::ApiKey;
 
 use check::run_seed;
 use common::{read_back, Isolation};
-use watch::{on_shard_thread, thread_name, verbose, Watch};
+use watch::{on_shard_thread, thread_name, verbose, Watch, IN_CALLBACK};
 
 /// How long past its bound a call may still be running before the watchdog fails the seed.
 const HANG: Duration = Duration::from_secs(10);

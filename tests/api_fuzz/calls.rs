@@ -122,10 +122,12 @@ impl Ctx {
         p.send_with_callback(record, move |result| {
             ctx.ledger.outcome(id, Outcome::Result(result));
             if let Some(clone) = clone {
+                let outer = IN_CALLBACK.replace(true);
                 ctx.nested(&clone, nested, &mut nested_rng);
                 let bound = ctx.bound_on_shard(ctx.plan.delivery_timeout);
                 ctx.watch
                     .call("drop of a producer handle", bound, || drop(clone));
+                IN_CALLBACK.set(outer);
             }
         });
         drop(guard);

@@ -35,7 +35,14 @@ pub(crate) struct CallGuard<'a> {
     pub(crate) woken_by_close: bool,
 }
 
-/// `KACRAB_FUZZ_VERBOSE=1`: print every transactional call's result and every record's error.
+thread_local! {
+    /// This thread runs a delivery callback (a shard's, or the app thread's own when the
+    /// record failed before it was queued).
+    pub(crate) static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `KACRAB_FUZZ_VERBOSE=1`: print each seed's plan, each call slower than 300 ms, each
+/// transactional call's result and each record's error.
 pub(crate) fn verbose() -> bool {
     static VERBOSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *VERBOSE.get_or_init(|| std::env::var("KACRAB_FUZZ_VERBOSE").is_ok_and(|v| v != "0"))
@@ -56,7 +63,7 @@ pub(crate) fn on_shard_thread() -> bool {
 
 impl Watch {
     pub(crate) fn enter(&self, what: &str, bound: Duration) -> CallGuard<'_> {
-        let what = if on_shard_thread() {
+        let what = if IN_CALLBACK.get() {
             format!("`{what}` in a delivery callback on {}", thread_name())
         } else {
             format!("`{what}` on {}", thread_name())
