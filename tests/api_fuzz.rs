@@ -124,6 +124,10 @@ struct Plan {
     /// In a few seeds the last app thread closes the producer at this step, early, while
     /// other threads may still wait for the topic's metadata.
     early_close: Option<usize>,
+    /// In a few seeds the topic's metadata comes just before `max.block.ms`, and then
+    /// `buffer.memory` is full, its records held by slow answers: a `send` waits for both,
+    /// and must still return within `max.block.ms`.
+    slow_start: bool,
     callback_calls: bool,
 }
 
@@ -132,7 +136,7 @@ impl Plan {
         let mut rng = Rng::new(seed);
         let request_timeout = rng.millis(500, 1500);
         let linger_ms = rng.range(0, 10);
-        Plan {
+        let mut plan = Plan {
             seed,
             partitions: rng.range(3, 6) as i32,
             shards: rng.range(1, 2) as usize,
@@ -158,8 +162,19 @@ impl Plan {
             multi_thread_runtime: rng.chance(50),
             handle_dropped_first: rng.chance(30),
             early_close: rng.chance(8).then(|| rng.range(0, 4) as usize),
+            slow_start: false,
             callback_calls,
+        };
+        if rng.chance(5) {
+            plan.slow_start = true;
+            plan.max_block = rng.millis(4000, 5000);
+            // Held records keep their memory: none expires while the second topic's send waits.
+            plan.delivery_timeout = plan.max_block * 3;
+            plan.buffer_memory = 16 * 1024;
+            plan.transactional = false;
+            plan.early_close = None;
         }
+        plan
     }
 
     fn producer(&self, cluster: &ReferenceCluster) -> Producer {

@@ -5,6 +5,10 @@ use super::*;
 
 impl Ledger {
     pub(crate) fn record(&self, rng: &mut Rng, partitions: i32) -> (u64, ProducerRecord) {
+        self.record_to(&self.topic, rng, partitions)
+    }
+
+    fn record_to(&self, topic: &str, rng: &mut Rng, partitions: i32) -> (u64, ProducerRecord) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut payload = id.to_be_bytes().to_vec();
         payload.extend_from_slice(&self.seed.to_be_bytes());
@@ -14,7 +18,7 @@ impl Ledger {
             rng.range(16, 200)
         };
         payload.resize(len as usize, b'.');
-        let mut record = ProducerRecord::new(self.topic.as_str(), Bytes::from(payload));
+        let mut record = ProducerRecord::new(topic, Bytes::from(payload));
         // A refused record makes a transaction abortable: rarer in transactional seeds, so
         // that some transactions commit.
         let invalid = if self.transactional {
@@ -132,6 +136,31 @@ impl Ctx {
         });
         drop(guard);
         self.ledger.sent(id, gen, Some(lane));
+    }
+
+    /// A slow-start seed's record to a second topic, sent while the first topic's records
+    /// fill `buffer.memory` (their answers held): its metadata comes after about 80% of
+    /// `max.block.ms` (each held Metadata request times out at `request.timeout.ms` and is
+    /// asked again), and then it needs room. `send` still returns within `max.block.ms`.
+    fn send_to_second_topic(self: &Arc<Self>, p: &Producer, rng: &mut Rng) {
+        let faults = self.cluster.faults();
+        let held = (self.plan.max_block.as_secs_f64() * 0.8
+            / self.plan.request_timeout.as_secs_f64())
+        .floor()
+        .max(1.0) as usize;
+        faults.delay_response(ANY_BROKER, ApiKey::Produce, 24, self.plan.max_block * 2);
+        faults.delay_response(ANY_BROKER, ApiKey::Metadata, held, self.plan.max_block * 2);
+        let topic = check::second_topic(self.plan.seed);
+        let (id, record) = self.ledger.record_to(&topic, rng, 1);
+        let record = record.with_partition(0);
+        self.ledger
+            .sending(id, "send to a second topic", None, Some(0));
+        let future = self
+            .watch
+            .call("send to a second topic", self.plan.max_block, || {
+                p.send(record)
+            });
+        self.ledger.future(id, future);
     }
 
     fn draw_nested(&self, rng: &mut Rng) -> Nested {
@@ -353,6 +382,10 @@ impl Ctx {
             .filter(|_| lane as usize == self.plan.threads - 1);
         for step in 0..self.plan.ops {
             let late = step * 5 >= self.plan.ops * 4;
+            if self.plan.slow_start && lane == 0 && step == self.plan.ops / 3 {
+                self.send_to_second_topic(&p, &mut rng);
+                continue;
+            }
             if early_close == Some(step) {
                 let t = rng.millis(0, 200);
                 self.close(&p, t);

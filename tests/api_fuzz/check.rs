@@ -40,6 +40,9 @@ pub(crate) fn run_seed(
         .collect();
     cluster.faults().clear();
     cluster.create_topic(&topic, &leaders);
+    if plan.slow_start {
+        cluster.create_topic(&second_topic(seed), &[1]);
+    }
     let mut rng = Rng::new(seed ^ 0x5eed);
     for _ in 0..rng.range(0, 3) {
         add_fault(cluster, &mut rng, plan.transactional);
@@ -213,6 +216,21 @@ pub(crate) fn run_seed(
             Duration::from_secs(60),
         )
     });
+    let read = read.and_then(|mut log| {
+        if plan.slow_start {
+            let second = std::panic::catch_unwind(|| {
+                read_back(
+                    &bootstrap,
+                    &second_topic(seed),
+                    1,
+                    isolation,
+                    Duration::from_secs(60),
+                )
+            })?;
+            log.extend(second);
+        }
+        Ok(log)
+    });
     let log = match read {
         Ok(log) => log,
         Err(panic) => {
@@ -227,6 +245,12 @@ pub(crate) fn run_seed(
         return fail(broken.join("\n  "));
     }
     Ok(format!("seed {seed}: {summary}, {:?}", started.elapsed()))
+}
+
+/// The topic a slow-start seed sends one record to, once the first topic's records fill
+/// `buffer.memory`.
+pub(crate) fn second_topic(seed: u64) -> String {
+    format!("fuzz-{seed}-b")
 }
 
 /// The log against every outcome's promise; a summary and the promises broken.
