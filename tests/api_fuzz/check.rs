@@ -383,7 +383,16 @@ fn check_log(
     }
     let summary = format!(
         "{}{} sent, {acked} acknowledged, {absent} failed and not in the log, {unknown} of unknown outcome, {} in the log; errors {errors:?}",
-        if ctx.plan.transactional { "transactional: " } else { "" },
+        if ctx.plan.transactional {
+            let committed = fates.values().filter(|f| **f == Fate::Committed).count();
+            format!(
+                "transactional ({committed} committed, {} aborted{}): ",
+                fates.len() - committed,
+                if fates_reliable { "" } else { ", fates unreliable" }
+            )
+        } else {
+            String::new()
+        },
         sent.len(),
         at.len()
     );
