@@ -79,6 +79,10 @@ impl Watch {
                 bound,
             },
         );
+        drop(state);
+        // The test thread sleeps until the earliest deadline it knows of: a new call may be
+        // due earlier.
+        self.changed.notify_all();
         CallGuard {
             watch: self,
             key,
