@@ -7,12 +7,17 @@
 //! (whose callback may itself call a clone of the producer: send, flush, purge, metrics,
 //! close, transactional calls, or drop the last handle), `flush`, `flush_timeout`, `purge`,
 //! `metrics`, clones dropped, a late `close`, and transactions begun, committed and aborted.
-//! Every record carries its id and the seed in its payload. Then:
+//! A few seeds close early, while other threads wait for the topic's late metadata; a few
+//! ("slow start") send to a second topic whose metadata comes late into a `buffer.memory` held
+//! full. Every record carries its id and the seed in its payload. Then:
 //!
 //! 1. every blocking call returns within its stated bound: a watchdog fails the seed, naming
 //!    the call, its thread and the seed, when one is still running `HANG` past its bound (the
 //!    hung threads are left behind; nothing in the test thread waits on them), and a call
-//!    that returned more than `LATE` past its bound fails it too;
+//!    that returned more than `LATE` past its bound fails it too; on a shard thread (in a
+//!    delivery callback) no call may wait for a shard, so its bound is zero (`flush_timeout`'s
+//!    is its timeout); a `send` blocked when a `close` returned returns within `WAKE`; a
+//!    `close` returns only once every shard stopped, also when another `close` is under way;
 //! 2. after `close` (or the drop of the last handle) every shard thread exits, every future
 //!    and callback resolves, and `buffered_bytes()` is 0;
 //! 3. the log, read back with librdkafka, keeps every outcome's promise: an acknowledged
@@ -28,7 +33,7 @@
 //! --ignored --nocapture` (5000 seeds, or `KACRAB_FUZZ_SEEDS`, in 4 jobs of a cluster each, or
 //! `KACRAB_FUZZ_JOBS`). A run stops at its first failed seed (`KACRAB_FUZZ_MAX_FAILURES`
 //! lets it go on; a failed seed leaves its hung threads behind). `KACRAB_FUZZ_VERBOSE=1` prints
-//! each transactional call's result and each record's error.
+//! each seed's plan, each slow call, each transactional call's result and each record's error.
 #![cfg(feature = "testkit")]
 
 #[path = "api_fuzz/calls.rs"]
