@@ -202,17 +202,18 @@ fn close_wakes_sends_blocked_on_buffer_memory_sync_and_async() {
     drop(ManuallyDrop::into_inner(producer));
 }
 
-#[test]
-fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
+/// Starts `close(first)` on its own thread, waits until it has begun (a send is refused as
+/// closed), then makes a second `close(second)` under the watchdog; after it returned, every
+/// held record has completed and every shard has stopped.
+fn close_during_a_close(first: Duration, second: Duration) {
     let cluster = cluster();
     let producer = producer(&cluster, &[]);
     let held = fill_buffer(&cluster, &producer);
     let watch = producer.runtime_watch();
     let first = {
         let producer = Producer::clone(&producer);
-        std::thread::spawn(move || producer.close(Duration::from_secs(3)))
+        std::thread::spawn(move || producer.close(first))
     };
-    // The first close has begun once a send is refused as closed.
     let deadline = Instant::now() + WATCHDOG;
     loop {
         let refused = producer
@@ -224,10 +225,8 @@ fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
         assert!(Instant::now() < deadline, "close never began");
         std::thread::yield_now();
     }
-    let second = Producer::clone(&producer);
-    within_watchdog("the second close", move || {
-        second.close(Duration::from_secs(30))
-    });
+    let closer = Producer::clone(&producer);
+    within_watchdog("the second close", move || closer.close(second));
     let incomplete = held.iter().filter(|f| f.try_result().is_none()).count();
     assert_eq!(
         incomplete, 0,
@@ -238,8 +237,22 @@ fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
         0,
         "and before the shards stopped"
     );
-    first.join().expect("first close");
+    within_watchdog("the first close", move || {
+        first.join().expect("first close")
+    });
     drop(ManuallyDrop::into_inner(producer));
+}
+
+#[test]
+fn a_second_close_returns_only_once_the_first_has_closed_the_producer() {
+    close_during_a_close(Duration::from_secs(3), Duration::from_secs(30));
+}
+
+/// As Java's `close`, a close whose own time runs out while another (with all the time in
+/// the world) is under way force-closes: the held records fail now, and it returns closed.
+#[test]
+fn a_close_that_runs_out_of_time_during_a_longer_close_forces_it_and_returns_closed() {
+    close_during_a_close(Duration::from_secs(600), Duration::from_millis(200));
 }
 
 /// A shard that dies of a bug of kacrab's own (a panic injected by the testkit) in its driver
