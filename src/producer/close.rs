@@ -14,9 +14,11 @@ impl Producer {
     /// the shards, all within `timeout`. Records still incomplete then fail with
     /// `ProduceError::Closed`, or `OutcomeUnknown` when an attempt of theirs may have landed
     /// (on the wire, or answered ambiguously and waiting for its retry). Every `send` or
-    /// `send_async` waiting for room or metadata is woken and fails with `Closed`. A `close`
-    /// made while another is under way returns when the producer is closed, or at its own
-    /// `timeout`. Dropping the last handle of a producer closes it with `delivery.timeout.ms`.
+    /// `send_async` waiting for room or metadata is woken and fails with `Closed`. Like Java's,
+    /// it returns only once the producer is closed: a `close` made while another is under way
+    /// waits for it up to its own `timeout`, then stops the shards at once (failing what they
+    /// still hold, as above). Dropping the last handle of a producer closes it with
+    /// `delivery.timeout.ms`.
     ///
     /// On a shard thread (in a delivery callback) it is Java's `close(0)`: sends are refused
     /// from then on, every shard stops at once, failing the records still incomplete as above,
@@ -33,32 +35,43 @@ impl Producer {
 }
 
 impl Inner {
-    /// `close` from a thread that may wait: the first call aborts an open transaction, then
-    /// asks every shard to stop by `timeout`; every call waits until they all have (a later
-    /// call at most its own `timeout`), and the threads are joined.
+    /// `close` from a thread that may wait, as Java's `close(timeout)`: the first call aborts
+    /// an open transaction and asks every shard to stop by `timeout`. A later call made while
+    /// the first is under way waits up to its own `timeout` for the shards to stop, then brings
+    /// their deadline forward to now (Java's force close: what they still hold fails at once).
+    /// Every call returns once every shard has stopped, and the threads are joined: bounded by
+    /// the deadline in force, since a shard stops by then (or has died).
     fn close(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         if self.begin_close() {
             self.end_open_transaction(timeout);
             self.stop_shards(deadline);
-            // Bounded by the shards' deadline (each stops by `deadline`, or has died).
-            self.stopped.wait(None);
-        } else if !self
-            .stopped
-            .wait(Some(deadline.saturating_duration_since(Instant::now())))
-        {
-            return;
+        } else if !self.stopped.wait(Some(timeout)) {
+            self.bring_deadline_forward(Instant::now());
         }
+        self.stopped.wait(None);
         for join in self.joins.lock().expect("joins lock").drain(..) {
             let _ = join.join();
         }
     }
 
     /// `close` on a shard thread, which must not wait for a shard: the shards stop by
-    /// `deadline` on their own, and their threads end by themselves.
+    /// `deadline` (brought forward to it if a close under way has a later one) on their own,
+    /// and their threads end by themselves.
     fn close_without_waiting(&self, deadline: Instant) {
         if self.begin_close() {
             self.stop_shards(deadline);
+        } else {
+            self.bring_deadline_forward(deadline);
+        }
+    }
+
+    /// A closing producer's shards give up at `at` if that is sooner than the deadline in
+    /// force; each is woken to look at it.
+    fn bring_deadline_forward(&self, at: Instant) {
+        self.close_by.bring_forward(at);
+        for inbox in &self.inboxes {
+            inbox.nudge();
         }
     }
 
@@ -76,8 +89,9 @@ impl Inner {
     /// Each shard counts `stopped` down as it stops. A shard whose inbox is already closed
     /// stopped on its own (it died) and has counted down then.
     fn stop_shards(&self, deadline: Instant) {
+        self.close_by.bring_forward(deadline);
         for inbox in &self.inboxes {
-            inbox.push_last(ShardCommand::Close { deadline });
+            inbox.push_last(ShardCommand::Close);
         }
     }
 }

@@ -24,7 +24,7 @@ use crate::error::{Error, ProduceError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
-use crate::runtime::command::{Countdown, Latch, OwnedRecord, ShardCommand};
+use crate::runtime::command::{CloseDeadline, Countdown, Latch, OwnedRecord, ShardCommand};
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
@@ -120,6 +120,8 @@ struct Inner {
     /// Counted down by each shard as it stops (closed, or dead): the producer is closed when
     /// it reaches zero. Every `close` call waits on it, not only the first.
     stopped: Arc<Latch>,
+    /// When the closing shards give up (`close`).
+    close_by: Arc<CloseDeadline>,
     requested: Mutex<std::collections::HashSet<Arc<str>>>,
     cores: Vec<usize>,
     counters: Arc<RuntimeCounters>,
@@ -188,6 +190,7 @@ impl Producer {
         let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
         let stopped = Latch::new(shard_count);
+        let close_by = Arc::new(CloseDeadline::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
         let counters = RuntimeCounters::new(shard_count);
         let metrics = Arc::new(MetricsBoard::new(
@@ -209,6 +212,7 @@ impl Producer {
             counters: counters.clone(),
             metrics: metrics.clone(),
             stopped: stopped.clone(),
+            close_by: close_by.clone(),
         });
         let mut joins = Vec::with_capacity(shard_count);
         for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
@@ -241,6 +245,7 @@ impl Producer {
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
                 stopped,
+                close_by,
                 requested: Mutex::new(Default::default()),
                 cores,
                 counters,

@@ -96,11 +96,10 @@ pub(crate) enum ShardCommand {
     Panic {
         in_task: bool,
     },
-    /// Send what is queued, then stop (counting `ShardContext::stopped` down); at `deadline`
-    /// fail what is left.
-    Close {
-        deadline: Instant,
-    },
+    /// Send what is queued, then stop (counting `ShardContext::stopped` down); at the
+    /// producer's close deadline (`ShardContext::close_by`, which a later `close` may bring
+    /// forward) fail what is left.
+    Close,
 }
 
 /// One shard's count of a [`Latch`], counted down when it is dropped: by the shard once it has
@@ -112,5 +111,26 @@ pub(crate) struct Countdown(Arc<Latch>);
 impl Drop for Countdown {
     fn drop(&mut self) {
         self.0.count_down();
+    }
+}
+
+/// When a closing producer's shards give up on what they still hold: set by the first `close`,
+/// brought forward (never back) by a later one that ran out of its own time, as Java's `close`
+/// force-closes once its timeout has passed. Each closing shard reads it every turn.
+#[derive(Default)]
+pub(crate) struct CloseDeadline(Mutex<Option<Instant>>);
+
+impl CloseDeadline {
+    /// Sets the deadline to `at`, unless one at or before `at` is already set.
+    pub(crate) fn bring_forward(&self, at: Instant) {
+        let mut deadline = self.0.lock().expect("close deadline lock");
+        if deadline.is_none_or(|set| at < set) {
+            *deadline = Some(at);
+        }
+    }
+
+    /// The deadline in force, if the producer is closing.
+    pub(crate) fn get(&self) -> Option<Instant> {
+        *self.0.lock().expect("close deadline lock")
     }
 }

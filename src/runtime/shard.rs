@@ -19,7 +19,7 @@ use crate::producer::delivery::DeliveryHandle;
 use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
 
-use super::command::{Countdown, Latch, ShardCommand};
+use super::command::{CloseDeadline, Countdown, Latch, ShardCommand};
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
@@ -54,6 +54,8 @@ pub(crate) struct ShardContext {
     pub metrics: Arc<MetricsBoard>,
     /// Counted down once by each shard as it stops, closed or dead: the producer waits on it.
     pub stopped: Arc<Latch>,
+    /// When a closing shard fails what it still holds and stops.
+    pub close_by: Arc<CloseDeadline>,
 }
 
 impl ShardContext {
@@ -229,7 +231,7 @@ pub(crate) async fn run_shard(
         engine: Engine::new(config).with_batch_memory(ctx.memory.clone()),
         local: VecDeque::new(),
         flushes: Vec::new(),
-        closing: None,
+        closing: false,
         metric_requests: Vec::new(),
         txn: TxnDriver::new(shard),
     };
@@ -251,8 +253,8 @@ struct ShardState {
     /// Commands taken from the inbox and not yet handled (at most one inbox's worth).
     local: VecDeque<ShardCommand>,
     flushes: Vec<(u64, Countdown)>,
-    /// The deadline of the `Close` being carried out.
-    closing: Option<Instant>,
+    /// A `Close` is being carried out (until `ShardContext::close_by`).
+    closing: bool,
     metric_requests: Vec<Countdown>,
     txn: TxnDriver,
 }
@@ -379,7 +381,7 @@ async fn drive(
                               engine: &mut Engine<DeliveryHandle>,
                               txn: &mut TxnDriver,
                               flushes: &mut Vec<(u64, Countdown)>,
-                              closing: &mut Option<Instant>,
+                              closing: &mut bool,
                               metric_requests: &mut Vec<Countdown>| {
             match cmd {
                 ShardCommand::Append(mut record) => {
@@ -426,9 +428,9 @@ async fn drive(
                         .detach(),
                     );
                 }
-                ShardCommand::Close { deadline } => {
+                ShardCommand::Close => {
                     engine.begin_close();
-                    *closing = Some(deadline);
+                    *closing = true;
                 }
             }
         };
@@ -556,8 +558,10 @@ async fn drive(
         metric_requests.clear();
         flushes.retain(|(token, _)| !engine.flush_done(*token));
         publish_report(shard, engine, &replica, &mut connections, ctx, &mut report);
-        if let Some(deadline) = *closing {
-            if engine.is_idle() || Instant::now() >= deadline {
+        if *closing {
+            // Set before any `Close` is pushed.
+            let deadline = ctx.close_by.get();
+            if engine.is_idle() || deadline.is_none_or(|at| Instant::now() >= at) {
                 engine.abort_all(ProduceError::Closed);
                 flushes.clear();
                 // Close every socket and cancel every task before saying we are done.
