@@ -123,15 +123,25 @@ impl Ctx {
         self.ledger.callbacks.lock().unwrap().insert(id);
         let mut guard = self.watch.enter("send_with_callback", self.plan.max_block);
         guard.woken_by_close = true;
+        let (key, caller) = (guard.key, std::thread::current().id());
         p.send_with_callback(record, move |result| {
-            ctx.ledger.outcome(id, Outcome::Result(result));
-            if let Some(clone) = clone {
-                let outer = IN_CALLBACK.replace(true);
-                ctx.nested(&clone, nested, &mut nested_rng);
-                let bound = ctx.bound_on_shard(ctx.plan.delivery_timeout);
-                ctx.watch
-                    .call("drop of a producer handle", bound, || drop(clone));
-                IN_CALLBACK.set(outer);
+            let run = || {
+                ctx.ledger.outcome(id, Outcome::Result(result));
+                if let Some(clone) = clone {
+                    let outer = IN_CALLBACK.replace(true);
+                    ctx.nested(&clone, nested, &mut nested_rng);
+                    let bound = ctx.bound_on_shard(ctx.plan.delivery_timeout);
+                    ctx.watch
+                        .call("drop of a producer handle", bound, || drop(clone));
+                    IN_CALLBACK.set(outer);
+                }
+            };
+            // Run on the calling thread (the record failed before it was queued): the
+            // callback's time is its own, not `send_with_callback`'s.
+            if std::thread::current().id() == caller {
+                ctx.watch.excluding(key, run);
+            } else {
+                run();
             }
         });
         drop(guard);

@@ -90,6 +90,22 @@ impl Watch {
         }
     }
 
+    /// Runs `f` inside the call `key` without counting its time against that call's bound: a
+    /// delivery callback that `send_with_callback` runs on the calling thread, before it
+    /// returns, for a record that failed before it was queued. The callback's own calls are
+    /// watched with their own bounds.
+    pub(crate) fn excluding<R>(&self, key: u64, f: impl FnOnce() -> R) -> R {
+        let paused = self.state.lock().unwrap().running.remove(&key);
+        let started = Instant::now();
+        let result = f();
+        if let Some(mut running) = paused {
+            running.started += started.elapsed();
+            self.state.lock().unwrap().running.insert(key, running);
+        }
+        self.changed.notify_all();
+        result
+    }
+
     pub(crate) fn call<R>(&self, what: &str, bound: Duration, f: impl FnOnce() -> R) -> R {
         let _guard = self.enter(what, bound);
         f()
