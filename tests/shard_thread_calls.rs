@@ -162,61 +162,49 @@ fn dropping_the_last_handle_in_a_callback_closes_without_blocking_the_shard() {
     );
 }
 
-#[test]
-fn a_blocking_send_from_a_callback_never_waits_for_room() {
+/// In a callback, a first large record takes about all of a small `buffer.memory`; a second,
+/// sent with `send_second` (whose `max.block.ms` is a minute), finds no room and must fail at
+/// once, and the shard goes on.
+fn a_send_in_a_callback_finds_no_room(
+    what: &str,
+    send_second: fn(&Producer, ProducerRecord) -> kacrab::DeliveryFuture,
+) {
     let cluster = cluster();
-    // Room for about one record: the callback's send finds the buffer full.
     let producer = producer(
         &cluster,
         &[("buffer.memory", "3000"), ("max.block.ms", "60000")],
     );
-    let (result, took) = from_a_callback(&producer, "send with a full buffer.memory", |p| {
+    let (result, took) = from_a_callback(&producer, what, move |p| {
         let started = Instant::now();
         let big = ProducerRecord::new(TOPIC, Bytes::from(vec![7u8; 2000])).with_partition(0);
         let first = p.send(big.clone());
-        let second = p.send(big);
+        let second = send_second(&p, big);
         let took = started.elapsed();
         drop(first);
         (second.try_result(), took)
     });
     assert!(
         took < WATCHDOG,
-        "send from a callback waited {took:?} for room"
+        "{what} in a callback waited {took:?} for room"
     );
     assert!(
         matches!(result, Some(Err(ProduceError::BufferExhausted { .. }))),
-        "a send that would wait for room on a shard thread fails at once: {result:?}"
+        "{what} that would wait for room on a shard thread fails at once: {result:?}"
     );
     shard_still_delivers(&producer);
     ManuallyDrop::into_inner(producer).close(WATCHDOG);
 }
 
 #[test]
+fn a_blocking_send_from_a_callback_never_waits_for_room() {
+    a_send_in_a_callback_finds_no_room("send", |p, record| p.send(record));
+}
+
+#[test]
 fn a_send_async_driven_in_a_callback_never_waits_for_room() {
-    let cluster = cluster();
-    let producer = producer(
-        &cluster,
-        &[("buffer.memory", "3000"), ("max.block.ms", "60000")],
-    );
-    let (result, took) = from_a_callback(&producer, "send_async with a full buffer.memory", |p| {
-        let started = Instant::now();
-        let big = ProducerRecord::new(TOPIC, Bytes::from(vec![7u8; 2000])).with_partition(0);
-        let first = p.send(big.clone());
-        let second = futures::executor::block_on(p.send_async(big));
-        let took = started.elapsed();
-        drop(first);
-        (second.try_result(), took)
+    a_send_in_a_callback_finds_no_room("send_async", |p, record| {
+        futures::executor::block_on(p.send_async(record))
     });
-    assert!(
-        took < WATCHDOG,
-        "send_async in a callback waited {took:?} for room"
-    );
-    assert!(
-        matches!(result, Some(Err(ProduceError::BufferExhausted { .. }))),
-        "a send_async that would wait for room on a shard thread fails at once: {result:?}"
-    );
-    shard_still_delivers(&producer);
-    ManuallyDrop::into_inner(producer).close(WATCHDOG);
 }
 
 #[test]
