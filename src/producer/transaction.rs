@@ -2,6 +2,10 @@
 //! `sendOffsetsToTransaction`, `commitTransaction`, `abortTransaction`). Each is carried to the
 //! owner shard's transaction manager and waits for its result up to a timeout; a call that
 //! timed out goes on there, and making the same call again waits for the same result.
+//!
+//! Made on a shard thread (in a delivery callback), each returns
+//! `TransactionError::OnShardThread` at once and changes nothing: waiting for the transaction
+//! manager there could wait for the very shard that runs the caller.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
