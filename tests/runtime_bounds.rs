@@ -276,6 +276,8 @@ fn a_shard_whose_task_panics_dies_the_same_way_and_every_record_call_and_byte_co
 fn shard_dies(in_task: bool) {
     let topic = if in_task { "task-panic" } else { "shard-panic" };
     const PARTITIONS: i32 = 8;
+    /// Records sent before the panic is injected (as many again after it).
+    const BEFORE_PANIC: u64 = 400;
     let cluster = ReferenceCluster::start(1, BrokerRules::default());
     cluster.create_topic(topic, &[1; PARTITIONS as usize]);
     // A long linger keeps the dying shard's records in their batches; a slow answer keeps
@@ -294,12 +296,13 @@ fn shard_dies(in_task: bool) {
                 .with_partition((id % PARTITIONS as u64) as i32),
         )
     };
-    let mut futures: Vec<(u64, DeliveryFuture)> = (0..400).map(|id| (id, send(id))).collect();
+    let mut futures: Vec<(u64, DeliveryFuture)> =
+        (0..BEFORE_PANIC).map(|id| (id, send(id))).collect();
     assert!(
         kacrab::testkit::panic_shard(&producer, 1, in_task),
         "shard 1 runs"
     );
-    futures.extend((400..800).map(|id| (id, send(id))));
+    futures.extend((BEFORE_PANIC..2 * BEFORE_PANIC).map(|id| (id, send(id))));
 
     let mut outcomes = Vec::new();
     for (id, future) in futures {
@@ -342,7 +345,14 @@ fn shard_dies(in_task: bool) {
     let ids = common::payload_ids(&records);
     let mut acked = Vec::new();
     let mut maybe = Vec::new();
+    // Over the records sent before the panic was injected: those sent after it may be
+    // refused at `send` once the producer is fatal, whichever shard they were for.
     let mut partitions_all_acked = vec![true; PARTITIONS as usize];
+    let mut not_acked = |id: u64| {
+        if id < BEFORE_PANIC {
+            partitions_all_acked[(id % PARTITIONS as u64) as usize] = false;
+        }
+    };
     for (id, result) in &outcomes {
         match result {
             Ok(metadata) => {
@@ -358,7 +368,7 @@ fn shard_dies(in_task: bool) {
             }
             Err(e) if e.is_outcome_unknown() => maybe.push(*id),
             Err(e) => {
-                partitions_all_acked[(*id % PARTITIONS as u64) as usize] = false;
+                not_acked(*id);
                 assert!(
                     died(e) || matches!(e, ProduceError::Closed),
                     "record {id}: {e}"
@@ -366,7 +376,7 @@ fn shard_dies(in_task: bool) {
             }
         }
         if result.as_ref().is_err_and(|e| e.is_outcome_unknown()) {
-            partitions_all_acked[(*id % PARTITIONS as u64) as usize] = false;
+            not_acked(*id);
         }
     }
     let sent: Vec<u64> = acked.iter().chain(&maybe).copied().collect();
