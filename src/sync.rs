@@ -28,6 +28,15 @@ pub(crate) use loom::sync::{
 #[cfg(loom)]
 pub(crate) use self::model::{Condvar, OnceLock};
 
+/// Runs a loom model with the bound every model here uses: all interleavings with up to three
+/// preemptions, enough for the races each models and small enough for CI.
+#[cfg(all(test, loom))]
+pub(crate) fn check(model: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(model);
+}
+
 #[cfg(loom)]
 mod model {
     use std::sync::{LockResult, PoisonError};

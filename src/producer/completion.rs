@@ -275,12 +275,7 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
-
-    fn check(model: impl Fn() + Sync + Send + 'static) {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(model);
-    }
+    use crate::sync::check;
 
     /// A record's future, driving the block as `DeliveryFuture` does (`producer::delivery`):
     /// the slot if written, else register and look again; unregister when dropped registered.

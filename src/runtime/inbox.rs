@@ -662,15 +662,22 @@ mod loom_tests {
 
     use super::*;
     use crate::runtime::ticket_ring::{Ticket, TicketRing};
-
-    fn check(model: impl Fn() + Sync + Send + 'static) {
-        let mut builder = loom::model::Builder::new();
-        builder.preemption_bound = Some(3);
-        builder.check(model);
-    }
+    use crate::sync::check;
 
     fn command() -> ShardCommand {
         ShardCommand::RequestTopic(std::sync::Arc::from("t"))
+    }
+
+    /// A peer shard: publishes a ticket, then nudges this shard to read it.
+    fn publish_and_nudge(
+        inbox: &Arc<ShardInbox>,
+        ring: &Arc<TicketRing>,
+    ) -> thread::JoinHandle<()> {
+        let (inbox, ring) = (inbox.clone(), ring.clone());
+        thread::spawn(move || {
+            ring.publish(TICKET).expect("room");
+            inbox.nudge();
+        })
     }
 
     const TICKET: Ticket = Ticket::Bump {
@@ -761,13 +768,7 @@ mod loom_tests {
     fn loom_a_nudge_after_the_shards_last_look_at_the_ring_wakes_it() {
         check(|| {
             let (inbox, ring) = setup();
-            let peer = {
-                let (inbox, ring) = (inbox.clone(), ring.clone());
-                thread::spawn(move || {
-                    ring.publish(TICKET).expect("room");
-                    inbox.nudge();
-                })
-            };
+            let peer = publish_and_nudge(&inbox, &ring);
             shard(&inbox, &ring, 0, 1, false);
             peer.join().unwrap();
         });
@@ -778,13 +779,7 @@ mod loom_tests {
     fn loom_a_nudge_and_a_push_racing_a_park_both_reach_the_shard() {
         check(|| {
             let (inbox, ring) = setup();
-            let peer = {
-                let (inbox, ring) = (inbox.clone(), ring.clone());
-                thread::spawn(move || {
-                    ring.publish(TICKET).expect("room");
-                    inbox.nudge();
-                })
-            };
+            let peer = publish_and_nudge(&inbox, &ring);
             let pusher = {
                 let inbox = inbox.clone();
                 thread::spawn(move || assert!(inbox.push(command()).is_ok()))
