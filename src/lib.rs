@@ -32,5 +32,6 @@ pub use engine::{
 pub use error::{Error, ProduceError, TransactionError};
 pub use metrics::ProducerMetrics;
 pub use producer::{
-    DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader, TrySendError,
+    BatchDelivery, DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader,
+    TrySendError,
 };

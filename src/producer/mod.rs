@@ -7,6 +7,7 @@ mod completion;
 pub(crate) mod delivery;
 pub(crate) mod record;
 mod send_async;
+mod send_batch;
 pub(crate) mod shared;
 mod sticky;
 mod transaction;
@@ -33,6 +34,7 @@ use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
+pub use send_batch::BatchDelivery;
 
 use completion::Outcome;
 use delivery::DeliveryHandle;
