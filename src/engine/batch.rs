@@ -6,7 +6,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 use crate::protocol::compression::Codec;
-use crate::protocol::record_batch::{self, Header, RecordBatchBuilder, RECORD_BATCH_OVERHEAD};
+use crate::protocol::record_batch::{
+    self, Header, RecordBatchBuilder, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
+};
 
 use super::batch_memory::BatchCharge;
 use super::compression_ratio::{estimated_bytes_written, CompressionRatioEstimate};
@@ -42,10 +44,15 @@ enum BatchData {
     Closed(Bytes),
 }
 
-/// One record's delivery handle and what its metadata needs.
+/// The delivery handle of a run of `count` consecutive records of the batch, and what their
+/// metadata needs: one record's (the engine's own `append`), or every record an application
+/// thread encoded before it handed the batch over (`push_run`).
 pub struct PendingRecord<D> {
     pub delivery: D,
+    /// The record's create time in a one-record run; `NO_TIMESTAMP` in a longer one, whose
+    /// handle knows its records' times.
     pub timestamp: i64,
+    pub count: u32,
 }
 
 /// Upper bound of one record's encoded size in a v2 batch (Java's
@@ -82,8 +89,11 @@ pub struct ProducerBatch<D> {
     /// Creation order within the engine (flush waits by it).
     pub id: u64,
     data: BatchData,
+    /// The records' delivery handles, in record order, by runs.
     pub records: Vec<PendingRecord<D>>,
     pub record_count: i32,
+    /// Records covered by a run of `records`.
+    in_runs: u32,
     /// Time of the first append: origin of linger and of the delivery timeout.
     pub created: Micros,
     /// Last re-enqueue time, else `created`.
@@ -160,6 +170,7 @@ impl<D> ProducerBatch<D> {
             )),
             records: Vec::new(),
             record_count: 0,
+            in_runs: 0,
             created: now,
             last_attempt: now,
             attempts: 0,
@@ -244,9 +255,31 @@ impl<D> ProducerBatch<D> {
         headers: &[Header<'_>],
         delivery: D,
     ) -> Result<(), D> {
+        if !self.try_append_encoded(timestamp, key, value, headers) {
+            return Err(delivery);
+        }
+        self.records.push(PendingRecord {
+            delivery,
+            timestamp,
+            count: 1,
+        });
+        self.in_runs += 1;
+        Ok(())
+    }
+
+    /// Appends a record whose delivery handle comes later, with its run's
+    /// ([`push_run`](Self::push_run)), if it fits in `max_size` (an empty batch always takes
+    /// one record). False when it does not fit or the batch is closed.
+    pub fn try_append_encoded(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[Header<'_>],
+    ) -> bool {
         let compressed = self.compression.is_some();
         let BatchData::Open(builder) = &mut self.data else {
-            return Err(delivery);
+            return false;
         };
         let size = builder.measure(timestamp, key, value, headers);
         // Java's `MemoryRecordsBuilder.hasRoomFor`: the estimate so far plus the new record
@@ -254,15 +287,41 @@ impl<D> ProducerBatch<D> {
         if !builder.is_empty()
             && estimate(compressed, self.estimated_ratio, builder) + size.total() > self.max_size
         {
-            return Err(delivery);
+            return false;
         }
         builder.append_measured(size, timestamp, key, value, headers);
+        self.record_count += 1;
+        true
+    }
+
+    /// Records appended by [`try_append_encoded`](Self::try_append_encoded) that no run covers
+    /// yet.
+    pub fn records_without_run(&self) -> u32 {
+        self.record_count as u32 - self.in_runs
+    }
+
+    /// `delivery` is the handle of every record appended since the last run: one run of them.
+    pub fn push_run(&mut self, delivery: D) {
+        let count = self.records_without_run();
         self.records.push(PendingRecord {
             delivery,
-            timestamp,
+            timestamp: NO_TIMESTAMP,
+            count,
         });
-        self.record_count += 1;
-        Ok(())
+        self.in_runs += count;
+    }
+
+    /// Takes `run` (from a batch this one was split from) as the handle of its next
+    /// `run.count` records without one.
+    pub fn push_run_of(&mut self, run: PendingRecord<D>) {
+        debug_assert!(run.count <= self.records_without_run());
+        self.in_runs += run.count;
+        self.records.push(run);
+    }
+
+    /// Records whose handles the batch still holds (none once they were completed).
+    pub fn pending_record_count(&self) -> usize {
+        self.records.iter().map(|run| run.count as usize).sum()
     }
 
     /// The batch stopped taking records: its charge shrinks to the capacity its records leave

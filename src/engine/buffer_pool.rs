@@ -1,4 +1,4 @@
-//! `BufferPool`: the batch buffers of one engine, reused (Java's `BufferPool`, which keeps freed
+//! `BufferPool`: the batch buffers of one shard, reused (Java's `BufferPool`, which keeps freed
 //! `batch.size` buffers on a free list).
 //!
 //! A batch buffer is allocated with `batch.size` bytes of capacity. Without reuse, every batch
@@ -9,19 +9,24 @@
 //! Invariants:
 //! - every pooled buffer is empty and has at least `buffer_size` bytes of capacity and at most
 //!   twice that (a larger one, from a record bigger than `batch.size`, is freed, not kept);
-//! - the pool holds at most `max_idle` buffers. It only ever holds buffers that were in use at
+//! - the pool holds at most `max_idle` buffers (the free list's capacity). It only ever holds buffers that were in use at
 //!   the same time before, so it never raises the peak number of buffers the engine had, and it
 //!   bounds what an engine keeps after a burst.
 
-use bytes::BytesMut;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use bytes::BytesMut;
+use crossbeam::queue::ArrayQueue;
+
+/// Shared by a shard's engine, which gives finished batches' buffers back, and the application
+/// threads that open batches for that shard's partitions, which take them. The free list is a
+/// bounded lock-free queue: one push per finished batch, one pop per new batch, no lock.
 pub struct BufferPool {
     buffer_size: usize,
-    max_idle: usize,
-    free: Vec<BytesMut>,
+    free: ArrayQueue<BytesMut>,
     /// Buffers taken from the free list, and buffers allocated; for tests and benchmarks.
-    reused: u64,
-    allocated: u64,
+    reused: AtomicU64,
+    allocated: AtomicU64,
 }
 
 impl BufferPool {
@@ -31,39 +36,41 @@ impl BufferPool {
         let buffer_size = buffer_size.max(1);
         BufferPool {
             buffer_size,
-            max_idle: (idle_bytes / buffer_size).max(1),
-            free: Vec::new(),
-            reused: 0,
-            allocated: 0,
+            free: ArrayQueue::new((idle_bytes / buffer_size).max(1)),
+            reused: AtomicU64::new(0),
+            allocated: AtomicU64::new(0),
         }
+    }
+
+    /// The size of the buffers the pool keeps.
+    pub fn buffer_size(&self) -> usize {
+        self.buffer_size
     }
 
     /// An empty buffer with at least `capacity` bytes: a pooled one if `capacity` is the pool's
     /// size or less, else a fresh allocation.
-    pub fn allocate(&mut self, capacity: usize) -> BytesMut {
+    pub fn allocate(&self, capacity: usize) -> BytesMut {
         if capacity <= self.buffer_size {
             if let Some(buf) = self.free.pop() {
-                self.reused += 1;
+                self.reused.fetch_add(1, Ordering::Relaxed);
                 return buf;
             }
         }
-        self.allocated += 1;
+        self.allocated.fetch_add(1, Ordering::Relaxed);
         // A small request still gets a full-size buffer, so that it can come back to the pool.
         BytesMut::with_capacity(capacity.max(self.buffer_size))
     }
 
     /// Takes a buffer back once nothing else refers to its bytes. A buffer of the wrong size, or
     /// one more than the idle bound, is freed.
-    pub fn deallocate(&mut self, mut buf: BytesMut) {
+    pub fn deallocate(&self, mut buf: BytesMut) {
         let capacity = buf.capacity();
-        if capacity < self.buffer_size
-            || capacity > self.buffer_size.saturating_mul(2)
-            || self.free.len() >= self.max_idle
-        {
+        if capacity < self.buffer_size || capacity > self.buffer_size.saturating_mul(2) {
             return;
         }
         buf.clear();
-        self.free.push(buf);
+        // A full free list drops the buffer: the bound on idle memory.
+        let _ = self.free.push(buf);
     }
 
     /// Buffers currently idle in the pool.
@@ -73,7 +80,10 @@ impl BufferPool {
 
     /// How many buffers were reused and how many were allocated since the pool was made.
     pub fn counts(&self) -> (u64, u64) {
-        (self.reused, self.allocated)
+        (
+            self.reused.load(Ordering::Relaxed),
+            self.allocated.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -83,7 +93,7 @@ mod tests {
 
     #[test]
     fn a_returned_buffer_is_reused_for_the_next_batch_without_a_new_allocation() {
-        let mut pool = BufferPool::new(1024, 1 << 20);
+        let pool = BufferPool::new(1024, 1 << 20);
         let mut buf = pool.allocate(1024);
         buf.extend_from_slice(&[7; 1000]);
         let ptr = buf.as_ptr();
@@ -98,7 +108,7 @@ mod tests {
     fn a_buffer_that_went_through_bytes_comes_back_with_its_capacity() {
         // A batch's buffer is frozen into `Bytes` when its bytes become final, and given back by
         // `Bytes::try_into_mut` once its requests are gone: the capacity must survive that.
-        let mut pool = BufferPool::new(4096, 1 << 20);
+        let pool = BufferPool::new(4096, 1 << 20);
         let mut buf = pool.allocate(4096);
         buf.extend_from_slice(&[1; 100]);
         let ptr = buf.as_ptr();
@@ -111,7 +121,7 @@ mod tests {
 
     #[test]
     fn the_pool_keeps_no_more_idle_buffers_than_its_byte_bound() {
-        let mut pool = BufferPool::new(1000, 3500);
+        let pool = BufferPool::new(1000, 3500);
         let bufs: Vec<_> = (0..10).map(|_| pool.allocate(1000)).collect();
         for b in bufs {
             pool.deallocate(b);
@@ -121,7 +131,7 @@ mod tests {
 
     #[test]
     fn oversized_and_undersized_buffers_are_freed_not_pooled() {
-        let mut pool = BufferPool::new(1000, 1 << 20);
+        let pool = BufferPool::new(1000, 1 << 20);
         let big = pool.allocate(5000);
         assert!(big.capacity() >= 5000);
         pool.deallocate(big);

@@ -174,9 +174,13 @@ impl EngineMetrics {
 
     /// A record failed before it had a partition slot (refused at append).
     pub(crate) fn record_failed_in(&mut self, topic: &Arc<str>) {
-        self.records_failed += 1;
+        self.records_failed_in(topic, 1);
+    }
+
+    pub(crate) fn records_failed_in(&mut self, topic: &Arc<str>, records: u64) {
+        self.records_failed += records;
         let index = self.topic_index_of(topic);
-        self.topics[index].1.records_failed += 1;
+        self.topics[index].1.records_failed += records;
     }
 
     pub(crate) fn request_sent(&mut self, node: NodeId, bytes: u64) {

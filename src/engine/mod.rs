@@ -50,13 +50,19 @@ pub struct RecordMetadata {
     pub timestamp: i64,
 }
 
-/// A record's delivery handle: the engine completes it exactly once.
+/// The delivery handle of a run of consecutive records of one batch: one record appended by
+/// [`Engine::append`], or every record an application thread encoded into a batch it handed
+/// over whole ([`Engine::append_batch`]). The engine completes each handle exactly once.
 pub trait Delivery: Sized {
+    /// Every record of the run gets `result`: an error, or (a one-record run) its metadata.
     fn complete(self, result: Result<RecordMetadata, ProduceError>);
 
-    /// The record is in the log at `offset` of `tp`. A handle that knows its partition already
-    /// overrides this to skip building the metadata (a reference count on the topic name per
-    /// record).
+    /// The run is in the log from `offset` of `tp` on, its i-th record at `offset + i`.
+    /// `timestamp` is the broker's log-append time of every record of the run, or, where the
+    /// topic keeps create times, the record's own create time in a one-record run and
+    /// [`NO_TIMESTAMP`](crate::protocol::record_batch::NO_TIMESTAMP) in a longer one, whose
+    /// handle knows its records' times. A handle that knows its partition already overrides
+    /// this to skip building the metadata (a reference count on the topic name per record).
     fn appended(self, tp: &TopicPartition, offset: i64, timestamp: i64) {
         self.complete(Ok(RecordMetadata {
             topic: tp.topic.clone(),
@@ -64,6 +70,15 @@ pub trait Delivery: Sized {
             offset,
             timestamp,
         }));
+    }
+
+    /// Cuts the run at record `at` (0 < `at` < its length): `self` keeps the records before
+    /// it and the result has the rest. Only a batch the broker refused as too large is cut
+    /// (`split_and_reenqueue`), and only runs longer than one record, so the handles of
+    /// [`Engine::append`] (one record each) are never asked to.
+    fn split_off(&mut self, at: u32) -> Self {
+        let _ = at;
+        unreachable!("a one-record run is never cut")
     }
 }
 

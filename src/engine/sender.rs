@@ -106,8 +106,9 @@ pub struct EngineStats {
 
 pub struct Engine<D> {
     config: EngineConfig,
-    /// Batch buffers of finished batches, for the next ones (`accumulator`, `completion`).
-    buffer_pool: BufferPool,
+    /// Batch buffers of finished batches, for the next ones (`accumulator`, `completion`);
+    /// shared with the application threads that open batches for this engine's partitions.
+    buffer_pool: Arc<BufferPool>,
     /// Where a new batch charges its buffer's unused capacity (`batch_memory`).
     batch_memory: Arc<dyn BatchMemory>,
     client_id: StrBytes,
@@ -178,10 +179,10 @@ impl<D: Delivery> Engine<D> {
         // Idle buffers are outside `buffer.memory`'s count (a charge held by an idle buffer
         // could keep a blocked caller waiting with nothing in flight to free it), so their
         // bound is part of the producer's memory bound (`tuning/README.md`).
-        let buffer_pool = BufferPool::new(
+        let buffer_pool = Arc::new(BufferPool::new(
             config.batch_size.min(config.max_request_size),
             config.buffer_pool_idle,
-        );
+        ));
         Engine {
             buffer_pool,
             batch_memory: Arc::new(Unbounded),
@@ -224,6 +225,13 @@ impl<D: Delivery> Engine<D> {
 
     /// Charges each new batch's unused buffer capacity to `memory` (the producer's
     /// `buffer.memory`) instead of to nothing.
+    /// Uses `pool` for batch buffers: the pool the application threads that fill this engine's
+    /// batches take their buffers from (`append_batch`).
+    pub fn with_buffer_pool(mut self, pool: Arc<BufferPool>) -> Self {
+        self.buffer_pool = pool;
+        self
+    }
+
     pub fn with_batch_memory(mut self, memory: Arc<dyn BatchMemory>) -> Self {
         self.batch_memory = memory;
         self
@@ -241,6 +249,12 @@ impl<D: Delivery> Engine<D> {
     /// started.
     pub fn buffer_pool_counts(&self) -> (u64, u64) {
         self.buffer_pool.counts()
+    }
+
+    /// The pool this engine's finished batches give their buffers back to, for the threads
+    /// that open batches for its partitions ([`append_batch`](Self::append_batch)).
+    pub fn buffer_pool(&self) -> &Arc<BufferPool> {
+        &self.buffer_pool
     }
 
     /// The counters behind Kafka's producer metrics.

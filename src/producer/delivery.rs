@@ -1,6 +1,7 @@
 //! `DeliveryFuture`: one record's result, awaitable from async code or waited on from a thread;
-//! and `DeliveryHandle`, the engine's side of it. Both point into a completion block
-//! ([`completion`](super::completion)); neither is a heap object of its own.
+//! and `DeliveryHandle`, the engine's side of a run of a batch's records. Both point into the
+//! batch's [`BatchCompletion`]; the future knows its record's place in the batch and its create
+//! time, so the shard completes a batch without touching any record.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,13 +12,14 @@ use std::time::{Duration, Instant};
 use crate::engine::{Delivery, RecordMetadata, TopicPartition};
 use crate::error::ProduceError;
 
-use super::completion::{next_slot, CompletionBlock, Outcome};
+use super::completion::{BatchCompletion, Outcome};
 use super::shared::{release_sink, MemoryId};
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
 
-/// A `send_with_callback` closure, wrapped to build its result from an [`Outcome`].
-pub(crate) type Callback = Box<dyn FnOnce(Outcome) + Send>;
+/// A `send_with_callback` closure, wrapped to build its result from its record's [`Outcome`]
+/// and create time.
+pub(crate) type Callback = Box<dyn FnOnce(Outcome, i64) + Send>;
 
 /// Wraps an application's callback: it gets the record's result built as its future would
 /// have built it; a panic in it is caught, so it cannot stop the shard that runs it.
@@ -26,8 +28,8 @@ pub(crate) fn callback(
     partition: i32,
     f: impl FnOnce(DeliveryResult) + Send + 'static,
 ) -> Callback {
-    Box::new(move |outcome: Outcome| {
-        let result = result_of(&topic, partition, &outcome);
+    Box::new(move |outcome: Outcome, timestamp: i64| {
+        let result = result_of(&topic, partition, timestamp, &outcome);
         if let Err(panic) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || f(result)))
         {
@@ -43,13 +45,27 @@ pub(crate) fn callback(
     })
 }
 
-fn result_of(topic: &Arc<str>, partition: i32, outcome: &Outcome) -> DeliveryResult {
+/// A record's result from its outcome (already shifted to the record's place) and its own
+/// create time.
+fn result_of(
+    topic: &Arc<str>,
+    partition: i32,
+    timestamp: i64,
+    outcome: &Outcome,
+) -> DeliveryResult {
     match outcome {
-        Outcome::Appended { offset, timestamp } => Ok(RecordMetadata {
+        Outcome::Appended {
+            base_offset,
+            log_append_time,
+        } => Ok(RecordMetadata {
             topic: topic.clone(),
             partition,
-            offset: *offset,
-            timestamp: *timestamp,
+            offset: *base_offset,
+            timestamp: if *log_append_time >= 0 {
+                *log_append_time
+            } else {
+                timestamp
+            },
         }),
         Outcome::Failed(err) => Err((**err).clone()),
         Outcome::DroppedInEngine => Err(ProduceError::OutcomeUnknown {
@@ -63,40 +79,44 @@ fn result_of(topic: &Arc<str>, partition: i32, outcome: &Outcome) -> DeliveryRes
 /// Resolves to the record's [`RecordMetadata`] or a typed [`ProduceError`].
 #[must_use = "a DeliveryFuture reports whether the record was written"]
 pub struct DeliveryFuture {
-    block: Arc<CompletionBlock>,
+    completion: Arc<BatchCompletion>,
+    /// The record's place in its batch.
     index: u32,
+    /// Its create time (the broker's log-append time replaces it where the topic uses that).
+    timestamp: i64,
     topic: Arc<str>,
     partition: i32,
-    /// A waker of this future is registered with its block.
+    /// A waker of this future is registered with its batch's completion.
     registered: bool,
 }
 
 impl DeliveryFuture {
-    /// A future for a record of `topic` bound for `partition` (-1 while it has none).
-    fn new(topic: Arc<str>, partition: i32) -> (DeliveryFuture, Arc<CompletionBlock>, u32) {
-        let (block, index) = next_slot();
-        (
-            DeliveryFuture {
-                block: block.clone(),
-                index,
-                topic,
-                partition,
-                registered: false,
-            },
-            block,
+    /// The future of record `index` of the batch `completion` belongs to.
+    pub(crate) fn new(
+        completion: Arc<BatchCompletion>,
+        index: u32,
+        timestamp: i64,
+        topic: Arc<str>,
+        partition: i32,
+    ) -> DeliveryFuture {
+        DeliveryFuture {
+            completion,
             index,
-        )
+            timestamp,
+            topic,
+            partition,
+            registered: false,
+        }
     }
 
     /// A future that has already failed with `err`.
     pub(crate) fn failed(topic: Arc<str>, err: ProduceError) -> Self {
-        let (future, block, index) = DeliveryFuture::new(topic, -1);
-        block.complete(index, Outcome::Failed(Box::new(err)));
-        future
+        let completion = Arc::new(BatchCompletion::done(Outcome::Failed(Box::new(err))));
+        DeliveryFuture::new(completion, 0, -1, topic, -1)
     }
 
     fn result(&self, outcome: &Outcome) -> DeliveryResult {
-        result_of(&self.topic, self.partition, outcome)
+        result_of(&self.topic, self.partition, self.timestamp, outcome)
     }
 
     /// Blocks the calling thread until the result is known.
@@ -119,10 +139,10 @@ impl DeliveryFuture {
             });
         }
         let outcome = self
-            .block
+            .completion
             .wait(self.index, None)
             .expect("a wait without a deadline returns a result");
-        self.result(outcome)
+        self.result(&outcome)
     }
 
     /// Blocks up to `timeout`; `None` if the result is not known by then. On a shard thread it
@@ -132,16 +152,16 @@ impl DeliveryFuture {
             return self.try_result();
         }
         let deadline = Instant::now().checked_add(timeout);
-        self.block
+        self.completion
             .wait(self.index, deadline)
-            .map(|outcome| self.result(outcome))
+            .map(|outcome| self.result(&outcome))
     }
 
     /// The result if it is already known (never blocks; asking again gives it again).
     pub fn try_result(&self) -> Option<DeliveryResult> {
-        self.block
+        self.completion
             .outcome(self.index)
-            .map(|outcome| self.result(outcome))
+            .map(|outcome| self.result(&outcome))
     }
 }
 
@@ -149,75 +169,87 @@ impl Future for DeliveryFuture {
     type Output = DeliveryResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(outcome) = self.block.outcome(self.index) {
-            return Poll::Ready(self.result(outcome));
+        if let Some(outcome) = self.completion.outcome(self.index) {
+            return Poll::Ready(self.result(&outcome));
         }
         let this = &mut *self;
         if this
-            .block
+            .completion
             .register_waker(this.index, cx.waker(), &mut this.registered)
         {
             return Poll::Pending;
         }
-        let outcome = this.block.outcome(this.index).expect("written");
-        Poll::Ready(this.result(outcome))
+        let outcome = this.completion.outcome(this.index).expect("written");
+        Poll::Ready(this.result(&outcome))
     }
 }
 
 impl Drop for DeliveryFuture {
     fn drop(&mut self) {
         if self.registered {
-            self.block.unregister_waker(self.index);
+            self.completion.unregister_waker(self.index);
         }
     }
 }
 
-/// The engine's side of a `DeliveryFuture`. Completing it also returns the record's share of
-/// `buffer.memory`, through the completing thread's release sink (`shared::release_sink`),
-/// so that a shard returns memory once per turn rather than once per record.
+/// A record's `send_with_callback` callback, with the record's place and create time.
+pub(crate) struct RecordCallback {
+    pub index: u32,
+    pub timestamp: i64,
+    pub callback: Callback,
+}
+
+/// The engine's side of a run of a batch's records (the whole batch, or one part of a split
+/// batch): completing it writes the run's outcome into the batch's completion once, runs the
+/// callbacks of its records, and returns the batch's share of `buffer.memory` through the
+/// completing thread's release sink (`shared::release_sink`), so that a shard returns memory
+/// once per turn rather than once per batch.
 ///
-/// Invariant: every handle completes its slot exactly once. One dropped without an answer
-/// (left in a queue when its shard stopped, dropped by a shard that panicked) completes it in
-/// `drop` with an error that keeps the promise: `Closed` (not in the log) while the record
-/// never reached an engine, `OutcomeUnknown` once it did (an engine may have sent it).
+/// Invariant: every handle completes its run exactly once. One dropped without an answer (left
+/// in a queue when its shard stopped, dropped by a shard that panicked) completes it in `drop`
+/// with an error that keeps the promise: `Closed` (not in the log) while the batch never
+/// reached an engine, `OutcomeUnknown` once it did (an engine may have sent it).
 pub(crate) struct DeliveryHandle {
-    /// Runs instead of writing the slot, for `send_with_callback`.
-    callback: Option<Callback>,
-    block: Arc<CompletionBlock>,
-    index: u32,
-    /// Bytes of `buffer.memory` the record holds, and whose memory they are.
-    reserved: u32,
+    completion: Arc<BatchCompletion>,
+    /// The run's first record and length, in the batch.
+    first: u32,
+    count: u32,
+    /// The run is the whole batch (never cut).
+    whole: bool,
+    /// The callbacks of the run's records, in record order.
+    callbacks: Vec<RecordCallback>,
+    /// Bytes of `buffer.memory` the run holds, and whose memory they are.
+    reserved: usize,
     memory: MemoryId,
-    /// The record was handed to the engine of its shard.
+    /// The batch was handed to the engine of its shard.
     in_engine: bool,
     done: bool,
 }
 
 impl DeliveryHandle {
-    /// A handle and its future for a record of `topic`-`partition` holding `reserved` bytes of
+    /// The handle of all `count` records of a batch, holding `reserved` bytes of
     /// `buffer.memory`.
     pub(crate) fn new(
-        topic: Arc<str>,
-        partition: i32,
+        completion: Arc<BatchCompletion>,
+        count: u32,
+        callbacks: Vec<RecordCallback>,
         memory: MemoryId,
         reserved: usize,
-    ) -> (DeliveryHandle, DeliveryFuture) {
-        let (future, block, index) = DeliveryFuture::new(topic, partition);
-        (
-            DeliveryHandle {
-                callback: None,
-                block,
-                index,
-                reserved: u32::try_from(reserved).expect("a record's reservation fits in u32"),
-                memory,
-                in_engine: false,
-                done: false,
-            },
-            future,
-        )
+    ) -> DeliveryHandle {
+        DeliveryHandle {
+            completion,
+            first: 0,
+            count,
+            whole: true,
+            callbacks,
+            reserved,
+            memory,
+            in_engine: false,
+            done: false,
+        }
     }
 
-    /// The record is being handed to the engine of its shard: from here on it may be sent.
+    /// The batch is being handed to the engine of its shard: from here on it may be sent.
     pub(crate) fn entering_engine(&mut self) {
         self.in_engine = true;
     }
@@ -226,18 +258,18 @@ impl DeliveryHandle {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        release_sink::release(self.memory, self.reserved as usize);
-        match self.callback.take() {
-            Some(callback) => callback(outcome),
-            None => self.block.complete(self.index, outcome),
+        release_sink::release(self.memory, self.reserved);
+        // The futures' outcome first: a callback may read another record's future.
+        if self.whole {
+            self.completion.complete(outcome.clone());
+        } else {
+            self.completion
+                .complete_part(self.first, self.count, outcome.clone());
         }
-    }
-
-    /// Has `callback` run with the result (on the completing thread, a shard's) instead of
-    /// resolving the future.
-    pub(crate) fn with_callback(mut self, callback: Callback) -> Self {
-        self.callback = Some(callback);
-        self
+        for callback in std::mem::take(&mut self.callbacks) {
+            let shifted = outcome.shifted(callback.index - self.first);
+            (callback.callback)(shifted, callback.timestamp);
+        }
     }
 }
 
@@ -245,15 +277,39 @@ impl Delivery for DeliveryHandle {
     fn complete(mut self, result: DeliveryResult) {
         self.finish(match result {
             Ok(metadata) => Outcome::Appended {
-                offset: metadata.offset,
-                timestamp: metadata.timestamp,
+                base_offset: metadata.offset,
+                log_append_time: metadata.timestamp,
             },
             Err(err) => Outcome::Failed(Box::new(err)),
         });
     }
 
     fn appended(mut self, _tp: &TopicPartition, offset: i64, timestamp: i64) {
-        self.finish(Outcome::Appended { offset, timestamp });
+        self.finish(Outcome::Appended {
+            base_offset: offset,
+            log_append_time: timestamp,
+        });
+    }
+
+    fn split_off(&mut self, at: u32) -> Self {
+        debug_assert!(0 < at && at < self.count);
+        let cut = self.first + at;
+        let split = self.callbacks.partition_point(|c| c.index < cut);
+        let rest = DeliveryHandle {
+            completion: self.completion.clone(),
+            first: cut,
+            count: self.count - at,
+            whole: false,
+            callbacks: self.callbacks.split_off(split),
+            // The batch's reservation stays with its first part.
+            reserved: 0,
+            memory: self.memory,
+            in_engine: self.in_engine,
+            done: false,
+        };
+        self.count = at;
+        self.whole = false;
+        rest
     }
 }
 
@@ -282,29 +338,55 @@ mod tests {
             .expect("room");
     }
 
+    /// A handle of `count` records and the futures of its records (create times 1000 + i).
+    fn batch(
+        topic: &str,
+        partition: i32,
+        count: u32,
+        memory: &BufferMemory,
+        reserved: usize,
+    ) -> (DeliveryHandle, Vec<DeliveryFuture>) {
+        let completion = Arc::new(BatchCompletion::new());
+        let futures = (0..count)
+            .map(|i| {
+                DeliveryFuture::new(
+                    completion.clone(),
+                    i,
+                    1000 + i as i64,
+                    topic.into(),
+                    partition,
+                )
+            })
+            .collect();
+        let handle = DeliveryHandle::new(completion, count, Vec::new(), memory.id(), reserved);
+        (handle, futures)
+    }
+
     #[test]
-    fn a_handle_dropped_before_its_record_reached_the_engine_resolves_closed_and_returns_its_memory(
-    ) {
+    fn a_handle_dropped_before_its_batch_reached_the_engine_resolves_closed_and_returns_its_memory()
+    {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 100);
-        let (handle, future) = DeliveryHandle::new("t".into(), 2, memory.id(), 100);
+        let (handle, futures) = batch("t", 2, 3, &memory, 100);
         drop(handle);
         release_sink::flush_to(&memory);
-        assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
+        for future in &futures {
+            assert_eq!(future.try_result(), Some(Err(ProduceError::Closed)));
+        }
         assert_eq!(memory.used(), 0);
     }
 
     #[test]
-    fn a_handle_dropped_after_its_record_reached_the_engine_resolves_outcome_unknown() {
+    fn a_handle_dropped_after_its_batch_reached_the_engine_resolves_outcome_unknown() {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 100);
-        let (mut handle, future) = DeliveryHandle::new("t".into(), 2, memory.id(), 100);
+        let (mut handle, futures) = batch("t", 2, 2, &memory, 100);
         handle.entering_engine();
         drop(handle);
         release_sink::flush_to(&memory);
         assert!(
             matches!(
-                future.try_result(),
+                futures[1].try_result(),
                 Some(Err(ProduceError::OutcomeUnknown { partition: 2, .. }))
             ),
             "a record an engine held may be in the log"
@@ -316,11 +398,11 @@ mod tests {
     fn a_completed_handle_resolves_once_and_returns_its_memory_once() {
         let memory = BufferMemory::new(1000);
         reserved(&memory, 300);
-        let (handle, future) = DeliveryHandle::new("t".into(), 0, memory.id(), 100);
+        let (handle, futures) = batch("t", 0, 1, &memory, 100);
         handle.complete(Err(ProduceError::TransactionAborted));
         release_sink::flush_to(&memory);
         assert_eq!(
-            future.try_result(),
+            futures[0].try_result(),
             Some(Err(ProduceError::TransactionAborted))
         );
         assert_eq!(memory.used(), 200);
@@ -328,16 +410,16 @@ mod tests {
 
     #[test]
     fn memory_released_on_a_thread_goes_back_to_the_producer_it_came_from() {
-        // Producer A's record completes on this thread (a shard of A), then a record of
+        // Producer A's batch completes on this thread (a shard of A), then a batch of
         // producer B that B's closed inbox refused is dropped here (sent from A's callback),
         // and B's memory is given back.
         let a = BufferMemory::new(1000);
         let b = BufferMemory::new(1000);
         reserved(&a, 300);
         reserved(&b, 200);
-        let (a_handle, _a_future) = DeliveryHandle::new("a".into(), 0, a.id(), 300);
+        let (a_handle, _a_futures) = batch("a", 0, 1, &a, 300);
         a_handle.complete(Err(ProduceError::Purged));
-        let (b_handle, _b_future) = DeliveryHandle::new("b".into(), 0, b.id(), 200);
+        let (b_handle, _b_futures) = batch("b", 0, 1, &b, 200);
         drop(b_handle);
         release_sink::flush_to(&b);
         assert_eq!(b.used(), 0, "B gets back its own bytes, and only those");
@@ -347,31 +429,76 @@ mod tests {
     }
 
     #[test]
-    fn an_appended_record_resolves_with_its_futures_topic_and_partition() {
-        let (handle, future) =
-            DeliveryHandle::new("orders".into(), 3, BufferMemory::new(1).id(), 0);
-        handle.appended(&TopicPartition::new("orders", 3), 41, 1_700);
-        let metadata = future.wait().expect("appended");
+    fn each_record_of_an_appended_batch_resolves_at_its_offset_with_its_own_create_time() {
+        let memory = BufferMemory::new(1);
+        let (handle, futures) = batch("orders", 3, 3, &memory, 0);
+        handle.appended(&TopicPartition::new("orders", 3), 41, -1);
+        let results: Vec<_> = futures
+            .into_iter()
+            .map(|f| {
+                let m = f.wait().expect("appended");
+                (m.partition, m.offset, m.timestamp)
+            })
+            .collect();
+        assert_eq!(results, vec![(3, 41, 1000), (3, 42, 1001), (3, 43, 1002)]);
+    }
+
+    #[test]
+    fn a_log_append_time_replaces_every_records_create_time() {
+        let memory = BufferMemory::new(1);
+        let (handle, futures) = batch("t", 0, 2, &memory, 0);
+        handle.appended(&TopicPartition::new("t", 0), 7, 55_555);
+        assert_eq!(futures[1].try_result().unwrap().unwrap().timestamp, 55_555);
+    }
+
+    #[test]
+    fn a_cut_run_resolves_each_part_with_its_own_outcome_and_callbacks() {
+        let memory = BufferMemory::new(1000);
+        reserved(&memory, 100);
+        let completion = Arc::new(BatchCompletion::new());
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let callbacks = (0..4)
+            .map(|i| {
+                let seen = seen.clone();
+                RecordCallback {
+                    index: i,
+                    timestamp: 1000 + i as i64,
+                    callback: callback("t".into(), 0, move |r| {
+                        seen.lock().unwrap().push((i, r.map(|m| m.offset)));
+                    }),
+                }
+            })
+            .collect();
+        let mut first = DeliveryHandle::new(completion.clone(), 4, callbacks, memory.id(), 100);
+        let rest = first.split_off(1);
+        rest.appended(&TopicPartition::new("t", 0), 20, -1);
+        first.complete(Err(ProduceError::Purged));
+        release_sink::flush_to(&memory);
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_by_key(|(i, _)| *i);
         assert_eq!(
-            (
-                &*metadata.topic,
-                metadata.partition,
-                metadata.offset,
-                metadata.timestamp
-            ),
-            ("orders", 3, 41, 1_700)
+            seen,
+            vec![
+                (0, Err(ProduceError::Purged)),
+                (1, Ok(20)),
+                (2, Ok(21)),
+                (3, Ok(22))
+            ]
         );
+        assert_eq!(memory.used(), 0, "the batch's memory comes back once");
     }
 
     #[test]
     fn an_awaited_future_is_woken_by_a_completion_on_another_thread() {
-        let (handle, mut future) = DeliveryHandle::new("t".into(), 0, BufferMemory::new(1).id(), 0);
+        let memory = BufferMemory::new(1);
+        let (handle, mut futures) = batch("t", 0, 1, &memory, 0);
+        let mut future = futures.pop().unwrap();
         // Registered as pending before the completion exists.
         assert!(
             futures_lite::future::block_on(futures_lite::future::poll_once(&mut future)).is_none()
         );
         let completer = std::thread::spawn(move || {
-            handle.appended(&TopicPartition::new("t", 0), 9, 0);
+            handle.appended(&TopicPartition::new("t", 0), 9, -1);
         });
         let metadata = futures_lite::future::block_on(future).expect("appended");
         assert_eq!(metadata.offset, 9);

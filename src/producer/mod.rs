@@ -1,6 +1,7 @@
 //! The public producer: a builder over Java-named configuration, `send` from any thread, and
 //! `flush` / `close`.
 
+pub(crate) mod accumulator;
 mod async_wait;
 mod close;
 mod completion;
@@ -20,12 +21,13 @@ use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
+use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
-use crate::runtime::command::{CloseDeadline, Countdown, Latch, OwnedRecord, ShardCommand};
+use crate::runtime::command::{CloseDeadline, Countdown, Latch, ShardCommand};
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
@@ -36,14 +38,10 @@ pub use delivery::DeliveryFuture;
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
 
+use accumulator::{Accumulator, Append, BATCH_MEMORY_OVERHEAD};
 use completion::Outcome;
-use delivery::DeliveryHandle;
-use shared::{release_sink, BufferMemory, MetadataSnapshot};
+use shared::{BufferMemory, MetadataSnapshot};
 
-/// What a queued record holds beyond its encoded bytes, counted in `buffer.memory` so that the
-/// buffer bounds the memory records really take: its place in a shard's inbox (and the inbox
-/// the shard swapped it into), its completion slot, and its entry in its batch.
-pub(crate) const RECORD_MEMORY_OVERHEAD: usize = 2 * std::mem::size_of::<ShardCommand>() + 64;
 /// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
 /// keeps it and publishes it again).
@@ -110,6 +108,8 @@ impl ProducerBuilder {
 struct Inner {
     config: ProducerConfig,
     inboxes: Vec<Arc<ShardInbox>>,
+    /// Every partition's open and closed batches, filled by the sending threads.
+    accumulator: Accumulator,
     metadata: Arc<MetadataSnapshot>,
     memory: Arc<BufferMemory>,
     /// Process-unique: keys this producer's per-thread sticky partition choices.
@@ -216,9 +216,33 @@ impl Producer {
             stopped: stopped.clone(),
             close_by: close_by.clone(),
         });
+        let engine_configs: Vec<EngineConfig> = (0..shard_count)
+            .map(|index| EngineConfig::for_shard(&config, index, shard_count))
+            .collect();
+        // Idle buffers are outside `buffer.memory`'s count, so their bound is part of the
+        // producer's memory bound (`tuning/README.md`).
+        let pools: Vec<Arc<BufferPool>> = engine_configs
+            .iter()
+            .map(|c| {
+                Arc::new(BufferPool::new(
+                    c.batch_size.min(c.max_request_size),
+                    c.buffer_pool_idle,
+                ))
+            })
+            .collect();
+        let accumulator = Accumulator::new(
+            inboxes.clone(),
+            pools.clone(),
+            memory.clone(),
+            shard_for,
+            config.batch_size.min(config.max_request_size),
+            config.compression_codec(),
+        );
         let mut joins = Vec::with_capacity(shard_count);
-        for (index, (rx, control_rx)) in receivers.into_iter().enumerate() {
-            let engine_config = EngineConfig::for_shard(&config, index, shard_count);
+        for (index, ((rx, control_rx), engine_config)) in
+            receivers.into_iter().zip(engine_configs).enumerate()
+        {
+            let pool = pools[index].clone();
             let ctx = ctx.clone();
             let mut builder = LocalExecutorBuilder::new(Placement::Fixed(cores[index]))
                 .name(&format!("kacrab-shard-{index}"))
@@ -226,15 +250,14 @@ impl Producer {
             if let Some(spin) = config.spin_before_park {
                 builder = builder.spin_before_park(spin);
             }
-            let join =
-                builder
-                    .spawn(move || async move {
-                        run_shard(index, engine_config, rx, control_rx, ctx).await
-                    })
-                    .map_err(|e| RuntimeError::ShardStart {
-                        shard: index,
-                        reason: e.to_string(),
-                    })?;
+            let join = builder
+                .spawn(move || async move {
+                    run_shard(index, engine_config, pool, rx, control_rx, ctx).await
+                })
+                .map_err(|e| RuntimeError::ShardStart {
+                    shard: index,
+                    reason: e.to_string(),
+                })?;
             joins.push(join);
         }
         Ok(Producer {
@@ -242,6 +265,7 @@ impl Producer {
                 memory,
                 config,
                 inboxes,
+                accumulator,
                 metadata,
                 id: sticky::next_producer_id(),
                 joins: Mutex::new(joins),
@@ -314,15 +338,6 @@ impl Producer {
         self.inner.counters.wait_until(timeout, condition)
     }
 
-    /// The shard that owns a partition: stable for the producer's life.
-    fn shard_for(&self, tp: &TopicPartition) -> usize {
-        let mut hash: u32 = 0x811c9dc5;
-        for b in tp.topic.as_bytes() {
-            hash = (hash ^ *b as u32).wrapping_mul(0x01000193);
-        }
-        (hash as usize).wrapping_add(tp.partition as usize) % self.inner.inboxes.len()
-    }
-
     /// Sends one record. Never blocks longer than `max.block.ms` in all, from the call to its
     /// return: the wait for a new topic's metadata and the wait for room in `buffer.memory`
     /// share that budget, as in Java. The future resolves when the record is acknowledged or
@@ -377,7 +392,7 @@ impl Producer {
             Ok(_) => {}
             Err(Refused::Failed(_, err)) => {
                 if let Some(callback) = callback.take() {
-                    delivery::callback(topic, -1, callback)(Outcome::Failed(Box::new(err)));
+                    delivery::callback(topic, -1, callback)(Outcome::Failed(Box::new(err)), -1);
                 }
             }
             Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
@@ -433,23 +448,24 @@ impl Producer {
             first_wait.set(Some(at));
             at
         };
-        let size =
-            RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record) + RECORD_MEMORY_OVERHEAD;
-        if size > inner.config.max_request_size + RECORD_MEMORY_OVERHEAD {
+        // The record's encoded size bound with a batch header: what a batch of it alone takes.
+        let size = RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record);
+        if size > inner.config.max_request_size {
             return Err(refuse(
                 &record,
                 ProduceError::RecordTooLarge {
-                    size: size - RECORD_MEMORY_OVERHEAD,
+                    size,
                     limit: inner.config.max_request_size,
                     key: "max.request.size",
                 },
             ));
         }
-        if size > inner.config.buffer_memory {
+        // A batch of it alone, with its bookkeeping, must fit in `buffer.memory`.
+        if size + BATCH_MEMORY_OVERHEAD > inner.config.buffer_memory {
             return Err(refuse(
                 &record,
                 ProduceError::RecordTooLarge {
-                    size,
+                    size: size + BATCH_MEMORY_OVERHEAD,
                     limit: inner.config.buffer_memory,
                     key: "buffer.memory",
                 },
@@ -485,53 +501,48 @@ impl Producer {
                         &record.topic,
                         partition_count,
                         inner.config.batch_size,
-                        size - RECORD_MEMORY_OVERHEAD,
+                        size,
                         timestamp as u64 | 1,
                     )
                 }
             },
         };
-        let reserved = match block {
-            Block::Never if !inner.memory.try_reserve(size) => {
-                return Err(Refused::WouldBlock(
-                    Box::new(record),
-                    WouldBlock::BufferFull,
-                ))
-            }
-            Block::Never => Ok(()),
-            Block::UpTo(_) => inner.memory.reserve(size, || deadline(&block)),
-        };
-        if let Err(err) = reserved {
-            return Err(refuse(&record, err));
-        }
-        let (mut delivery, future) =
-            DeliveryHandle::new(record.topic.clone(), partition, inner.memory.id(), size);
-        if let Some(make) = callback {
-            delivery = delivery.with_callback(make(&record.topic, partition));
-        }
-        let tp = TopicPartition {
-            topic: record.topic,
-            partition,
-        };
-        let shard = self.shard_for(&tp);
-        let command = ShardCommand::Append(OwnedRecord {
-            tp,
+        let headers = record::wire_headers(&record.headers);
+        let append = Append {
             timestamp,
-            key: record.key,
-            value: record.value,
-            headers: record.headers,
-            delivery,
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &headers,
+            upper_bound: size,
             txn_barrier,
-        });
-        // The record's own encoded bound, without the batch header `size` also counts.
-        let encoded = size - RECORD_MEMORY_OVERHEAD - RECORD_BATCH_OVERHEAD;
-        if let Err(command) = inner.inboxes[shard].push_record(command, encoded, size) {
-            // The shard closed its inbox (the producer is closing): the handle completes the
-            // record with `Closed` as it drops, and its memory goes back here.
-            drop(command);
-            release_sink::flush_to(&inner.memory);
+        };
+        let callback = callback.map(|make| make(&record.topic, partition));
+        // Room is reserved per batch, when one is opened (`accumulator`).
+        let reserve = |bytes: usize| match block {
+            Block::Never if !inner.memory.try_reserve(bytes) => Err(None),
+            Block::Never => Ok(()),
+            Block::UpTo(_) => inner
+                .memory
+                .reserve(bytes, || deadline(&block))
+                .map_err(Some),
+        };
+        let queue = inner.accumulator.queue(&record.topic, partition);
+        let appended = inner.accumulator.append(&queue, &append, callback, reserve);
+        drop(append);
+        match appended {
+            Ok(appended) => Ok(DeliveryFuture::new(
+                appended.completion,
+                appended.index,
+                timestamp,
+                record.topic,
+                partition,
+            )),
+            Err(None) => Err(Refused::WouldBlock(
+                Box::new(record),
+                WouldBlock::BufferFull,
+            )),
+            Err(Some(err)) => Err(refuse(&record, err)),
         }
-        Ok(future)
     }
 
     /// `send` refused a record of the transaction checked under `txn_barrier` (a transactional
@@ -735,6 +746,15 @@ impl std::fmt::Display for TrySendError {
 }
 
 impl std::error::Error for TrySendError {}
+
+/// The shard of `shards` that owns a partition: stable for the producer's life.
+fn shard_for(tp: &TopicPartition, shards: usize) -> usize {
+    let mut hash: u32 = 0x811c9dc5;
+    for b in tp.topic.as_bytes() {
+        hash = (hash ^ *b as u32).wrapping_mul(0x01000193);
+    }
+    (hash as usize).wrapping_add(tp.partition as usize) % shards
+}
 
 /// The bound on a record's encoded size, as `buffer.memory` and `max.request.size` count it.
 fn record_size_upper_bound_of(record: &ProducerRecord) -> usize {

@@ -9,7 +9,6 @@ use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 
 use super::{
     async_wait, record_size_upper_bound_of, DeliveryFuture, Producer, ProducerRecord, TrySendError,
-    RECORD_MEMORY_OVERHEAD,
 };
 
 impl Producer {
@@ -43,9 +42,11 @@ impl Producer {
             // close or a fatal error (the next `try_send` then fails the record with it).
             let ended = move || memory.is_closed() || metadata.fatal().is_some();
             if waiting_for_room {
-                let bytes = RECORD_BATCH_OVERHEAD
-                    + record_size_upper_bound_of(&record)
-                    + RECORD_MEMORY_OVERHEAD;
+                // Room for a new batch of the record (`accumulator`).
+                let bytes = self
+                    .inner
+                    .accumulator
+                    .batch_reservation(RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record));
                 let room = async_wait::RoomWait {
                     waiters: &memory.async_waiters,
                     bytes,

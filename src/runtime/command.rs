@@ -1,28 +1,36 @@
-//! What application threads hand a shard through its inbox: records, and the commands of the
+//! What application threads hand a shard through its inbox: notices of partition queues with
+//! batches, and the commands of the
 //! producer's calls (flush, purge, a transaction's barrier, close), with the latch a calling
 //! thread waits on until every shard has handled its command.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use crate::engine::TopicPartition;
 use crate::error::ProduceError;
-use crate::producer::delivery::DeliveryHandle;
-use crate::producer::RecordHeader;
+use crate::producer::accumulator::PartitionQueue;
 
-/// A record handed from an application thread to its partition's shard.
-pub(crate) struct OwnedRecord {
-    pub tp: TopicPartition,
-    pub timestamp: i64,
-    pub key: Option<Bytes>,
-    pub value: Option<Bytes>,
-    pub headers: Vec<RecordHeader>,
-    pub delivery: DeliveryHandle,
-    /// The barrier token `send` checked the transaction under (`TxnStatus::check_send`;
-    /// 0 without a transactional id).
-    pub txn_barrier: u64,
+/// A partition queue the shard did not know of has a batch (`producer::accumulator`). Dropped
+/// without being taken (the shard stopped before it got to it), it shuts the queue: its
+/// batches and later appends fail with `Closed`, as none of them reached an engine.
+pub(crate) struct QueueNotice(Option<Arc<PartitionQueue>>);
+
+impl QueueNotice {
+    pub(crate) fn new(queue: Arc<PartitionQueue>) -> QueueNotice {
+        QueueNotice(Some(queue))
+    }
+
+    /// The queue, for the shard to list.
+    pub(crate) fn take(mut self) -> Arc<PartitionQueue> {
+        self.0.take().expect("a notice is taken once")
+    }
+}
+
+impl Drop for QueueNotice {
+    fn drop(&mut self) {
+        if let Some(queue) = self.0.take() {
+            queue.shut(ProduceError::Closed);
+        }
+    }
 }
 
 /// A countdown that application threads wait on (flush, close).
@@ -70,7 +78,8 @@ impl Latch {
 }
 
 pub(crate) enum ShardCommand {
-    Append(OwnedRecord),
+    /// A partition queue has batches for this shard.
+    Queue(QueueNotice),
     RequestTopic(Arc<str>),
     /// `send` refused a record of the transaction it checked under `txn_barrier`
     /// (`Engine::txn_send_refused`). Boxed: rare, and the queue's slots stay a record's size.

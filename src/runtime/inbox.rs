@@ -220,6 +220,18 @@ impl ShardInbox {
         Ok(())
     }
 
+    /// Queues a partition queue's notice (its first batch the shard does not know of). With
+    /// `now`, or `linger.ms` 0, it wakes a parked shard; else only if the shard's own timer
+    /// fires after the new batch's linger has run out.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn push_notice(&self, command: ShardCommand, now: bool) -> Result<(), ShardCommand> {
+        if now {
+            self.push(command)
+        } else {
+            self.push_record(command, 0, 0)
+        }
+    }
+
     /// The arrival time of a burst's first command, read only when records may wait.
     fn arrival_us(&self) -> u64 {
         if self.wake.linger_us == 0 {

@@ -12,6 +12,7 @@ pub(crate) mod command;
 mod connection;
 mod identity_replica;
 pub(crate) mod inbox;
+pub(crate) mod intake;
 mod sendmsg;
 pub(crate) mod shard;
 mod stats;

@@ -12,11 +12,11 @@ use futures_lite::{future, FutureExt};
 use glommio::channels::local_channel;
 use glommio::Task;
 
-use crate::engine::{Action, Delivery, Engine, EngineConfig, NodeId};
+use crate::engine::buffer_pool::BufferPool;
+use crate::engine::{Action, Engine, EngineConfig, NodeId};
 use crate::error::{ProduceError, TransactionError};
 use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
-use crate::producer::record::wire_headers;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
 
 use super::command::{CloseDeadline, Countdown, Latch, ShardCommand};
@@ -24,6 +24,7 @@ use super::command::{CloseDeadline, Countdown, Latch, ShardCommand};
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
 use super::inbox::ShardInbox;
+use super::intake::Intake;
 use super::stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, RuntimeCounters, ShardReport,
 };
@@ -211,6 +212,7 @@ pub(crate) fn on_shard_thread() -> bool {
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
+    pool: Arc<BufferPool>,
     inbox: Arc<ShardInbox>,
     control: ControlReceiver,
     ctx: Arc<ShardContext>,
@@ -227,8 +229,12 @@ pub(crate) async fn run_shard(
     // Completions on this thread return their memory through the sink; this returns it even
     // if the shard unwinds.
     let _release = release_sink::FlushOnDrop(&ctx.memory);
+    let linger_us = config.linger;
     let mut state = ShardState {
-        engine: Engine::new(config).with_batch_memory(ctx.memory.clone()),
+        engine: Engine::new(config)
+            .with_batch_memory(ctx.memory.clone())
+            .with_buffer_pool(pool),
+        intake: Intake::new(linger_us),
         local: VecDeque::new(),
         flushes: Vec::new(),
         closing: false,
@@ -250,6 +256,8 @@ pub(crate) async fn run_shard(
 /// ([`die`]).
 struct ShardState {
     engine: Engine<DeliveryHandle>,
+    /// The partition queues with batches for this shard.
+    intake: Intake,
     /// Commands taken from the inbox and not yet handled (at most one inbox's worth).
     local: VecDeque<ShardCommand>,
     flushes: Vec<(u64, Countdown)>,
@@ -285,13 +293,11 @@ fn die(
     if failed.is_err() {
         tracing::error!(target: "kacrab::producer", shard, "failing the dead shard's records panicked too");
     }
+    state.intake.shut_all(&error);
     state.local.extend(inbox.close());
-    for command in state.local.drain(..) {
-        // Any other command's latch counts down as it drops.
-        if let ShardCommand::Append(record) = command {
-            record.delivery.complete(Err(error.clone()));
-        }
-    }
+    // A notice shuts its queue as it drops (its batches never reached the engine: `Closed`);
+    // any other command's latch counts down.
+    state.local.clear();
     state.flushes.clear();
     state.metric_requests.clear();
     state
@@ -340,20 +346,17 @@ async fn drive(
 ) {
     let ShardState {
         engine,
+        intake,
         local,
         flushes,
         closing,
         metric_requests,
         txn,
     } = state;
-    // The inbox's clock: arrival times of lazy bursts (`ShardInbox::take_all`) and the
-    // shard's park deadline are on it.
+    // The inbox's clock: batches' creation times (`producer::accumulator`) and the shard's
+    // park deadline are on it.
     let start = inbox.epoch();
     let now = move || start.elapsed().as_micros() as u64;
-    // When the oldest command in `local` arrived: the records of a burst that waited in the
-    // inbox for this shard's timer are appended as of then, so their batch's linger counts
-    // from its first record, as Java's does.
-    let mut local_since = 0u64;
     let mut replica = IdentityReplica::new(shard);
     adopt_tickets(&ctx.tickets, &mut replica, engine);
     let (events_tx, events_rx) = local_channel::new_unbounded::<ConnectionEvent>();
@@ -379,28 +382,24 @@ async fn drive(
         let handle_command = |cmd: ShardCommand,
                               append_at: u64,
                               engine: &mut Engine<DeliveryHandle>,
+                              intake: &mut Intake,
                               txn: &mut TxnDriver,
                               flushes: &mut Vec<(u64, Countdown)>,
                               closing: &mut bool,
                               metric_requests: &mut Vec<Countdown>| {
+            // A command that must come after every record sent before it takes the open
+            // batches first.
+            if matches!(
+                cmd,
+                ShardCommand::Flush(_)
+                    | ShardCommand::Purge(_)
+                    | ShardCommand::TxnBarrier { .. }
+                    | ShardCommand::Close
+            ) {
+                intake.take_into(engine, txn, append_at, true);
+            }
             match cmd {
-                ShardCommand::Append(mut record) => {
-                    if let Err(err) = txn.admit(record.txn_barrier) {
-                        record.delivery.complete(Err(err));
-                        return;
-                    }
-                    record.delivery.entering_engine();
-                    let headers = wire_headers(&record.headers);
-                    engine.append(
-                        append_at,
-                        &record.tp,
-                        record.timestamp,
-                        record.key.as_deref(),
-                        record.value.as_deref(),
-                        &headers,
-                        record.delivery,
-                    );
-                }
+                ShardCommand::Queue(notice) => intake.notice(notice.take()),
                 ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
                 ShardCommand::SendRefused { error, txn_barrier } => {
                     // A barrier before it: a commit or abort that began after the record was
@@ -456,7 +455,7 @@ async fn drive(
         }
         drain_control(engine, txn, None);
         if local.is_empty() {
-            local_since = inbox.take_all(local).map_or(turn_now, |t| t.min(turn_now));
+            inbox.take_all(local);
             metrics.handoff(local.len());
         }
         while handled < COMMANDS_PER_TURN {
@@ -466,8 +465,9 @@ async fn drive(
             }
             handle_command(
                 cmd,
-                local_since,
+                turn_now,
                 engine,
+                intake,
                 txn,
                 flushes,
                 closing,
@@ -478,6 +478,9 @@ async fn drive(
         while let Some(Some(event)) = future::poll_once(events_rx.recv()).await {
             handle_event(shard, engine, &mut connections, ctx, event, now());
         }
+        // The batches that are ready, and the open ones whose linger ran out (all of them
+        // while closing).
+        intake.take_into(engine, txn, now(), *closing);
 
         // 2. The sender loop, and its actions, until it is quiet.
         if replica.flush(&ctx.tickets) {
@@ -561,7 +564,10 @@ async fn drive(
         if *closing {
             // Set before any `Close` is pushed.
             let deadline = ctx.close_by.get();
-            if engine.is_idle() || deadline.is_none_or(|at| Instant::now() >= at) {
+            if (engine.is_idle() && intake.is_empty())
+                || deadline.is_none_or(|at| Instant::now() >= at)
+            {
+                intake.shut_all(&ProduceError::Closed);
                 engine.abort_all(ProduceError::Closed);
                 flushes.clear();
                 // Close every socket and cancel every task before saying we are done.
@@ -589,7 +595,11 @@ async fn drive(
         // 3. Sleep until a command, a connection event or the engine's next deadline, and
         // never longer than MAX_PARK.
         let t = now();
-        let sleep_for = match engine.next_wakeup(t) {
+        let wakeup = match (engine.next_wakeup(t), intake.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let sleep_for = match wakeup {
             Some(at) if at > t => Some(Duration::from_micros(at - t).min(MAX_PARK)),
             Some(_) => None,
             None => Some(MAX_PARK),

@@ -99,6 +99,41 @@ impl<D: Delivery> Engine<D> {
         self.partitions[slot_index].deque.push_back(batch);
     }
 
+    /// Takes a batch an application thread filled (Java's accumulator, whose callers encode
+    /// into their partition's open batch): it joins the back of its partition's queue, behind
+    /// every batch handed over before it, and is stamped at drain as any batch is. The batch
+    /// must have stopped taking records, and every record must be in a run
+    /// (`ProducerBatch::push_run`). Fails it at once when the producer is fatal or closing.
+    pub fn append_batch(&mut self, now: Micros, tp: &TopicPartition, mut batch: ProducerBatch<D>) {
+        debug_assert!(!batch.is_open() && batch.records_without_run() == 0);
+        let refusal = match &self.fatal {
+            Some(err) => Some(err.clone()),
+            None if self.closing => Some(ProduceError::Closed),
+            None => None,
+        };
+        if let Some(err) = refusal {
+            self.metrics
+                .records_failed_in(&tp.topic, batch.record_count as u64);
+            for run in std::mem::take(&mut batch.records) {
+                run.delivery.complete(Err(err.clone()));
+            }
+            self.recycle(batch);
+            return;
+        }
+        let slot_index = self.slot_index(tp);
+        self.partitions[slot_index].last_append = now;
+        self.txn_on_append(slot_index);
+        let slot = &mut self.partitions[slot_index];
+        // A batch the engine opened itself (`append`) for this partition is older: it closes.
+        if let Some(open) = slot.deque.back_mut().filter(|b| b.is_open()) {
+            open.close();
+        }
+        batch.id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.incomplete_batches.insert(batch.id);
+        self.partitions[slot_index].deque.push_back(batch);
+    }
+
     /// Starts a flush: every batch is ready at once. Returns a token that `flush_done` accepts
     /// once every batch created before it has completed.
     pub fn begin_flush(&mut self) -> u64 {
@@ -145,7 +180,7 @@ impl<D: Delivery> Engine<D> {
                     .deque
                     .pop_back()
                     .expect("checked above");
-                purged += batch.records.len();
+                purged += batch.pending_record_count();
                 self.finish_batch(slot_index, batch, Err(ProduceError::Purged));
             }
         }

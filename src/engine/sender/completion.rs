@@ -270,9 +270,11 @@ impl<D: Delivery> Engine<D> {
         let tp = self.partitions[slot_index].tp.clone();
         let mut batch = batch;
         let records = std::mem::take(&mut batch.records);
-        for (i, record) in records.into_iter().enumerate() {
+        // Each run's first record's place in the batch.
+        let mut first = 0i64;
+        for record in records {
             let offset = if base_offset >= 0 {
-                base_offset + i as i64
+                base_offset + first
             } else {
                 -1
             };
@@ -281,6 +283,7 @@ impl<D: Delivery> Engine<D> {
             } else {
                 record.timestamp
             };
+            first += record.count as i64;
             record.delivery.appended(&tp, offset, timestamp);
         }
         self.finish_batch(slot_index, batch, Err(ProduceError::Closed));
@@ -295,17 +298,17 @@ impl<D: Delivery> Engine<D> {
         result: Result<RecordMetadata, ProduceError>,
     ) {
         if let Err(err) = result {
-            if !batch.records.is_empty() {
+            let records = batch.pending_record_count();
+            if records > 0 {
                 // The error's text states what it promises about the log.
                 tracing::warn!(
                     target: "kacrab::producer",
-                    records = batch.records.len(),
+                    records,
                     error = %err,
                     "batch failed"
                 );
                 self.txn_report_failure(&err, false);
-                self.metrics
-                    .records_failed(slot_index, batch.records.len() as u64);
+                self.metrics.records_failed(slot_index, records as u64);
             }
             for record in std::mem::take(&mut batch.records) {
                 record.delivery.complete(Err(err.clone()));

@@ -71,8 +71,8 @@ impl<D: Delivery> Engine<D> {
             );
             if !records.is_empty() {
                 self.txn_report_failure(&err, false);
-                self.metrics
-                    .records_failed(slot_index, records.len() as u64);
+                let count: u32 = records.iter().map(|run| run.count).sum();
+                self.metrics.records_failed(slot_index, count as u64);
             }
             for record in records {
                 record.delivery.complete(Err(err.clone()));

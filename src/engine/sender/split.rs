@@ -7,7 +7,7 @@
 use crate::protocol::error_code::code;
 use crate::protocol::record_batch::{self, Header};
 
-use super::super::batch::{BatchStamp, ProducerBatch};
+use super::super::batch::{BatchStamp, PendingRecord, ProducerBatch};
 use super::super::partition::InflightSequence;
 use super::super::Delivery;
 use super::Engine;
@@ -35,7 +35,8 @@ impl<D: Delivery> Engine<D> {
             compression.estimate.set(ratio.max(1.0));
         }
         let mut children: Vec<ProducerBatch<D>> = Vec::new();
-        for (record, pending) in decoded.into_iter().zip(records) {
+        let mut runs = RunCursor::new(records);
+        for (i, record) in decoded.iter().enumerate() {
             let headers: Vec<Header<'_>> = record
                 .headers
                 .iter()
@@ -44,40 +45,30 @@ impl<D: Delivery> Engine<D> {
                     value: v.as_deref(),
                 })
                 .collect();
-            let delivery = match children.last_mut() {
-                Some(child) => match child.try_append(
-                    pending.timestamp,
-                    record.key.as_deref(),
-                    record.value.as_deref(),
-                    &headers,
-                    pending.delivery,
-                ) {
-                    Ok(()) => continue,
-                    Err(d) => d,
-                },
-                None => pending.delivery,
-            };
+            let (key, value) = (record.key.as_deref(), record.value.as_deref());
+            let fits = children.last_mut().is_some_and(|child| {
+                child.try_append_encoded(record.timestamp, key, value, &headers)
+            });
+            if fits {
+                continue;
+            }
+            if let Some(full) = children.last_mut() {
+                runs.hand_to(full);
+            }
             let mut child = ProducerBatch::with_compression(
                 batch.created,
-                pending.timestamp,
+                record.timestamp,
                 half,
                 compression.clone(),
             );
             child.last_attempt = batch.last_attempt;
             child.outcome_unknown = batch.outcome_unknown;
-            if child
-                .try_append(
-                    pending.timestamp,
-                    record.key.as_deref(),
-                    record.value.as_deref(),
-                    &headers,
-                    delivery,
-                )
-                .is_err()
-            {
-                unreachable!("an empty batch takes one record");
-            }
+            let appended = child.try_append_encoded(record.timestamp, key, value, &headers);
+            debug_assert!(appended, "an empty batch takes record {i}");
             children.push(child);
+        }
+        if let Some(last) = children.last_mut() {
+            runs.hand_to(last);
         }
         let slot = &mut self.partitions[slot_index];
         if let Some(stamp) = stamp {
@@ -136,5 +127,38 @@ impl<D: Delivery> Engine<D> {
             }
         }
         self.recycle(batch);
+    }
+}
+
+/// The parent's delivery runs, handed out in record order to the children that now hold their
+/// records; a run that spans two children is cut where the first ends (`Delivery::split_off`).
+struct RunCursor<D> {
+    runs: std::collections::VecDeque<PendingRecord<D>>,
+}
+
+impl<D: Delivery> RunCursor<D> {
+    fn new(runs: Vec<PendingRecord<D>>) -> Self {
+        RunCursor { runs: runs.into() }
+    }
+
+    /// Gives `child` the runs of the records it took that no run covers yet.
+    fn hand_to(&mut self, child: &mut ProducerBatch<D>) {
+        let mut wanted = child.records_without_run();
+        while wanted > 0 {
+            let Some(mut run) = self.runs.pop_front() else {
+                return;
+            };
+            if run.count > wanted {
+                let rest = run.delivery.split_off(wanted);
+                self.runs.push_front(PendingRecord {
+                    delivery: rest,
+                    timestamp: run.timestamp,
+                    count: run.count - wanted,
+                });
+                run.count = wanted;
+            }
+            wanted -= run.count;
+            child.push_run_of(run);
+        }
     }
 }

@@ -1,0 +1,505 @@
+//! The application side of the record path (Java's `RecordAccumulator.append`): the thread that
+//! calls `send` encodes the record into its partition's open batch, under that partition's
+//! lock; the partition's shard takes whole batches and stamps producer id, epoch and sequence
+//! when it drains them, as Java's sender does.
+//!
+//! Why here and not on the shard: handing each record to the shard (a command per record into
+//! another thread's queue, a result per record back) cost more than the whole engine. Now what
+//! crosses to the shard is a batch: one notice when a partition first has a batch the shard
+//! does not know of, one wake when a batch fills, one completion object, one `buffer.memory`
+//! release. The record's bytes are copied once, into the batch, by the thread that owns them.
+//! Other designs were weighed: per-thread open batches handed over whole would leave a thread's
+//! last records stranded until it sends again (or need the shard to reach into every thread),
+//! and would give records of several threads to one partition no single order until the shard
+//! merged them.
+//!
+//! Order: a partition's lock orders its appends. Records of one thread to one partition are in
+//! send order; records of several threads to one partition are in the order they took the
+//! lock, which is the order of the batch, of the log and of the acknowledgements. Closed
+//! batches wait in `ready` in that order, and the shard takes them in that order, the open one
+//! last. A `flush`, a transaction's barrier or a `close` pushed to a shard's inbox after a
+//! record's `send` returned finds that record: the shard takes every queue it knows of, open
+//! batches too, before it handles the command (`runtime::intake`), and a queue's notice is in
+//! the inbox before its first record's `send` returns.
+//!
+//! Bound: a new batch's buffer (`batch.size`, or one record's size when larger) is reserved in
+//! `buffer.memory` before the batch is opened, outside the partition's lock, as Java's
+//! `BufferPool.allocate` does; appends into an open batch reserve nothing more. The shard gives
+//! the reservation back once, when the batch completes.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use bytes::BytesMut;
+
+use crate::engine::batch::{BatchCompression, ProducerBatch};
+use crate::engine::buffer_pool::BufferPool;
+use crate::engine::compression_ratio::CompressionRatioEstimate;
+use crate::engine::TopicPartition;
+use crate::error::ProduceError;
+use crate::protocol::compression::Codec;
+use crate::protocol::record_batch::Header;
+use crate::runtime::command::{QueueNotice, ShardCommand};
+use crate::runtime::inbox::ShardInbox;
+
+use super::completion::BatchCompletion;
+use super::delivery::{Callback, DeliveryHandle, RecordCallback};
+use super::shared::{release_sink, BufferMemory, MemoryId};
+
+/// What an open batch costs beyond its buffer, counted in `buffer.memory` with it: the batch's
+/// bookkeeping, its completion object and its place in the queues.
+pub(crate) const BATCH_MEMORY_OVERHEAD: usize = 512;
+
+/// One partition's batches between the threads that fill them and the shard that sends them.
+pub(crate) struct PartitionQueue {
+    pub tp: TopicPartition,
+    /// The shard that owns the partition.
+    pub shard: usize,
+    /// The `buffer.memory` its batches reserve from.
+    memory: MemoryId,
+    state: Mutex<QueueState>,
+}
+
+/// A batch that stopped taking records, with the transaction barrier its records were checked
+/// under (`TxnStatus::check_send`; 0 without a transactional id).
+pub(crate) struct ClosedBatch {
+    pub batch: ProducerBatch<DeliveryHandle>,
+    pub txn_barrier: u64,
+}
+
+struct OpenBatch {
+    batch: ProducerBatch<DeliveryHandle>,
+    completion: Arc<BatchCompletion>,
+    callbacks: Vec<RecordCallback>,
+    txn_barrier: u64,
+    /// Bytes of `buffer.memory` the batch holds.
+    reserved: usize,
+}
+
+impl OpenBatch {
+    fn close(mut self, memory: MemoryId) -> ClosedBatch {
+        self.batch.close();
+        let count = self.batch.records_without_run();
+        self.batch.push_run(DeliveryHandle::new(
+            self.completion,
+            count,
+            self.callbacks,
+            memory,
+            self.reserved,
+        ));
+        ClosedBatch {
+            batch: self.batch,
+            txn_barrier: self.txn_barrier,
+        }
+    }
+}
+
+#[derive(Default)]
+struct QueueState {
+    /// Closed batches the shard has not taken yet, oldest first.
+    ready: VecDeque<ClosedBatch>,
+    open: Option<OpenBatch>,
+    /// The shard knows of this queue: its notice is in the shard's inbox, or the queue is on
+    /// the shard's list. Raised by the append that pushes the notice, lowered by the shard when
+    /// it takes the last batch and drops the queue from its list.
+    noticed: bool,
+    /// On the shard's list (the shard's alone to change).
+    listed: bool,
+    /// The shard stopped: appends fail with this.
+    shut: Option<ProduceError>,
+}
+
+impl PartitionQueue {
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().expect("partition queue lock")
+    }
+
+    /// The shard's side: puts the queue on its list; false if it was on it already.
+    pub(crate) fn list(&self) -> bool {
+        !std::mem::replace(&mut self.lock().listed, true)
+    }
+
+    /// The shard's side: takes every closed batch, and the open one if it is due at `now`
+    /// (`linger_us` after it was created) or `take_open` says so. Returns when the open batch
+    /// left behind is due (µs on the shard's clock); `None`: nothing is left, and the queue
+    /// left the shard's list (its next batch notices the shard again).
+    pub(crate) fn take(
+        &self,
+        now: u64,
+        linger_us: u64,
+        take_open: bool,
+        into: &mut Vec<ClosedBatch>,
+    ) -> Option<u64> {
+        let mut state = self.lock();
+        into.extend(state.ready.drain(..));
+        let due = state
+            .open
+            .as_ref()
+            .map(|open| open.batch.created.saturating_add(linger_us));
+        let open_due = match due {
+            Some(at) if take_open || at <= now => {
+                let open = state.open.take().expect("an open batch");
+                into.push(open.close(self.memory));
+                None
+            }
+            other => other,
+        };
+        if open_due.is_none() {
+            state.listed = false;
+            state.noticed = false;
+        }
+        open_due
+    }
+
+    /// The shard stopped or will never take from this queue again: every batch in it, and
+    /// every later append, fails with `error` (none of them reached an engine, so none is in
+    /// the log).
+    pub(crate) fn shut(&self, error: ProduceError) {
+        let batches = {
+            let mut state = self.lock();
+            state.shut.get_or_insert(error.clone());
+            state.listed = false;
+            let mut batches: Vec<ClosedBatch> = state.ready.drain(..).collect();
+            if let Some(open) = state.open.take() {
+                batches.push(open.close(self.memory));
+            }
+            batches
+        };
+        for closed in batches {
+            fail_batch(closed.batch, &error);
+        }
+    }
+}
+
+/// Completes every run of a batch that never reached an engine with `error`.
+pub(crate) fn fail_batch(mut batch: ProducerBatch<DeliveryHandle>, error: &ProduceError) {
+    use crate::engine::Delivery;
+    for run in std::mem::take(&mut batch.records) {
+        run.delivery.complete(Err(error.clone()));
+    }
+}
+
+/// A topic's partition queues and its compression estimate.
+struct TopicQueues {
+    topic: Arc<str>,
+    partitions: Vec<Arc<PartitionQueue>>,
+    compression: Option<BatchCompression>,
+}
+
+/// Every partition queue of a producer, and what opening a batch needs.
+pub(crate) struct Accumulator {
+    /// Tells this producer's entries in a thread's cache from another's.
+    id: u64,
+    topics: RwLock<HashMap<Arc<str>, Arc<TopicQueues>>>,
+    inboxes: Vec<Arc<ShardInbox>>,
+    /// Each shard's batch buffers, shared with its engine.
+    pools: Vec<Arc<BufferPool>>,
+    memory: Arc<BufferMemory>,
+    shard_for: fn(&TopicPartition, usize) -> usize,
+    /// A batch's size bound: `batch.size`, capped by `max.request.size`.
+    batch_size: usize,
+    codec: Codec,
+}
+
+/// A calling thread's last topic (most threads send to one topic at a time).
+struct CachedTopic {
+    accumulator: u64,
+    queues: Arc<TopicQueues>,
+}
+
+thread_local! {
+    static LAST_QUEUES: std::cell::RefCell<Option<CachedTopic>> = const { std::cell::RefCell::new(None) };
+}
+
+static ACCUMULATORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// One record to append, borrowed from the caller.
+pub(crate) struct Append<'a> {
+    pub timestamp: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: &'a [Header<'a>],
+    /// Its encoded size bound with the batch header (`RECORD_BATCH_OVERHEAD`).
+    pub upper_bound: usize,
+    pub txn_barrier: u64,
+}
+
+/// Where an appended record is: its batch's completion and its place in the batch.
+pub(crate) struct Appended {
+    pub completion: Arc<BatchCompletion>,
+    pub index: u32,
+}
+
+impl Accumulator {
+    pub(crate) fn new(
+        inboxes: Vec<Arc<ShardInbox>>,
+        pools: Vec<Arc<BufferPool>>,
+        memory: Arc<BufferMemory>,
+        shard_for: fn(&TopicPartition, usize) -> usize,
+        batch_size: usize,
+        codec: Codec,
+    ) -> Accumulator {
+        Accumulator {
+            id: ACCUMULATORS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            topics: RwLock::default(),
+            inboxes,
+            pools,
+            memory,
+            shard_for,
+            batch_size,
+            codec,
+        }
+    }
+
+    /// The queue of `topic`-`partition`, made on first use.
+    pub(crate) fn queue(&self, topic: &Arc<str>, partition: i32) -> Arc<PartitionQueue> {
+        let index = partition as usize;
+        let cached = LAST_QUEUES.with(|last| {
+            last.borrow().as_ref().and_then(|c| {
+                (c.accumulator == self.id
+                    && (Arc::ptr_eq(&c.queues.topic, topic) || *c.queues.topic == **topic))
+                    .then(|| c.queues.partitions.get(index).cloned())
+                    .flatten()
+            })
+        });
+        if let Some(queue) = cached {
+            return queue;
+        }
+        let queues = self.topic_queues(topic, index + 1);
+        let queue = queues.partitions[index].clone();
+        LAST_QUEUES.with(|last| {
+            *last.borrow_mut() = Some(CachedTopic {
+                accumulator: self.id,
+                queues,
+            })
+        });
+        queue
+    }
+
+    /// `topic`'s queues, with at least `partitions` of them.
+    fn topic_queues(&self, topic: &Arc<str>, partitions: usize) -> Arc<TopicQueues> {
+        if let Some(queues) = self.topics.read().expect("queues lock").get(topic) {
+            if queues.partitions.len() >= partitions {
+                return queues.clone();
+            }
+        }
+        let mut topics = self.topics.write().expect("queues lock");
+        let existing = topics.get(topic).cloned();
+        if let Some(queues) = &existing {
+            if queues.partitions.len() >= partitions {
+                return queues.clone();
+            }
+        }
+        // A topic that grew keeps its queues (and their batches) and gains new ones.
+        let mut all: Vec<Arc<PartitionQueue>> = existing
+            .as_ref()
+            .map(|q| q.partitions.clone())
+            .unwrap_or_default();
+        let compression = existing
+            .as_ref()
+            .map(|q| q.compression.clone())
+            .unwrap_or_else(|| {
+                (self.codec != Codec::None).then(|| BatchCompression {
+                    codec: self.codec,
+                    estimate: Arc::new(CompressionRatioEstimate::default()),
+                })
+            });
+        for partition in all.len()..partitions {
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition: partition as i32,
+            };
+            let shard = (self.shard_for)(&tp, self.inboxes.len());
+            all.push(Arc::new(PartitionQueue {
+                tp,
+                shard,
+                memory: self.memory.id(),
+                state: Mutex::default(),
+            }));
+        }
+        let queues = Arc::new(TopicQueues {
+            topic: topic.clone(),
+            partitions: all,
+            compression,
+        });
+        topics.insert(topic.clone(), queues.clone());
+        queues
+    }
+
+    fn compression_of(&self, topic: &Arc<str>) -> Option<BatchCompression> {
+        if self.codec == Codec::None {
+            return None;
+        }
+        self.topics
+            .read()
+            .expect("queues lock")
+            .get(topic)
+            .and_then(|q| q.compression.clone())
+    }
+
+    /// Appends `record` to `queue`'s open batch, opening a new one (and reserving its buffer
+    /// in `buffer.memory` through `reserve`, which may wait) when there is none, it has no
+    /// room, or it belongs to another transaction barrier. `reserve` is called at most once,
+    /// never under the partition's lock.
+    pub(crate) fn append<E>(
+        &self,
+        queue: &Arc<PartitionQueue>,
+        record: &Append<'_>,
+        callback: Option<Callback>,
+        reserve: impl FnOnce(usize) -> Result<(), E>,
+    ) -> Result<Appended, E> {
+        let mut callback = callback;
+        let mut reserve = Some(reserve);
+        // A buffer reserved for a new batch, while the lock was let go.
+        let mut fresh: Option<(BytesMut, usize)> = None;
+        let pool = &self.pools[queue.shard];
+        let inbox = &self.inboxes[queue.shard];
+        loop {
+            let mut state = queue.lock();
+            if let Some(err) = &state.shut {
+                let err = err.clone();
+                drop(state);
+                self.give_back(pool, fresh);
+                let completion = Arc::new(BatchCompletion::done(
+                    super::completion::Outcome::Failed(Box::new(err)),
+                ));
+                return Ok(Appended {
+                    completion,
+                    index: 0,
+                });
+            }
+            if let Some(open) = state.open.as_mut() {
+                if open.txn_barrier == record.txn_barrier
+                    && open.batch.try_append_encoded(
+                        record.timestamp,
+                        record.key,
+                        record.value,
+                        record.headers,
+                    )
+                {
+                    let appended = Appended {
+                        completion: open.completion.clone(),
+                        index: open.batch.record_count as u32 - 1,
+                    };
+                    push_callback(open, &mut callback, appended.index, record.timestamp);
+                    let full = open.batch.is_full();
+                    if full {
+                        let open = state.open.take().expect("open");
+                        state.ready.push_back(open.close(self.memory.id()));
+                    }
+                    drop(state);
+                    if full {
+                        inbox.nudge();
+                    }
+                    self.give_back(pool, fresh);
+                    return Ok(appended);
+                }
+            }
+            let Some((buffer, reserved)) = fresh.take() else {
+                drop(state);
+                let capacity = self.batch_size.max(record.upper_bound);
+                let buffer = pool.allocate(capacity);
+                // Capped by the whole of `buffer.memory`, which a lone record always fits in
+                // (`send` checks), so that a `batch.size` above it still lets batches open.
+                let reserved = (buffer.capacity() + BATCH_MEMORY_OVERHEAD).min(self.memory.limit());
+                if let Err(err) = (reserve.take().expect("reserved once"))(reserved) {
+                    pool.deallocate(buffer);
+                    return Err(err);
+                }
+                fresh = Some((buffer, reserved));
+                continue;
+            };
+            // A batch that could not take the record closes; the shard is told below.
+            let closed_one = match state.open.take() {
+                Some(open) => {
+                    state.ready.push_back(open.close(self.memory.id()));
+                    true
+                }
+                None => false,
+            };
+            let created = inbox.epoch().elapsed().as_micros() as u64;
+            let max_size = self.batch_size.max(record.upper_bound);
+            let compression = self.compression_of(&queue.tp.topic);
+            let mut batch = ProducerBatch::with_buffer(
+                buffer,
+                created,
+                record.timestamp,
+                max_size,
+                compression,
+            );
+            let took = batch.try_append_encoded(
+                record.timestamp,
+                record.key,
+                record.value,
+                record.headers,
+            );
+            debug_assert!(took, "an empty batch takes one record");
+            let mut open = OpenBatch {
+                batch,
+                completion: Arc::new(BatchCompletion::new()),
+                callbacks: Vec::new(),
+                txn_barrier: record.txn_barrier,
+                reserved,
+            };
+            let appended = Appended {
+                completion: open.completion.clone(),
+                index: 0,
+            };
+            push_callback(&mut open, &mut callback, 0, record.timestamp);
+            let full = open.batch.is_full();
+            if full {
+                state.ready.push_back(open.close(self.memory.id()));
+            } else {
+                state.open = Some(open);
+            }
+            let wake_now = closed_one || full;
+            if !std::mem::replace(&mut state.noticed, true) {
+                // Under the partition's lock, so that the notice is in the inbox before any
+                // later command that must find this batch.
+                let notice = ShardCommand::Queue(QueueNotice::new(queue.clone()));
+                if let Err(refused) = inbox.push_notice(notice, wake_now) {
+                    // The shard has closed its inbox: nothing here will be taken.
+                    state.noticed = false;
+                    drop(state);
+                    drop(refused);
+                    queue.shut(ProduceError::Closed);
+                    release_sink::flush_to(&self.memory);
+                    return Ok(appended);
+                }
+            } else if wake_now {
+                drop(state);
+                inbox.nudge();
+            }
+            return Ok(appended);
+        }
+    }
+
+    /// About what opening a batch for a record of `upper_bound` bytes reserves: a pooled
+    /// buffer may be up to twice `batch.size`, and then reserves its capacity.
+    pub(crate) fn batch_reservation(&self, upper_bound: usize) -> usize {
+        (self.batch_size.max(upper_bound) + BATCH_MEMORY_OVERHEAD).min(self.memory.limit())
+    }
+
+    /// Gives back a buffer reserved for a batch that was not opened.
+    fn give_back(&self, pool: &BufferPool, fresh: Option<(BytesMut, usize)>) {
+        if let Some((buffer, reserved)) = fresh {
+            pool.deallocate(buffer);
+            self.memory.release(reserved);
+        }
+    }
+}
+
+fn push_callback(
+    open: &mut OpenBatch,
+    callback: &mut Option<Callback>,
+    index: u32,
+    timestamp: i64,
+) {
+    if let Some(callback) = callback.take() {
+        open.callbacks.push(RecordCallback {
+            index,
+            timestamp,
+            callback,
+        });
+    }
+}

@@ -1,0 +1,113 @@
+//! A shard's intake: the partition queues it knows have batches for it (`producer::accumulator`),
+//! and the step that moves their batches into the engine.
+//!
+//! Each turn the shard takes every closed batch of every listed queue, and each open batch whose
+//! linger has run out (Java's `RecordAccumulator.ready` for an open batch: `linger.ms` after its
+//! first record). A `flush`, a transaction's barrier, a purge and a `close` take the open
+//! batches too, before the command is handled, so the command is behind every record sent
+//! before it. A queue left with nothing leaves the list; its next batch notices the shard again.
+//! The shard's sleep is bounded by the earliest open batch's linger (`next_due`).
+//!
+//! Invariant: a queue is on the list exactly while its `listed` flag is raised, and a queue
+//! whose batches the shard must take is either listed or has its notice in the inbox. A shard
+//! that stops shuts every listed queue (`shut_all`), and a notice dropped unread shuts its queue,
+//! so no batch is left where nobody takes it.
+
+use std::sync::Arc;
+
+use crate::engine::{Engine, Micros};
+use crate::error::ProduceError;
+use crate::producer::accumulator::{fail_batch, ClosedBatch, PartitionQueue};
+use crate::producer::delivery::DeliveryHandle;
+
+use super::txn_driver::TxnDriver;
+
+pub(crate) struct Intake {
+    listed: Vec<Arc<PartitionQueue>>,
+    linger_us: u64,
+    /// The earliest linger expiry of an open batch left behind by the last take.
+    next_due: Option<u64>,
+    /// Reused between takes.
+    taken: Vec<ClosedBatch>,
+}
+
+impl Intake {
+    pub(crate) fn new(linger_us: u64) -> Intake {
+        Intake {
+            listed: Vec::new(),
+            linger_us,
+            next_due: None,
+            taken: Vec::new(),
+        }
+    }
+
+    /// Lists `queue` (a notice from the inbox).
+    pub(crate) fn notice(&mut self, queue: Arc<PartitionQueue>) {
+        if queue.list() {
+            self.listed.push(queue);
+        }
+        // Its open batch may be due before anything the shard waits for.
+        self.next_due = Some(0);
+    }
+
+    /// Whether a take now would find something due: a listed queue's open batch whose linger
+    /// ran out, or one noticed since the last take. Closed batches come with a wake
+    /// (`ShardInbox::nudge`), which makes the shard take.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        self.next_due
+    }
+
+    /// True when no queue is listed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.listed.is_empty()
+    }
+
+    /// Moves every closed batch, and every open one due at `now` (or every open one, with
+    /// `take_open`), into `engine`, in each queue's order. A batch whose records were checked
+    /// before a transaction barrier this shard has seen is refused (`TxnDriver::admit`).
+    pub(crate) fn take_into(
+        &mut self,
+        engine: &mut Engine<DeliveryHandle>,
+        txn: &TxnDriver,
+        now: Micros,
+        take_open: bool,
+    ) {
+        let mut next_due: Option<u64> = None;
+        let mut taken = std::mem::take(&mut self.taken);
+        let linger_us = self.linger_us;
+        self.listed.retain(|queue| {
+            let open_due = queue.take(now, linger_us, take_open, &mut taken);
+            for mut closed in taken.drain(..) {
+                if let Err(err) = txn.admit(closed.txn_barrier) {
+                    fail_batch(closed.batch, &err);
+                    continue;
+                }
+                for run in closed.batch.records.iter_mut() {
+                    run.delivery.entering_engine();
+                }
+                engine.append_batch(now, &queue.tp, closed.batch);
+            }
+            if let Some(due) = open_due {
+                next_due = Some(next_due.map_or(due, |d| d.min(due)));
+            }
+            open_due.is_some()
+        });
+        self.taken = taken;
+        self.next_due = next_due;
+    }
+
+    /// The shard is stopping: every listed queue is shut, its batches fail with `error` (none
+    /// reached the engine), and so do later appends to it.
+    pub(crate) fn shut_all(&mut self, error: &ProduceError) {
+        for queue in self.listed.drain(..) {
+            queue.shut(error.clone());
+        }
+        self.next_due = None;
+    }
+}
+
+impl Drop for Intake {
+    fn drop(&mut self) {
+        self.shut_all(&ProduceError::Closed);
+    }
+}
