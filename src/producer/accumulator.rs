@@ -42,7 +42,7 @@ use crate::protocol::record_batch::Header;
 use crate::runtime::command::{QueueNotice, ShardCommand};
 use crate::runtime::inbox::ShardInbox;
 
-use super::completion::BatchCompletion;
+use super::completion::{BatchCompletion, Outcome};
 use super::delivery::{Callback, DeliveryHandle, RecordCallback};
 use super::shared::{release_sink, BufferMemory, MemoryId};
 
@@ -360,9 +360,11 @@ impl Accumulator {
                 let err = err.clone();
                 drop(state);
                 self.give_back(pool, fresh);
-                let completion = Arc::new(BatchCompletion::done(
-                    super::completion::Outcome::Failed(Box::new(err)),
-                ));
+                let outcome = Outcome::Failed(Box::new(err));
+                if let Some(callback) = callback.take() {
+                    callback(outcome.clone(), record.timestamp);
+                }
+                let completion = Arc::new(BatchCompletion::done(outcome));
                 return Ok(Appended {
                     completion,
                     index: 0,

@@ -1,35 +1,27 @@
-//! A shard's inbox: the one queue through which application threads hand a shard its records
-//! and commands (flush, barrier, close), in one order.
+//! A shard's inbox: the one queue through which application threads hand a shard their
+//! commands (a partition queue's notice, flush, a transaction's barrier, close), in one order.
+//! Records do not pass through it: the sending threads encode them into their partitions'
+//! batches (`producer::accumulator`), and the inbox carries one notice when a partition first
+//! has a batch the shard does not know of.
 //!
-//! Why a mutex-guarded deque and not a channel of boxed messages: a channel message per record
-//! costs a heap object the shard frees (glibc then frees into the caller's arena under its
-//! lock) and, when the shard sleeps, a foreign wake per record. Here a caller pushes the
-//! record by value under a lock held for one `push_back`; the shard takes the whole deque at
-//! once by swapping it with its own empty one, so both sides reuse the same two allocations.
-//! A shard is woken at most once per burst of records, never once per record, and a record
-//! does not wake it at all when it need not: with `linger.ms` above 0, the first record of a
-//! burst wakes a parked shard only if the shard's own timer (its next linger expiry, timeout or
-//! refresh) would fire after that record's linger has run out; otherwise the records wait in
-//! the inbox for that timer, as Java's accumulator wakes its sender only for a new or full
-//! batch. Records that add up to `batch.size` bytes (a batch's worth ready to send), or to half
-//! of `buffer.memory` (so a caller waiting for room is not kept waiting), wake it at once, and so
-//! does every other command. A park costs the shard a `membarrier` (glommio's sleep protocol,
-//! which interrupts every CPU running one of the process's threads) and the caller an eventfd
-//! write; under load, waking only when there is something to do saves both. The shard appends
-//! the records of a lazy burst as of the first one's arrival (`take_all`), so a batch lingers
-//! `linger.ms` from its first record, not from the shard's wake. The lock is contended only by
-//! calling threads racing each other and by the shard's swap, which holds it for a pointer
-//! exchange.
+//! Why a mutex-guarded deque and not a channel of boxed messages: the shard takes the whole
+//! deque at once by swapping it with its own empty one, so both sides reuse the same two
+//! allocations, and a shard is woken at most once per burst of commands. A notice does not wake
+//! the shard when it need not: with `linger.ms` above 0, a notice wakes a parked shard only if
+//! the shard's own timer (its next linger expiry, timeout or refresh) would fire after the new
+//! batch's linger has run out, as Java's accumulator wakes its sender only for a new or full
+//! batch. A full batch wakes it at once (`nudge`), and so does every other command. A park
+//! costs the shard a `membarrier` (glommio's sleep protocol, which interrupts every CPU running
+//! one of the process's threads) and the caller an eventfd write; under load, waking only when
+//! there is something to do saves both. The lock is contended only by calling threads racing
+//! each other and by the shard's swap, which holds it for a pointer exchange.
 //!
-//! Order: the lock gives every push one total order, the order the shard handles them in. So
-//! records from one thread to one partition stay in send order, records from several threads
-//! to one partition have one order that the log and the acknowledgements agree on, and a
-//! flush or barrier is behind every record pushed before it.
+//! Order: the lock gives every push one total order, the order the shard handles them in. A
+//! partition queue's notice is pushed before its first record's `send` returns, so a flush or a
+//! barrier pushed later finds the queue listed (`runtime::intake`).
 //!
-//! Bound: a record is pushed only after its bytes (with its share of the queue's memory, see
-//! `producer::RECORD_MEMORY_OVERHEAD`) were reserved in `buffer.memory`; other commands are
-//! one per application call. A closed inbox refuses pushes, so nothing is left behind in a
-//! queue nobody reads.
+//! Bound: commands are one per application call, or one per partition queue the shard does not
+//! list yet. A closed inbox refuses pushes, so nothing is left behind in a queue nobody reads.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -42,14 +34,10 @@ use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// Entries a deque keeps allocated however idle the producer is. A burst larger than this
 /// grows the deque; it shrinks back only after `SPARSE_TAKES_BEFORE_SHRINK` takes in a row
-/// used under an eighth of it. Shrinking after every burst made a producer under sustained load
-/// (whose inbox is always past this size) reallocate, copy and page-fault a fresh deque on
-/// every take. What stays allocated is bounded by `buffer.memory`, which charges each queued
-/// record for a slot in both deques (`producer::RECORD_MEMORY_OVERHEAD`). Keeping four times
-/// as many slots per deque (two deques per shard, a `ShardCommand` of 168 bytes each) raised
-/// the peak RSS and bought no records/s; keeping a quarter as many saved no more memory
-/// (`BENCHMARKS.md`).
-const RETAINED_CAPACITY: usize = 1 << 12;
+/// used under an eighth of it, so a producer under sustained load does not reallocate a deque
+/// on every take. Commands are few (records do not pass here), so a few hundred slots of a
+/// small `ShardCommand` cover any burst of them.
+const RETAINED_CAPACITY: usize = 1 << 8;
 const SPARSE_TAKES_BEFORE_SHRINK: u32 = 64;
 
 pub(crate) struct ShardInbox {

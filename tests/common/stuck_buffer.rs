@@ -28,7 +28,8 @@ pub struct StuckBuffer {
     pub cluster: ReferenceCluster,
     pub producer: Producer,
     pub futures: Vec<DeliveryFuture>,
-    /// Resident bytes the accepted records added.
+    /// Resident bytes the accepted records added to the producer: the growth of the process's
+    /// resident set less the test's own vector of futures.
     pub grown: usize,
     /// `buffered_bytes` once the shards had taken every accepted record.
     pub buffered: usize,
@@ -57,11 +58,13 @@ pub fn fill(buffer_memory: usize, batch_size: usize, record_size: usize) -> Stuc
         .expect("the first record lands");
     cluster.broker_down(1);
     let before = resident_bytes();
-    // One value shared by every record: what grows is the producer's, not the test's.
+    // One value and one topic name shared by every record: what grows is the producer's and
+    // the futures', and the futures' vector is taken out below.
     let value = Bytes::from(vec![b'v'; record_size]);
+    let topic: std::sync::Arc<str> = "stuck".into();
     let mut futures = Vec::new();
     loop {
-        let mut record = ProducerRecord::new("stuck", value.clone());
+        let mut record = ProducerRecord::new(topic.clone(), value.clone());
         record.partition = Some((futures.len() % 4) as i32);
         match producer.try_send(record) {
             Ok(future) => futures.push(future),
@@ -72,16 +75,17 @@ pub fn fill(buffer_memory: usize, batch_size: usize, record_size: usize) -> Stuc
     // A metrics snapshot goes through every shard's inbox behind the records: once it is
     // back, every accepted record is in a batch.
     producer.metrics();
-    let grown = resident_bytes().saturating_sub(before);
+    // The futures are the application's (Java's `Future`s are not in `buffer.memory` either):
+    // their vector, at most its capacity, is not the producer's growth.
+    let futures_bytes = futures.capacity() * std::mem::size_of::<DeliveryFuture>();
+    let grown = resident_bytes()
+        .saturating_sub(before)
+        .saturating_sub(futures_bytes);
     let buffered = producer.buffered_bytes();
     eprintln!(
         "{} records of {record_size} bytes accepted, {buffered} bytes buffered, resident set \
-         grew {grown} bytes, {} batches opened without room",
+         grew {grown} bytes beyond the futures' {futures_bytes}",
         futures.len(),
-        producer
-            .runtime_stats()
-            .engine_totals()
-            .batches_without_room
     );
     StuckBuffer {
         cluster,
