@@ -1,11 +1,11 @@
 //! kacrab: a thread-per-core io_uring Kafka producer that writes records exactly once and in
 //! order per partition, across retries, reconnects, broker failovers and lost responses.
 //!
-//! Partitions are sharded onto pinned glommio executors, one per core; each shard is the only
-//! owner of its partitions' sequence state and its own broker sockets. The producer state
-//! machine (producer id, epoch, per-partition sequences, `inflight_batches_by_sequence`,
-//! `maybe_resolve_sequences`, KIP-360 epoch bumps) follows the Java client rule for rule, in a
-//! sans-IO [`engine`] that the runtime drives.
+//! Partitions are sharded onto glommio executors, each pinned to a core of its own (by default one
+//! per CPU the process can spare); each shard is the only owner of its partitions' sequence state
+//! and its own broker sockets. The producer state machine (producer id, epoch, per-partition
+//! sequences, `inflight_batches_by_sequence`, `maybe_resolve_sequences`, KIP-360 epoch bumps)
+//! follows the Java client rule for rule, in a sans-IO [`engine`] that the runtime drives.
 
 #![doc = include_str!("../README.md")]
 

@@ -1,7 +1,7 @@
-//! Defaults that fit a container: shards only on the CPUs this process may use. Each check
-//! runs in a child process started under `taskset` (an affinity mask of one CPU), so the mask
-//! is the one the producer really sees, and this process's own mask is left alone; the memlock
-//! check runs its child under `prlimit`.
+//! Defaults that fit a container: shards only on the CPUs this process may use, one CPU left
+//! to the application. Each check runs in a child process started under `taskset` (an
+//! affinity mask of one or two CPUs), so the mask is the one the producer really sees, and this
+//! process's own mask is left alone; the memlock check runs its child under `prlimit`.
 
 use std::process::Command;
 
@@ -10,16 +10,23 @@ use kacrab::{Error, Producer};
 
 const CHILD: &str = "KACRAB_AFFINITY_CHILD";
 
-/// Runs this test binary's `test` alone under `taskset -c cpu`, with `CHILD` set.
-fn run_pinned(cpu: usize, test: &str) {
+/// Runs this test binary's `test` alone under `taskset -c cpus`, with `CHILD` set to the list.
+fn run_pinned(cpus: &[usize], test: &str) {
+    let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+    let list = list.join(",");
     let status = Command::new("taskset")
-        .args(["-c", &cpu.to_string()])
+        .args(["-c", &list])
         .arg(std::env::current_exe().expect("test binary"))
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
-        .env(CHILD, cpu.to_string())
+        .env(CHILD, &list)
         .status()
         .expect("taskset (util-linux) runs");
-    assert!(status.success(), "{test} failed under taskset -c {cpu}");
+    assert!(status.success(), "{test} failed under taskset -c {list}");
+}
+
+/// The CPU list a child was pinned to, from `CHILD`.
+fn child_cpus(list: &str) -> Vec<usize> {
+    list.split(',').map(|c| c.parse().expect("cpu")).collect()
 }
 
 fn producer() -> Result<Producer, Error> {
@@ -32,8 +39,8 @@ fn producer() -> Result<Producer, Error> {
 #[test]
 fn under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu() {
     match std::env::var(CHILD) {
-        Ok(cpu) => {
-            let cpu: usize = cpu.parse().expect("cpu");
+        Ok(cpus) => {
+            let cpu = child_cpus(&cpus)[0];
             let producer = producer().expect("producer");
             assert_eq!(producer.shard_cores(), &[cpu]);
             producer.close(std::time::Duration::from_secs(1));
@@ -41,7 +48,7 @@ fn under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu()
         Err(_) => {
             let last = *kacrab::runtime::online_cores().last().expect("a cpu");
             run_pinned(
-                last,
+                &[last],
                 "under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu",
             );
         }
@@ -51,8 +58,8 @@ fn under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu()
 #[test]
 fn kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask() {
     match std::env::var(CHILD) {
-        Ok(cpu) => {
-            let cpu: usize = cpu.parse().expect("cpu");
+        Ok(cpus) => {
+            let cpu = child_cpus(&cpus)[0];
             let outside = if cpu == 0 { 1 } else { 0 };
             let err = Producer::builder()
                 .set("bootstrap.servers", "127.0.0.1:9")
@@ -73,8 +80,59 @@ fn kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask() {
                 return;
             }
             run_pinned(
-                online[1],
+                &online[1..2],
                 "kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask",
+            );
+        }
+    }
+}
+
+#[test]
+fn under_an_affinity_mask_of_two_cpus_the_producer_starts_one_shard_on_the_second() {
+    match std::env::var(CHILD) {
+        Ok(cpus) => {
+            // Whatever cgroup quota applies, it allows at least one CPU: one shard either way.
+            let cpus = child_cpus(&cpus);
+            let producer = producer().expect("producer");
+            assert_eq!(producer.shard_cores(), &cpus[1..]);
+            producer.close(std::time::Duration::from_secs(1));
+        }
+        Err(_) => {
+            let online = kacrab::runtime::online_cores();
+            if online.len() < 2 {
+                eprintln!("one CPU only: no mask of two CPUs to run under");
+                return;
+            }
+            run_pinned(
+                &online[online.len() - 2..],
+                "under_an_affinity_mask_of_two_cpus_the_producer_starts_one_shard_on_the_second",
+            );
+        }
+    }
+}
+
+#[test]
+fn kacrab_shards_alone_still_places_its_shards_from_the_first_cpu_of_the_mask() {
+    match std::env::var(CHILD) {
+        Ok(cpus) => {
+            let cpus = child_cpus(&cpus);
+            let producer = Producer::builder()
+                .set("bootstrap.servers", "127.0.0.1:9")
+                .set("kacrab.shards", "2")
+                .build()
+                .expect("producer");
+            assert_eq!(producer.shard_cores(), &cpus[..]);
+            producer.close(std::time::Duration::from_secs(1));
+        }
+        Err(_) => {
+            let online = kacrab::runtime::online_cores();
+            if online.len() < 2 {
+                eprintln!("one CPU only: no mask of two CPUs to run under");
+                return;
+            }
+            run_pinned(
+                &online[online.len() - 2..],
+                "kacrab_shards_alone_still_places_its_shards_from_the_first_cpu_of_the_mask",
             );
         }
     }
