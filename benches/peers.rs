@@ -14,10 +14,27 @@
 //! producer id), then measures. Medians over the repetitions are printed with ratios against
 //! librdkafka.
 //!
+//! The clients:
+//! - `null`: the kacrab driver with a producer whose `send` does no work: it hands back a result
+//!   that is already known, which the driver polls and checks as it does kacrab's. Every record
+//!   is still made (payload, topic, partition), paced, timestamped, its latency recorded and
+//!   its result checked. A run of it is the cost of the driver alone. Every other client's
+//!   figure holds the same driver work (its harness makes, paces, stamps and counts the same
+//!   records, in its own way), so the tables also give each client's CPU time above the null
+//!   producer's (its median CPU − the null producer's median CPU, same run) and the ratio of
+//!   that to librdkafka's. The plain CPU ratio has the driver's cost on both sides, which pulls
+//!   it towards 1 and hides how much the producers themselves differ; the ratio above null
+//!   compares what the producers spend.
+//! - `kacrab`: `Producer::send` per record, a waker per record that records its latency.
+//! - `librdkafka`: `ThreadedProducer::send` per record, latency from the delivery callback.
+//! - `rskafka`: its `BatchProducer` per partition (`linger.ms`, and `RecordAggregator` with
+//!   `batch.size` bytes).
+//! - `java`: `KafkaProducer.send` with a callback.
+//!
 //! Environment:
 //! - `PEERS_BROKERS`: `reference,mock` (default both);
 //! - `PEERS_SCENARIOS`: any of `small,large,latency,shards,txn,lz4,zstd` (default all);
-//! - `PEERS_CLIENTS`: any of `kacrab,librdkafka,rskafka,java` (default all available);
+//! - `PEERS_CLIENTS`: any of `null,kacrab,librdkafka,rskafka,java` (default all available);
 //! - `PEERS_REPS`: repetitions (default 3);
 //! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
 //! - `PEERS_JAVA_LIB`: a folder holding kafka-clients.jar and slf4j-api.jar (default: fetched
@@ -329,6 +346,7 @@ fn start_broker(kind: &str, topic: &str, partitions: i32) -> Result<BrokerChild>
 fn client_main(client: &str, args: &[String]) -> Result<()> {
     let spec = RunSpec::from_args(client, args)?;
     let outcome = match client {
+        "null" => run_null(&spec)?,
         "kacrab" => run_kacrab(&spec)?,
         "librdkafka" => run_librdkafka(&spec)?,
         "rskafka" => run_rskafka(&spec)?,
@@ -407,6 +425,123 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     outcome.wire_bytes = producer.metrics().outgoing_byte_total;
     producer.close(Duration::from_secs(10));
     Ok(outcome)
+}
+
+/// The null producer: a `send` that does no work. It takes the record and hands back a result
+/// that is already known, so that a run of it measures the driver around the producer.
+struct NullProducer;
+
+/// The null producer's delivery handle: ready from its first poll.
+struct NullDelivery(Option<Result<kacrab::RecordMetadata, kacrab::ProduceError>>);
+
+impl NullProducer {
+    fn send(&self, record: kacrab::ProducerRecord) -> NullDelivery {
+        // The optimiser must not see through the record: it is made, then given away, as a
+        // real send gives it away.
+        let record = std::hint::black_box(record);
+        NullDelivery(Some(Ok(kacrab::RecordMetadata {
+            topic: record.topic,
+            partition: record.partition.unwrap_or(-1),
+            offset: -1,
+            timestamp: -1,
+        })))
+    }
+}
+
+impl NullDelivery {
+    /// The result if known (`DeliveryFuture::try_result`'s place in the driver).
+    fn try_take(&mut self) -> Option<Result<kacrab::RecordMetadata, kacrab::ProduceError>> {
+        self.0.take()
+    }
+}
+
+impl std::future::Future for NullDelivery {
+    type Output = Result<kacrab::RecordMetadata, kacrab::ProduceError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(self.0.take().expect("polled once"))
+    }
+}
+
+/// `load::drive_kacrab` step for step, with the null producer: the same records (payloads cut
+/// from shared chunks, an `Arc` topic, an explicit partition), the same pacing and transaction
+/// clock, the same send timestamp, waker and poll, the same checks of results. Only `send`
+/// differs, so the gap between a kacrab run and this one is what kacrab's `send` and its
+/// shards cost.
+fn drive_null(
+    producer: &NullProducer,
+    spec: &RunSpec,
+    payloads: &mut Payloads,
+    pacer: Option<&Pacer>,
+) -> load::Deliveries {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    let tracker = Tracker::get();
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(spec.topic.as_str());
+    let mut pending: VecDeque<NullDelivery> = VecDeque::new();
+    let mut out = load::Deliveries::default();
+    let check = |out: &mut load::Deliveries,
+                 result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
+        if let Err(e) = result {
+            out.errors += 1;
+            out.first_error.get_or_insert_with(|| e.to_string());
+        }
+    };
+    // Transactions cost the null producer nothing, but the driver still keeps their clock.
+    let txn = Duration::from_millis(spec.txn_ms);
+    let mut txn_began = Instant::now();
+    for seq in 0..spec.records {
+        if spec.txn_ms > 0 && txn_began.elapsed() >= txn {
+            out.transactions_committed += 1;
+            txn_began = Instant::now();
+        }
+        if let Some(p) = pacer {
+            p.wait_for(seq);
+        }
+        let mut record = kacrab::ProducerRecord::new(topic.clone(), payloads.next(seq));
+        record.partition = Some(spec.partition(seq));
+        let sent = tracker.now();
+        let waker = tracker.start(sent);
+        let mut future = producer.send(record);
+        let mut cx = Context::from_waker(&waker);
+        match std::pin::Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(result) => {
+                tracker.complete(sent);
+                check(&mut out, result);
+            }
+            Poll::Pending => pending.push_back(future),
+        }
+        if seq % 64 == 0 {
+            while let Some(result) = pending.front_mut().and_then(NullDelivery::try_take) {
+                pending.pop_front();
+                check(&mut out, result);
+            }
+        }
+    }
+    out
+}
+
+fn run_null(spec: &RunSpec) -> Result<Outcome> {
+    let producer = NullProducer;
+    Tracker::install();
+    let mut payloads = Payloads::new(spec.size);
+    let pacer = spec.pacer();
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    let d = drive_null(&producer, spec, &mut payloads, pacer.as_ref());
+    let elapsed = start.elapsed();
+    let cpu = procstat::process_cpu() - cpu0;
+    Ok(Outcome::from_histogram(
+        spec.records,
+        elapsed,
+        d.errors,
+        cpu,
+    ))
 }
 
 static RD_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -833,6 +968,7 @@ struct Scenario {
 fn scenarios(scale: f64) -> Vec<Scenario> {
     let n = |x: u64| ((x as f64 * scale) as u64).max(1000);
     let peers = vec![
+        ("null", "null", 0, 0),
         ("kacrab", "kacrab", 2, 0),
         ("librdkafka", "librdkafka", 0, 0),
         ("rskafka", "rskafka", 0, 0),
@@ -880,9 +1016,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             clients: {
                 let mut c = peers.clone();
-                c.insert(1, ("kacrab 1 shard", "kacrab", 1, 0));
-                c.insert(2, ("kacrab 1 shard spin", "kacrab", 1, 200));
-                c.insert(3, ("kacrab 2 shards spin", "kacrab", 2, 200));
+                c.insert(2, ("kacrab 1 shard", "kacrab", 1, 0));
+                c.insert(3, ("kacrab 1 shard spin", "kacrab", 1, 200));
+                c.insert(4, ("kacrab 2 shards spin", "kacrab", 2, 200));
                 c.push(("loopback TCP RTT", "loopback-rtt", 0, 0));
                 c
             },
@@ -899,6 +1035,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             linger_ms: 5,
             batch_size: 16384,
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab 1 shard", "kacrab", 1, 0),
                 ("kacrab 2 shards", "kacrab", 2, 0),
             ],
@@ -917,6 +1054,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             // rskafka has no transactions; the Java runner does not take the flag.
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
             ],
@@ -935,6 +1073,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             // rskafka is built without its compression features.
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
@@ -953,6 +1092,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             linger_ms: 5,
             batch_size: 16384,
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
@@ -1022,8 +1162,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// `quick` (`cargo bench -- --quick`): one short repetition of kacrab and librdkafka on the
-/// reference broker, unless the environment asks for more.
+/// `quick` (`cargo bench -- --quick`): one short repetition of the null producer, kacrab and
+/// librdkafka on the reference broker, unless the environment asks for more.
 fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let env_num = |key: &str, default: f64| {
         std::env::var(key)
@@ -1045,9 +1185,9 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let mut wanted_clients = env_list(
         "PEERS_CLIENTS",
         if quick {
-            &["kacrab", "librdkafka"]
+            &["null", "kacrab", "librdkafka"]
         } else {
-            &["kacrab", "librdkafka", "rskafka", "java"]
+            &["null", "kacrab", "librdkafka", "rskafka", "java"]
         },
     );
     let target = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
@@ -1117,7 +1257,8 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
                         txn_ms: scenario.txn_ms,
                         compression: scenario.compression.to_string(),
                     };
-                    let outcome = if client.starts_with("loopback") {
+                    // Neither the loopback runs nor the null producer talk to a broker.
+                    let outcome = if client.starts_with("loopback") || client == "null" {
                         run_client(&spec, None)
                     } else {
                         run_against(broker, spec, java.as_ref())
@@ -1179,9 +1320,9 @@ fn summarize(
     );
     let _ = writeln!(
         out,
-        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
+        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s | client CPU s above null | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     let med = |label: &str, f: &dyn Fn(&Outcome) -> f64| {
         median(
             results
@@ -1190,10 +1331,27 @@ fn summarize(
                 .unwrap_or_default(),
         )
     };
-    for (label, _, _, _) in clients {
+    // The driver's own cost, which every client's CPU time holds (NaN when the null producer
+    // did not run).
+    let null_cpu = med("null", &|o| o.cpu_s);
+    let above_null = |label: &str, client: &str| -> f64 {
+        if client.starts_with("loopback") {
+            f64::NAN
+        } else {
+            med(label, &|o| o.cpu_s) - null_cpu
+        }
+    };
+    let or_na = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.3}")
+        } else {
+            "n/a".to_string()
+        }
+    };
+    for (label, client, _, _) in clients {
         let runs = results.get(label).map_or(0, Vec::len);
         if runs == 0 {
-            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | | |");
+            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | | | | |");
             continue;
         }
         let wire = med(label, &|o| o.wire_bytes as f64 / o.records.max(1) as f64);
@@ -1204,12 +1362,14 @@ fn summarize(
         };
         let _ = writeln!(
             out,
-            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} | {wire} |",
+            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.3} | {wire} |",
             med(label, &|o| o.records_per_sec()),
             med(label, &|o| o.records_per_sec() * scenario.size as f64 / 1048576.0),
             med(label, &|o| o.p50_us / 1e3),
             med(label, &|o| o.p99_us / 1e3),
             med(label, &|o| o.p999_us / 1e3),
+            med(label, &|o| o.cpu_s),
+            or_na(above_null(label, client)),
             med(label, &|o| o.cpu_per_million()),
             med(label, &|o| o.rss_bytes as f64 / 1048576.0),
             med(label, &|o| o.broker_cpu_s),
@@ -1227,13 +1387,36 @@ fn summarize(
         _ => "librdkafka",
     };
     let _ = writeln!(out);
+    let base_client = clients
+        .iter()
+        .find(|(label, _, _, _)| *label == base)
+        .map_or(base, |(_, client, _, _)| client);
     for (label, client, _, _) in clients {
         if *label == base || client.starts_with("loopback") {
             continue;
         }
+        // From the medians, as the table gives them: a per-repetition difference would carry
+        // the noise of two runs.
+        let over_null = above_null(label, client) / above_null(base, base_client);
+        let over_null = if over_null.is_finite() {
+            format!(", client CPU above null {over_null:.2}x")
+        } else {
+            String::new()
+        };
+        if *client == "null" {
+            // Its latency is that of a result already known: no ratio to speak of.
+            let _ = writeln!(
+                out,
+                "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x (the driver alone), peak RSS {:.2}x",
+                ratio(label, base, &|o| o.records_per_sec()),
+                ratio(label, base, &|o| o.cpu_per_million()),
+                ratio(label, base, &|o| o.rss_bytes as f64),
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
-            "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x, peak RSS {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
+            "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x{over_null}, peak RSS {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
             ratio(label, base, &|o| o.records_per_sec()),
             ratio(label, base, &|o| o.cpu_per_million()),
             ratio(label, base, &|o| o.rss_bytes as f64),
