@@ -12,7 +12,7 @@
 //! (VmHWM) are the client's alone. Clients are interleaved: repetition r starts with the r-th
 //! client. Each run first sends and awaits one record per partition (connections, metadata,
 //! producer id), then measures. Medians over the repetitions are printed with ratios against
-//! librdkafka.
+//! librdkafka (records/s also against rskafka).
 //!
 //! The clients:
 //! - `null`: the kacrab driver with a producer whose `send` does no work: it hands back a result
@@ -26,17 +26,30 @@
 //!   it towards 1 and hides how much the producers themselves differ; the ratio above null
 //!   compares what the producers spend.
 //! - `kacrab`: `Producer::send` per record, a waker per record that records its latency.
+//! - `kacrab-batch`: `Producer::send_batch` over chunks of `PEERS_BATCH` records (under a send
+//!   rate, a chunk also goes as soon as the next record is not due yet, as a bridge sends what
+//!   one poll brought). A second thread waits each `BatchDelivery` in order and counts each
+//!   record's result, with at most 32 MiB of buffer's worth of chunks outstanding; a record's
+//!   latency runs from when it was made to when its chunk's `wait` returns.
 //! - `librdkafka`: `ThreadedProducer::send` per record, latency from the delivery callback.
-//! - `rskafka`: its `BatchProducer` per partition (`linger.ms`, and `RecordAggregator` with
-//!   `batch.size` bytes).
+//! - `rskafka`: its `BatchProducer` per partition, with `linger.ms` and
+//!   `RecordAggregator::new(batch.size)` (the scenario's `batch.size` in bytes, as the other
+//!   clients get it). That is rskafka's batch mode: `produce` adds a record to the aggregator's
+//!   batch and resolves once the batch is written, and the harness keeps up to 32 MiB of
+//!   buffer's worth of records in flight, so batches fill to `batch.size` or `linger.ms`.
+//!   (rskafka's lower `PartitionClient::produce` sends one request per call and leaves the
+//!   batching to the caller.) The tables give records/s against rskafka as well as against
+//!   librdkafka.
 //! - `java`: `KafkaProducer.send` with a callback.
 //!
 //! Environment:
 //! - `PEERS_BROKERS`: `reference,mock` (default both);
 //! - `PEERS_SCENARIOS`: any of `small,large,latency,shards,txn,lz4,zstd` (default all);
-//! - `PEERS_CLIENTS`: any of `null,kacrab,librdkafka,rskafka,java` (default all available);
+//! - `PEERS_CLIENTS`: any of `null,kacrab,kacrab-batch,librdkafka,rskafka,java` (default all
+//!   available);
 //! - `PEERS_REPS`: repetitions (default 3);
 //! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
+//! - `PEERS_BATCH`: records per `send_batch` call of `kacrab-batch` (default 1000);
 //! - `PEERS_JAVA_LIB`: a folder holding kafka-clients.jar and slf4j-api.jar (default: fetched
 //!   by `benches/peers/java/fetch-jars.sh` into the target folder).
 
@@ -86,6 +99,8 @@ struct RunSpec {
     txn_ms: u64,
     /// `compression.type`.
     compression: String,
+    /// Records per `send_batch` call (`kacrab-batch` only).
+    chunk: usize,
 }
 
 impl RunSpec {
@@ -103,6 +118,7 @@ impl RunSpec {
             ("--spin-us", self.spin_us.to_string()),
             ("--txn-ms", self.txn_ms.to_string()),
             ("--compression", self.compression.clone()),
+            ("--chunk", self.chunk.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -132,6 +148,7 @@ impl RunSpec {
             spin_us: get("spin-us")?.parse()?,
             txn_ms: get("txn-ms")?.parse()?,
             compression: get("compression")?,
+            chunk: get("chunk")?.parse()?,
         })
     }
 
@@ -347,7 +364,8 @@ fn client_main(client: &str, args: &[String]) -> Result<()> {
     let spec = RunSpec::from_args(client, args)?;
     let outcome = match client {
         "null" => run_null(&spec)?,
-        "kacrab" => run_kacrab(&spec)?,
+        "kacrab" => run_kacrab(&spec, false)?,
+        "kacrab-batch" => run_kacrab(&spec, true)?,
         "librdkafka" => run_librdkafka(&spec)?,
         "rskafka" => run_rskafka(&spec)?,
         "loopback" => run_loopback(&spec)?,
@@ -358,7 +376,9 @@ fn client_main(client: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
+/// kacrab with `Producer::send` per record (`load::drive_kacrab`), or with `send_batch` over
+/// chunks (`drive_kacrab_batch`); the producer and its warm-up are the same.
+fn run_kacrab(spec: &RunSpec, batch: bool) -> Result<Outcome> {
     use kacrab::{Producer, ProducerRecord};
     let mut builder = Producer::builder()
         .set("bootstrap.servers", spec.bootstrap.as_str())
@@ -407,24 +427,156 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     let pacer = spec.pacer();
     let cpu0 = procstat::process_cpu();
     let start = Instant::now();
-    let d = load::drive_kacrab(
-        &producer,
-        &spec.topic,
-        spec.records,
-        &mut payloads,
-        pacer.as_ref(),
-        transactions,
-        |seq| Some(spec.partition(seq)),
-    );
+    let d = if batch {
+        drive_kacrab_batch(&producer, spec, &mut payloads, pacer.as_ref(), transactions)
+    } else {
+        load::drive_kacrab(
+            &producer,
+            &spec.topic,
+            spec.records,
+            &mut payloads,
+            pacer.as_ref(),
+            transactions,
+            |seq| Some(spec.partition(seq)),
+        )
+    };
     let elapsed = start.elapsed();
     let cpu = procstat::process_cpu() - cpu0;
     if let Some(e) = &d.first_error {
-        eprintln!("kacrab: {} errors, first: {e}", d.errors);
+        eprintln!("{}: {} errors, first: {e}", spec.client, d.errors);
     }
     let mut outcome = Outcome::from_histogram(spec.records, elapsed, d.errors, cpu);
     outcome.wire_bytes = producer.metrics().outgoing_byte_total;
     producer.close(Duration::from_secs(10));
     Ok(outcome)
+}
+
+/// `kacrab-batch`'s driver: the records `load::drive_kacrab` makes (same payloads, topic,
+/// partitions, pacing and transaction clock), handed to `Producer::send_batch` in chunks of
+/// `spec.chunk`. Under a rate a chunk also goes as soon as the next record is not due yet: the
+/// driver would otherwise hold records it has while it sleeps, which no application does.
+///
+/// A second thread waits each chunk's `BatchDelivery` in the order sent, and counts every
+/// record's result. A record's latency runs from when it was made (its timestamp is taken
+/// as the per-record driver takes it, before the record joins its chunk) to when its chunk's
+/// `wait` returns, which is when a caller of the batch API learns it. The channel to that
+/// thread bounds the chunks outstanding to what 32 MiB of buffer holds, as the other drivers
+/// bound their records, so the driver's memory stays bounded whatever the run's length.
+fn drive_kacrab_batch(
+    producer: &kacrab::Producer,
+    spec: &RunSpec,
+    payloads: &mut Payloads,
+    pacer: Option<&Pacer>,
+    transactions: Option<load::TransactionPacing>,
+) -> load::Deliveries {
+    use kacrab::{BatchDelivery, ProducerRecord};
+
+    let tracker = Tracker::get();
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(spec.topic.as_str());
+    let chunk_len = spec.chunk.max(1);
+    // At least two: one filling while the waiter waits on another.
+    let outstanding = (spec.max_outstanding() / chunk_len).max(2);
+    // The waiter holds one chunk while the channel holds the rest.
+    let (to_waiter, waiting) =
+        std::sync::mpsc::sync_channel::<(BatchDelivery, Vec<u64>)>(outstanding - 1);
+    let mut out = load::Deliveries::default();
+    let waited = std::thread::scope(|scope| {
+        let waiter = scope.spawn(move || {
+            let mut out = load::Deliveries::default();
+            for (delivery, sent) in waiting {
+                let results = delivery.wait();
+                let now = tracker.now();
+                for (result, sent) in results.into_iter().zip(sent) {
+                    tracker.histogram.record(now.saturating_sub(sent));
+                    if let Err(e) = result {
+                        out.errors += 1;
+                        out.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            out
+        });
+        // The waiter ends when the sender is dropped, with this closure.
+        let send = move |chunk: &mut Vec<ProducerRecord>, sent: &mut Vec<u64>| {
+            let delivery = producer.send_batch(chunk.drain(..));
+            let stamps = std::mem::replace(sent, Vec::with_capacity(chunk_len));
+            to_waiter
+                .send((delivery, stamps))
+                .expect("the waiter runs until the sender is dropped");
+        };
+        // The caller has called `init_transactions`.
+        if transactions.is_some() {
+            if let Err(e) = producer.begin_transaction() {
+                // Every send then fails with the transaction manager's error, and is counted.
+                out.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        let mut txn_began = Instant::now();
+        // Transactions roll over between chunks: a chunk is all in one transaction.
+        let mut roll = |out: &mut load::Deliveries| {
+            if let Some(t) = transactions {
+                if txn_began.elapsed() >= t.duration {
+                    end_transaction(producer, t, out);
+                    if let Err(e) = producer.begin_transaction() {
+                        out.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                    txn_began = Instant::now();
+                }
+            }
+        };
+        let mut chunk: Vec<ProducerRecord> = Vec::with_capacity(chunk_len);
+        let mut sent: Vec<u64> = Vec::with_capacity(chunk_len);
+        for seq in 0..spec.records {
+            if let Some(p) = pacer {
+                if !chunk.is_empty() && p.due(seq) > p.elapsed() {
+                    send(&mut chunk, &mut sent);
+                    roll(&mut out);
+                }
+                p.wait_for(seq);
+            }
+            let mut record = ProducerRecord::new(topic.clone(), payloads.next(seq));
+            record.partition = Some(spec.partition(seq));
+            sent.push(tracker.now());
+            chunk.push(record);
+            if chunk.len() == chunk_len {
+                send(&mut chunk, &mut sent);
+                roll(&mut out);
+            }
+        }
+        if !chunk.is_empty() {
+            send(&mut chunk, &mut sent);
+        }
+        drop(send);
+        match transactions {
+            // A commit sends everything first.
+            Some(t) => end_transaction(producer, t, &mut out),
+            None => producer.flush(),
+        }
+        waiter.join().expect("the waiter does not panic")
+    });
+    out.errors += waited.errors;
+    if out.first_error.is_none() {
+        out.first_error = waited.first_error;
+    }
+    out
+}
+
+/// Commits the open transaction; an abortable failure aborts it (its records then fail and are
+/// counted as errors). As `load::drive_kacrab` ends its transactions.
+fn end_transaction(
+    producer: &kacrab::Producer,
+    t: load::TransactionPacing,
+    out: &mut load::Deliveries,
+) {
+    match producer.commit_transaction(t.call_timeout) {
+        Ok(()) => out.transactions_committed += 1,
+        Err(e) => {
+            out.first_error.get_or_insert_with(|| e.to_string());
+            if e.is_abortable() {
+                let _ = producer.abort_transaction(t.call_timeout);
+            }
+        }
+    }
 }
 
 /// The null producer: a `send` that does no work. It takes the record and hands back a result
@@ -970,6 +1122,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
     let peers = vec![
         ("null", "null", 0, 0),
         ("kacrab", "kacrab", 2, 0),
+        ("kacrab-batch", "kacrab-batch", 2, 0),
         ("librdkafka", "librdkafka", 0, 0),
         ("rskafka", "rskafka", 0, 0),
         ("java", "java", 0, 0),
@@ -1056,6 +1209,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             clients: vec![
                 ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
             ],
             txn_ms: 100,
@@ -1075,6 +1229,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             clients: vec![
                 ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
             ],
@@ -1094,6 +1249,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             clients: vec![
                 ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
             ],
@@ -1162,8 +1318,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// `quick` (`cargo bench -- --quick`): one short repetition of the null producer, kacrab and
-/// librdkafka on the reference broker, unless the environment asks for more.
+/// `quick` (`cargo bench -- --quick`): one short repetition of the null producer, kacrab (both
+/// modes) and librdkafka on the reference broker, unless the environment asks for more.
 fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let env_num = |key: &str, default: f64| {
         std::env::var(key)
@@ -1173,6 +1329,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     };
     let reps = env_num("PEERS_REPS", if quick { 1.0 } else { 3.0 }) as usize;
     let scale = env_num("PEERS_SCALE", if quick { 0.05 } else { 1.0 });
+    let chunk = env_num("PEERS_BATCH", 1000.0).max(1.0) as usize;
     let brokers = env_list(
         "PEERS_BROKERS",
         if quick {
@@ -1185,9 +1342,16 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let mut wanted_clients = env_list(
         "PEERS_CLIENTS",
         if quick {
-            &["null", "kacrab", "librdkafka"]
+            &["null", "kacrab", "kacrab-batch", "librdkafka"]
         } else {
-            &["null", "kacrab", "librdkafka", "rskafka", "java"]
+            &[
+                "null",
+                "kacrab",
+                "kacrab-batch",
+                "librdkafka",
+                "rskafka",
+                "java",
+            ]
         },
     );
     let target = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
@@ -1209,7 +1373,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
         None
     };
     println!(
-        "peers: {reps} repetitions, scale {scale}, brokers {brokers:?}, clients {wanted_clients:?}"
+        "peers: {reps} repetitions, scale {scale}, brokers {brokers:?}, clients {wanted_clients:?}, {chunk} records per send_batch"
     );
     let mut report = String::new();
     for scenario in scenarios(scale) {
@@ -1256,6 +1420,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
                         spin_us: spin,
                         txn_ms: scenario.txn_ms,
                         compression: scenario.compression.to_string(),
+                        chunk,
                     };
                     // Neither the loopback runs nor the null producer talk to a broker.
                     let outcome = if client.starts_with("loopback") || client == "null" {
@@ -1320,9 +1485,12 @@ fn summarize(
     );
     let _ = writeln!(
         out,
-        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s | client CPU s above null | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
+        "| client | runs | records/s | records/s / librdkafka | records/s / rskafka | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s | client CPU s above null | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let med = |label: &str, f: &dyn Fn(&Outcome) -> f64| {
         median(
             results
@@ -1348,10 +1516,30 @@ fn summarize(
             "n/a".to_string()
         }
     };
+    // Ratios of per-repetition values (same repetition, interleaved), then their median.
+    let ratio = |a: &str, b: &str, f: &dyn Fn(&Outcome) -> f64| -> f64 {
+        let (Some(x), Some(y)) = (results.get(a), results.get(b)) else {
+            return f64::NAN;
+        };
+        median(x.iter().zip(y).map(|(x, y)| f(x) / f(y)).collect())
+    };
+    // Records/s against librdkafka and against rskafka (whose `BatchProducer` is its batch
+    // API), where they ran; the loopback runs are no producers.
+    let rate_vs = |label: &str, client: &str, peer: &str| -> String {
+        let r = ratio(label, peer, &|o| o.records_per_sec());
+        if client.starts_with("loopback") || !r.is_finite() {
+            "n/a".to_string()
+        } else {
+            format!("{r:.2}x")
+        }
+    };
     for (label, client, _, _) in clients {
         let runs = results.get(label).map_or(0, Vec::len);
         if runs == 0 {
-            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | | | | |");
+            let _ = writeln!(
+                out,
+                "| {label} | 0/{reps} | failed | | | | | | | | | | | | |"
+            );
             continue;
         }
         let wire = med(label, &|o| o.wire_bytes as f64 / o.records.max(1) as f64);
@@ -1362,8 +1550,10 @@ fn summarize(
         };
         let _ = writeln!(
             out,
-            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.3} | {wire} |",
+            "| {label} | {runs}/{reps} | {:.0} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.3} | {wire} |",
             med(label, &|o| o.records_per_sec()),
+            rate_vs(label, client, "librdkafka"),
+            rate_vs(label, client, "rskafka"),
             med(label, &|o| o.records_per_sec() * scenario.size as f64 / 1048576.0),
             med(label, &|o| o.p50_us / 1e3),
             med(label, &|o| o.p99_us / 1e3),
@@ -1375,13 +1565,6 @@ fn summarize(
             med(label, &|o| o.broker_cpu_s),
         );
     }
-    // Ratios of per-repetition values (same repetition, interleaved), then their median.
-    let ratio = |a: &str, b: &str, f: &dyn Fn(&Outcome) -> f64| -> f64 {
-        let (Some(x), Some(y)) = (results.get(a), results.get(b)) else {
-            return f64::NAN;
-        };
-        median(x.iter().zip(y).map(|(x, y)| f(x) / f(y)).collect())
-    };
     let base = match scenario.name {
         "shards" => "kacrab 1 shard",
         _ => "librdkafka",
