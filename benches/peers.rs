@@ -12,14 +12,44 @@
 //! (VmHWM) are the client's alone. Clients are interleaved: repetition r starts with the r-th
 //! client. Each run first sends and awaits one record per partition (connections, metadata,
 //! producer id), then measures. Medians over the repetitions are printed with ratios against
-//! librdkafka.
+//! librdkafka (records/s also against rskafka).
+//!
+//! The clients:
+//! - `null`: the kacrab driver with a producer whose `send` does no work: it hands back a result
+//!   that is already known, which the driver polls and checks as it does kacrab's. Every record
+//!   is still made (payload, topic, partition), paced, timestamped, its latency recorded and
+//!   its result checked. A run of it is the cost of the driver alone. Every other client's
+//!   figure holds the same driver work (its harness makes, paces, stamps and counts the same
+//!   records, in its own way), so the tables also give each client's CPU time above the null
+//!   producer's (its median CPU − the null producer's median CPU, same run) and the ratio of
+//!   that to librdkafka's. The plain CPU ratio has the driver's cost on both sides, which pulls
+//!   it towards 1 and hides how much the producers themselves differ; the ratio above null
+//!   compares what the producers spend.
+//! - `kacrab`: `Producer::send` per record, a waker per record that records its latency.
+//! - `kacrab-batch`: `Producer::send_batch` over chunks of `PEERS_BATCH` records (under a send
+//!   rate, a chunk also goes as soon as the next record is not due yet, as a bridge sends what
+//!   one poll brought). A second thread waits each `BatchDelivery` in order and counts each
+//!   record's result, with at most 32 MiB of buffer's worth of chunks outstanding; a record's
+//!   latency runs from when it was made to when its chunk's `wait` returns.
+//! - `librdkafka`: `ThreadedProducer::send` per record, latency from the delivery callback.
+//! - `rskafka`: its `BatchProducer` per partition, with `linger.ms` and
+//!   `RecordAggregator::new(batch.size)` (the scenario's `batch.size` in bytes, as the other
+//!   clients get it). That is rskafka's batch mode: `produce` adds a record to the aggregator's
+//!   batch and resolves once the batch is written, and the harness keeps up to 32 MiB of
+//!   buffer's worth of records in flight, so batches fill to `batch.size` or `linger.ms`.
+//!   (rskafka's lower `PartitionClient::produce` sends one request per call and leaves the
+//!   batching to the caller.) The tables give records/s against rskafka as well as against
+//!   librdkafka.
+//! - `java`: `KafkaProducer.send` with a callback.
 //!
 //! Environment:
 //! - `PEERS_BROKERS`: `reference,mock` (default both);
 //! - `PEERS_SCENARIOS`: any of `small,large,latency,shards,txn,lz4,zstd` (default all);
-//! - `PEERS_CLIENTS`: any of `kacrab,librdkafka,rskafka,java` (default all available);
+//! - `PEERS_CLIENTS`: any of `null,kacrab,kacrab-batch,librdkafka,rskafka,java` (default all
+//!   available);
 //! - `PEERS_REPS`: repetitions (default 3);
 //! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
+//! - `PEERS_BATCH`: records per `send_batch` call of `kacrab-batch` (default 1000);
 //! - `PEERS_JAVA_LIB`: a folder holding kafka-clients.jar and slf4j-api.jar (default: fetched
 //!   by `benches/peers/java/fetch-jars.sh` into the target folder).
 
@@ -69,6 +99,8 @@ struct RunSpec {
     txn_ms: u64,
     /// `compression.type`.
     compression: String,
+    /// Records per `send_batch` call (`kacrab-batch` only).
+    chunk: usize,
 }
 
 impl RunSpec {
@@ -86,6 +118,7 @@ impl RunSpec {
             ("--spin-us", self.spin_us.to_string()),
             ("--txn-ms", self.txn_ms.to_string()),
             ("--compression", self.compression.clone()),
+            ("--chunk", self.chunk.to_string()),
         ]
         .into_iter()
         .flat_map(|(k, v)| [k.to_string(), v])
@@ -115,6 +148,7 @@ impl RunSpec {
             spin_us: get("spin-us")?.parse()?,
             txn_ms: get("txn-ms")?.parse()?,
             compression: get("compression")?,
+            chunk: get("chunk")?.parse()?,
         })
     }
 
@@ -329,7 +363,9 @@ fn start_broker(kind: &str, topic: &str, partitions: i32) -> Result<BrokerChild>
 fn client_main(client: &str, args: &[String]) -> Result<()> {
     let spec = RunSpec::from_args(client, args)?;
     let outcome = match client {
-        "kacrab" => run_kacrab(&spec)?,
+        "null" => run_null(&spec)?,
+        "kacrab" => run_kacrab(&spec, false)?,
+        "kacrab-batch" => run_kacrab(&spec, true)?,
         "librdkafka" => run_librdkafka(&spec)?,
         "rskafka" => run_rskafka(&spec)?,
         "loopback" => run_loopback(&spec)?,
@@ -340,7 +376,9 @@ fn client_main(client: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
+/// kacrab with `Producer::send` per record (`load::drive_kacrab`), or with `send_batch` over
+/// chunks (`drive_kacrab_batch`); the producer and its warm-up are the same.
+fn run_kacrab(spec: &RunSpec, batch: bool) -> Result<Outcome> {
     use kacrab::{Producer, ProducerRecord};
     let mut builder = Producer::builder()
         .set("bootstrap.servers", spec.bootstrap.as_str())
@@ -389,24 +427,273 @@ fn run_kacrab(spec: &RunSpec) -> Result<Outcome> {
     let pacer = spec.pacer();
     let cpu0 = procstat::process_cpu();
     let start = Instant::now();
-    let d = load::drive_kacrab(
-        &producer,
-        &spec.topic,
-        spec.records,
-        &mut payloads,
-        pacer.as_ref(),
-        transactions,
-        |seq| Some(spec.partition(seq)),
-    );
+    let d = if batch {
+        drive_kacrab_batch(&producer, spec, &mut payloads, pacer.as_ref(), transactions)
+    } else {
+        load::drive_kacrab(
+            &producer,
+            &spec.topic,
+            spec.records,
+            &mut payloads,
+            pacer.as_ref(),
+            transactions,
+            |seq| Some(spec.partition(seq)),
+        )
+    };
     let elapsed = start.elapsed();
     let cpu = procstat::process_cpu() - cpu0;
     if let Some(e) = &d.first_error {
-        eprintln!("kacrab: {} errors, first: {e}", d.errors);
+        eprintln!("{}: {} errors, first: {e}", spec.client, d.errors);
     }
     let mut outcome = Outcome::from_histogram(spec.records, elapsed, d.errors, cpu);
     outcome.wire_bytes = producer.metrics().outgoing_byte_total;
     producer.close(Duration::from_secs(10));
     Ok(outcome)
+}
+
+/// `kacrab-batch`'s driver: the records `load::drive_kacrab` makes (same payloads, topic,
+/// partitions, pacing and transaction clock), handed to `Producer::send_batch` in chunks of
+/// `spec.chunk`. Under a rate a chunk also goes as soon as the next record is not due yet: the
+/// driver would otherwise hold records it has while it sleeps, which no application does.
+///
+/// A second thread waits each chunk's `BatchDelivery` in the order sent, and counts every
+/// record's result. A record's latency runs from when it was made (its timestamp is taken
+/// as the per-record driver takes it, before the record joins its chunk) to when its chunk's
+/// `wait` returns, which is when a caller of the batch API learns it. The channel to that
+/// thread bounds the chunks outstanding to what 32 MiB of buffer holds, as the other drivers
+/// bound their records, so the driver's memory stays bounded whatever the run's length.
+fn drive_kacrab_batch(
+    producer: &kacrab::Producer,
+    spec: &RunSpec,
+    payloads: &mut Payloads,
+    pacer: Option<&Pacer>,
+    transactions: Option<load::TransactionPacing>,
+) -> load::Deliveries {
+    use kacrab::{BatchDelivery, ProducerRecord};
+
+    let tracker = Tracker::get();
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(spec.topic.as_str());
+    let chunk_len = spec.chunk.max(1);
+    // At least two: one filling while the waiter waits on another.
+    let outstanding = (spec.max_outstanding() / chunk_len).max(2);
+    // The waiter holds one chunk while the channel holds the rest.
+    let (to_waiter, waiting) =
+        std::sync::mpsc::sync_channel::<(BatchDelivery, Vec<u64>)>(outstanding - 1);
+    let mut out = load::Deliveries::default();
+    let waited = std::thread::scope(|scope| {
+        let waiter = scope.spawn(move || {
+            let mut out = load::Deliveries::default();
+            for (delivery, sent) in waiting {
+                let results = delivery.wait();
+                let now = tracker.now();
+                for (result, sent) in results.into_iter().zip(sent) {
+                    tracker.histogram.record(now.saturating_sub(sent));
+                    if let Err(e) = result {
+                        out.errors += 1;
+                        out.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            out
+        });
+        // The waiter ends when the sender is dropped, with this closure.
+        let send = move |chunk: &mut Vec<ProducerRecord>, sent: &mut Vec<u64>| {
+            let delivery = producer.send_batch(chunk.drain(..));
+            let stamps = std::mem::replace(sent, Vec::with_capacity(chunk_len));
+            to_waiter
+                .send((delivery, stamps))
+                .expect("the waiter runs until the sender is dropped");
+        };
+        // The caller has called `init_transactions`.
+        if transactions.is_some() {
+            if let Err(e) = producer.begin_transaction() {
+                // Every send then fails with the transaction manager's error, and is counted.
+                out.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+        let mut txn_began = Instant::now();
+        // Transactions roll over between chunks: a chunk is all in one transaction.
+        let mut roll = |out: &mut load::Deliveries| {
+            if let Some(t) = transactions {
+                if txn_began.elapsed() >= t.duration {
+                    end_transaction(producer, t, out);
+                    if let Err(e) = producer.begin_transaction() {
+                        out.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                    txn_began = Instant::now();
+                }
+            }
+        };
+        let mut chunk: Vec<ProducerRecord> = Vec::with_capacity(chunk_len);
+        let mut sent: Vec<u64> = Vec::with_capacity(chunk_len);
+        for seq in 0..spec.records {
+            if let Some(p) = pacer {
+                if !chunk.is_empty() && p.due(seq) > p.elapsed() {
+                    send(&mut chunk, &mut sent);
+                    roll(&mut out);
+                }
+                p.wait_for(seq);
+            }
+            let mut record = ProducerRecord::new(topic.clone(), payloads.next(seq));
+            record.partition = Some(spec.partition(seq));
+            sent.push(tracker.now());
+            chunk.push(record);
+            if chunk.len() == chunk_len {
+                send(&mut chunk, &mut sent);
+                roll(&mut out);
+            }
+        }
+        if !chunk.is_empty() {
+            send(&mut chunk, &mut sent);
+        }
+        drop(send);
+        match transactions {
+            // A commit sends everything first.
+            Some(t) => end_transaction(producer, t, &mut out),
+            None => producer.flush(),
+        }
+        waiter.join().expect("the waiter does not panic")
+    });
+    out.errors += waited.errors;
+    if out.first_error.is_none() {
+        out.first_error = waited.first_error;
+    }
+    out
+}
+
+/// Commits the open transaction; an abortable failure aborts it (its records then fail and are
+/// counted as errors). As `load::drive_kacrab` ends its transactions.
+fn end_transaction(
+    producer: &kacrab::Producer,
+    t: load::TransactionPacing,
+    out: &mut load::Deliveries,
+) {
+    match producer.commit_transaction(t.call_timeout) {
+        Ok(()) => out.transactions_committed += 1,
+        Err(e) => {
+            out.first_error.get_or_insert_with(|| e.to_string());
+            if e.is_abortable() {
+                let _ = producer.abort_transaction(t.call_timeout);
+            }
+        }
+    }
+}
+
+/// The null producer: a `send` that does no work. It takes the record and hands back a result
+/// that is already known, so that a run of it measures the driver around the producer.
+struct NullProducer;
+
+/// The null producer's delivery handle: ready from its first poll.
+struct NullDelivery(Option<Result<kacrab::RecordMetadata, kacrab::ProduceError>>);
+
+impl NullProducer {
+    fn send(&self, record: kacrab::ProducerRecord) -> NullDelivery {
+        // The optimiser must not see through the record: it is made, then given away, as a
+        // real send gives it away.
+        let record = std::hint::black_box(record);
+        NullDelivery(Some(Ok(kacrab::RecordMetadata {
+            topic: record.topic,
+            partition: record.partition.unwrap_or(-1),
+            offset: -1,
+            timestamp: -1,
+        })))
+    }
+}
+
+impl NullDelivery {
+    /// The result if known (`DeliveryFuture::try_result`'s place in the driver).
+    fn try_take(&mut self) -> Option<Result<kacrab::RecordMetadata, kacrab::ProduceError>> {
+        self.0.take()
+    }
+}
+
+impl std::future::Future for NullDelivery {
+    type Output = Result<kacrab::RecordMetadata, kacrab::ProduceError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::task::Poll::Ready(self.0.take().expect("polled once"))
+    }
+}
+
+/// `load::drive_kacrab` step for step, with the null producer: the same records (payloads cut
+/// from shared chunks, an `Arc` topic, an explicit partition), the same pacing and transaction
+/// clock, the same send timestamp, waker and poll, the same checks of results. Only `send`
+/// differs, so the gap between a kacrab run and this one is what kacrab's `send` and its
+/// shards cost.
+fn drive_null(
+    producer: &NullProducer,
+    spec: &RunSpec,
+    payloads: &mut Payloads,
+    pacer: Option<&Pacer>,
+) -> load::Deliveries {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    let tracker = Tracker::get();
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(spec.topic.as_str());
+    let mut pending: VecDeque<NullDelivery> = VecDeque::new();
+    let mut out = load::Deliveries::default();
+    let check = |out: &mut load::Deliveries,
+                 result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
+        if let Err(e) = result {
+            out.errors += 1;
+            out.first_error.get_or_insert_with(|| e.to_string());
+        }
+    };
+    // Transactions cost the null producer nothing, but the driver still keeps their clock.
+    let txn = Duration::from_millis(spec.txn_ms);
+    let mut txn_began = Instant::now();
+    for seq in 0..spec.records {
+        if spec.txn_ms > 0 && txn_began.elapsed() >= txn {
+            out.transactions_committed += 1;
+            txn_began = Instant::now();
+        }
+        if let Some(p) = pacer {
+            p.wait_for(seq);
+        }
+        let mut record = kacrab::ProducerRecord::new(topic.clone(), payloads.next(seq));
+        record.partition = Some(spec.partition(seq));
+        let sent = tracker.now();
+        let waker = tracker.start(sent);
+        let mut future = producer.send(record);
+        let mut cx = Context::from_waker(&waker);
+        match std::pin::Pin::new(&mut future).poll(&mut cx) {
+            Poll::Ready(result) => {
+                tracker.complete(sent);
+                check(&mut out, result);
+            }
+            Poll::Pending => pending.push_back(future),
+        }
+        if seq % 64 == 0 {
+            while let Some(result) = pending.front_mut().and_then(NullDelivery::try_take) {
+                pending.pop_front();
+                check(&mut out, result);
+            }
+        }
+    }
+    out
+}
+
+fn run_null(spec: &RunSpec) -> Result<Outcome> {
+    let producer = NullProducer;
+    Tracker::install();
+    let mut payloads = Payloads::new(spec.size);
+    let pacer = spec.pacer();
+    let cpu0 = procstat::process_cpu();
+    let start = Instant::now();
+    let d = drive_null(&producer, spec, &mut payloads, pacer.as_ref());
+    let elapsed = start.elapsed();
+    let cpu = procstat::process_cpu() - cpu0;
+    Ok(Outcome::from_histogram(
+        spec.records,
+        elapsed,
+        d.errors,
+        cpu,
+    ))
 }
 
 static RD_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -833,7 +1120,9 @@ struct Scenario {
 fn scenarios(scale: f64) -> Vec<Scenario> {
     let n = |x: u64| ((x as f64 * scale) as u64).max(1000);
     let peers = vec![
+        ("null", "null", 0, 0),
         ("kacrab", "kacrab", 2, 0),
+        ("kacrab-batch", "kacrab-batch", 2, 0),
         ("librdkafka", "librdkafka", 0, 0),
         ("rskafka", "rskafka", 0, 0),
         ("java", "java", 0, 0),
@@ -880,9 +1169,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             clients: {
                 let mut c = peers.clone();
-                c.insert(1, ("kacrab 1 shard", "kacrab", 1, 0));
-                c.insert(2, ("kacrab 1 shard spin", "kacrab", 1, 200));
-                c.insert(3, ("kacrab 2 shards spin", "kacrab", 2, 200));
+                c.insert(2, ("kacrab 1 shard", "kacrab", 1, 0));
+                c.insert(3, ("kacrab 1 shard spin", "kacrab", 1, 200));
+                c.insert(4, ("kacrab 2 shards spin", "kacrab", 2, 200));
                 c.push(("loopback TCP RTT", "loopback-rtt", 0, 0));
                 c
             },
@@ -899,6 +1188,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             linger_ms: 5,
             batch_size: 16384,
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab 1 shard", "kacrab", 1, 0),
                 ("kacrab 2 shards", "kacrab", 2, 0),
             ],
@@ -917,7 +1207,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             // rskafka has no transactions; the Java runner does not take the flag.
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
             ],
             txn_ms: 100,
@@ -935,7 +1227,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             // rskafka is built without its compression features.
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
             ],
@@ -953,7 +1247,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             linger_ms: 5,
             batch_size: 16384,
             clients: vec![
+                ("null", "null", 0, 0),
                 ("kacrab", "kacrab", 2, 0),
+                ("kacrab-batch", "kacrab-batch", 2, 0),
                 ("librdkafka", "librdkafka", 0, 0),
                 ("java", "java", 0, 0),
             ],
@@ -1022,8 +1318,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// `quick` (`cargo bench -- --quick`): one short repetition of kacrab and librdkafka on the
-/// reference broker, unless the environment asks for more.
+/// `quick` (`cargo bench -- --quick`): one short repetition of the null producer, kacrab (both
+/// modes) and librdkafka on the reference broker, unless the environment asks for more.
 fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let env_num = |key: &str, default: f64| {
         std::env::var(key)
@@ -1033,6 +1329,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     };
     let reps = env_num("PEERS_REPS", if quick { 1.0 } else { 3.0 }) as usize;
     let scale = env_num("PEERS_SCALE", if quick { 0.05 } else { 1.0 });
+    let chunk = env_num("PEERS_BATCH", 1000.0).max(1.0) as usize;
     let brokers = env_list(
         "PEERS_BROKERS",
         if quick {
@@ -1045,9 +1342,16 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
     let mut wanted_clients = env_list(
         "PEERS_CLIENTS",
         if quick {
-            &["kacrab", "librdkafka"]
+            &["null", "kacrab", "kacrab-batch", "librdkafka"]
         } else {
-            &["kacrab", "librdkafka", "rskafka", "java"]
+            &[
+                "null",
+                "kacrab",
+                "kacrab-batch",
+                "librdkafka",
+                "rskafka",
+                "java",
+            ]
         },
     );
     let target = PathBuf::from(std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| {
@@ -1069,7 +1373,7 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
         None
     };
     println!(
-        "peers: {reps} repetitions, scale {scale}, brokers {brokers:?}, clients {wanted_clients:?}"
+        "peers: {reps} repetitions, scale {scale}, brokers {brokers:?}, clients {wanted_clients:?}, {chunk} records per send_batch"
     );
     let mut report = String::new();
     for scenario in scenarios(scale) {
@@ -1116,8 +1420,10 @@ fn orchestrate(quick: bool, selected: &[&str]) -> Result<()> {
                         spin_us: spin,
                         txn_ms: scenario.txn_ms,
                         compression: scenario.compression.to_string(),
+                        chunk,
                     };
-                    let outcome = if client.starts_with("loopback") {
+                    // Neither the loopback runs nor the null producer talk to a broker.
+                    let outcome = if client.starts_with("loopback") || client == "null" {
                         run_client(&spec, None)
                     } else {
                         run_against(broker, spec, java.as_ref())
@@ -1179,9 +1485,12 @@ fn summarize(
     );
     let _ = writeln!(
         out,
-        "| client | runs | records/s | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
+        "| client | runs | records/s | records/s / librdkafka | records/s / rskafka | MB/s | p50 ms | p99 ms | p99.9 ms | client CPU s | client CPU s above null | client CPU s per M records | peak RSS MiB | broker CPU s | wire bytes per record |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     let med = |label: &str, f: &dyn Fn(&Outcome) -> f64| {
         median(
             results
@@ -1190,10 +1499,47 @@ fn summarize(
                 .unwrap_or_default(),
         )
     };
-    for (label, _, _, _) in clients {
+    // The driver's own cost, which every client's CPU time holds (NaN when the null producer
+    // did not run).
+    let null_cpu = med("null", &|o| o.cpu_s);
+    let above_null = |label: &str, client: &str| -> f64 {
+        if client.starts_with("loopback") {
+            f64::NAN
+        } else {
+            med(label, &|o| o.cpu_s) - null_cpu
+        }
+    };
+    let or_na = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.3}")
+        } else {
+            "n/a".to_string()
+        }
+    };
+    // Ratios of per-repetition values (same repetition, interleaved), then their median.
+    let ratio = |a: &str, b: &str, f: &dyn Fn(&Outcome) -> f64| -> f64 {
+        let (Some(x), Some(y)) = (results.get(a), results.get(b)) else {
+            return f64::NAN;
+        };
+        median(x.iter().zip(y).map(|(x, y)| f(x) / f(y)).collect())
+    };
+    // Records/s against librdkafka and against rskafka (whose `BatchProducer` is its batch
+    // API), where they ran; the loopback runs are no producers.
+    let rate_vs = |label: &str, client: &str, peer: &str| -> String {
+        let r = ratio(label, peer, &|o| o.records_per_sec());
+        if client.starts_with("loopback") || !r.is_finite() {
+            "n/a".to_string()
+        } else {
+            format!("{r:.2}x")
+        }
+    };
+    for (label, client, _, _) in clients {
         let runs = results.get(label).map_or(0, Vec::len);
         if runs == 0 {
-            let _ = writeln!(out, "| {label} | 0/{reps} | failed | | | | | | | | |");
+            let _ = writeln!(
+                out,
+                "| {label} | 0/{reps} | failed | | | | | | | | | | | | |"
+            );
             continue;
         }
         let wire = med(label, &|o| o.wire_bytes as f64 / o.records.max(1) as f64);
@@ -1204,36 +1550,56 @@ fn summarize(
         };
         let _ = writeln!(
             out,
-            "| {label} | {runs}/{reps} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {:.1} | {:.3} | {wire} |",
+            "| {label} | {runs}/{reps} | {:.0} | {} | {} | {:.1} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {:.3} | {:.1} | {:.3} | {wire} |",
             med(label, &|o| o.records_per_sec()),
+            rate_vs(label, client, "librdkafka"),
+            rate_vs(label, client, "rskafka"),
             med(label, &|o| o.records_per_sec() * scenario.size as f64 / 1048576.0),
             med(label, &|o| o.p50_us / 1e3),
             med(label, &|o| o.p99_us / 1e3),
             med(label, &|o| o.p999_us / 1e3),
+            med(label, &|o| o.cpu_s),
+            or_na(above_null(label, client)),
             med(label, &|o| o.cpu_per_million()),
             med(label, &|o| o.rss_bytes as f64 / 1048576.0),
             med(label, &|o| o.broker_cpu_s),
         );
     }
-    // Ratios of per-repetition values (same repetition, interleaved), then their median.
-    let ratio = |a: &str, b: &str, f: &dyn Fn(&Outcome) -> f64| -> f64 {
-        let (Some(x), Some(y)) = (results.get(a), results.get(b)) else {
-            return f64::NAN;
-        };
-        median(x.iter().zip(y).map(|(x, y)| f(x) / f(y)).collect())
-    };
     let base = match scenario.name {
         "shards" => "kacrab 1 shard",
         _ => "librdkafka",
     };
     let _ = writeln!(out);
+    let base_client = clients
+        .iter()
+        .find(|(label, _, _, _)| *label == base)
+        .map_or(base, |(_, client, _, _)| client);
     for (label, client, _, _) in clients {
         if *label == base || client.starts_with("loopback") {
             continue;
         }
+        // From the medians, as the table gives them: a per-repetition difference would carry
+        // the noise of two runs.
+        let over_null = above_null(label, client) / above_null(base, base_client);
+        let over_null = if over_null.is_finite() {
+            format!(", client CPU above null {over_null:.2}x")
+        } else {
+            String::new()
+        };
+        if *client == "null" {
+            // Its latency is that of a result already known: no ratio to speak of.
+            let _ = writeln!(
+                out,
+                "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x (the driver alone), peak RSS {:.2}x",
+                ratio(label, base, &|o| o.records_per_sec()),
+                ratio(label, base, &|o| o.cpu_per_million()),
+                ratio(label, base, &|o| o.rss_bytes as f64),
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
-            "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x, peak RSS {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
+            "- {label} / {base}: records/s {:.2}x, client CPU per record {:.2}x{over_null}, peak RSS {:.2}x, p99 {:.2}x, p99.9 {:.2}x",
             ratio(label, base, &|o| o.records_per_sec()),
             ratio(label, base, &|o| o.cpu_per_million()),
             ratio(label, base, &|o| o.rss_bytes as f64),
