@@ -2,6 +2,7 @@
 //! consumer (an independent reader), and check what was read for exactly-once delivery.
 #![allow(dead_code)]
 
+pub mod bounded;
 pub mod config;
 pub mod forwarder;
 pub mod logs;
