@@ -340,14 +340,15 @@ impl Accumulator {
     /// Appends `record` to `queue`'s open batch, opening a new one (and reserving its buffer
     /// in `buffer.memory` through `reserve`, which may wait) when there is none, it has no
     /// room, or it belongs to another transaction barrier. `reserve` is called at most once,
-    /// never under the partition's lock.
+    /// never under the partition's lock. When it fails, the record's callback comes back with
+    /// the error, not run.
     pub(crate) fn append<E>(
         &self,
         queue: &Arc<PartitionQueue>,
         record: &Append<'_>,
         callback: Option<Callback>,
         reserve: impl FnOnce(usize) -> Result<(), E>,
-    ) -> Result<Appended, E> {
+    ) -> Result<Appended, (E, Option<Callback>)> {
         let mut callback = callback;
         let mut reserve = Some(reserve);
         // A buffer reserved for a new batch, while the lock was let go.
@@ -406,7 +407,7 @@ impl Accumulator {
                 let reserved = (buffer.capacity() + BATCH_MEMORY_OVERHEAD).min(self.memory.limit());
                 if let Err(err) = (reserve.take().expect("reserved once"))(reserved) {
                     pool.deallocate(buffer);
-                    return Err(err);
+                    return Err((err, callback));
                 }
                 fresh = Some((buffer, reserved));
                 continue;

@@ -537,11 +537,18 @@ impl Producer {
                 record.topic,
                 partition,
             )),
-            Err(None) => Err(Refused::WouldBlock(
+            Err((None, _)) => Err(Refused::WouldBlock(
                 Box::new(record),
                 WouldBlock::BufferFull,
             )),
-            Err(Some(err)) => Err(refuse(&record, err)),
+            Err((Some(err), callback)) => {
+                // The application's callback was wrapped for the batch: it runs here, on the
+                // calling thread, as for any record that fails before it is queued.
+                if let Some(callback) = callback {
+                    callback(Outcome::Failed(Box::new(err.clone())), timestamp);
+                }
+                Err(refuse(&record, err))
+            }
         }
     }
 

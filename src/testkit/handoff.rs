@@ -110,7 +110,7 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                         txn_barrier: 0,
                     };
                     let appended = accumulator.append(&queue, &append, None, |_| Ok::<(), ()>(()));
-                    drop(appended.expect("room"));
+                    drop(appended.ok().expect("room"));
                 }
             })
         })
