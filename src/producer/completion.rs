@@ -57,8 +57,11 @@ impl Outcome {
 
 #[derive(Default)]
 struct Waiters {
-    /// Registered wakers of pending futures, with the record index each belongs to.
-    wakers: Vec<(u32, Waker)>,
+    /// Registered wakers of pending futures, by record index: grown to the highest index that
+    /// registered (a driver that polls every record's future once registers each in turn).
+    wakers: Vec<Option<Waker>>,
+    /// Wakers in `wakers`.
+    registered: usize,
     /// Threads blocked in `wait`: only then does a completion signal the condvar (a signal is
     /// a futex syscall whether or not anyone sleeps).
     blocked: usize,
@@ -137,9 +140,10 @@ impl BatchCompletion {
             if waiters.blocked > 0 {
                 self.ready.notify_all();
             }
+            waiters.registered = 0;
             std::mem::take(&mut waiters.wakers)
         };
-        for (_, waker) in wakers {
+        for waker in wakers.into_iter().flatten() {
             waker.wake();
         }
     }
@@ -168,10 +172,17 @@ impl BatchCompletion {
     pub(crate) fn register_waker(&self, index: u32, waker: &Waker, registered: &mut bool) -> bool {
         {
             let mut waiters = self.lock();
-            match waiters.wakers.iter_mut().find(|(i, _)| *i == index) {
-                Some((_, w)) if w.will_wake(waker) => {}
-                Some((_, w)) => *w = waker.clone(),
-                None => waiters.wakers.push((index, waker.clone())),
+            let index = index as usize;
+            if waiters.wakers.len() <= index {
+                waiters.wakers.resize_with(index + 1, || None);
+            }
+            match &mut waiters.wakers[index] {
+                Some(w) if w.will_wake(waker) => {}
+                slot => {
+                    if slot.replace(waker.clone()).is_none() {
+                        waiters.registered += 1;
+                    }
+                }
             }
             if !*registered {
                 *registered = true;
@@ -190,10 +201,14 @@ impl BatchCompletion {
         let waker = {
             let mut waiters = self.lock();
             self.waiting.fetch_sub(1, Ordering::Relaxed);
-            let position = waiters.wakers.iter().position(|(i, _)| *i == index);
-            position
-                .map(|p| waiters.wakers.swap_remove(p).1)
-                .filter(|_| self.outcome(index).is_some())
+            let waker = waiters
+                .wakers
+                .get_mut(index as usize)
+                .and_then(Option::take);
+            if waker.is_some() {
+                waiters.registered -= 1;
+            }
+            waker.filter(|_| self.outcome(index).is_some())
         };
         if let Some(waker) = waker {
             waker.wake();
