@@ -6,8 +6,9 @@
 //! threads move a reference count per record. A batch's records are at consecutive offsets,
 //! so the shard writes one outcome (the base offset and the broker's log-append time, or the
 //! error) and each record's future, which knows its place in the batch and its own create
-//! time, derives its result from it. The shard takes the waiters' lock only when a future of
-//! the batch is being waited on (a registered waker or a blocked thread).
+//! time, derives its result from it. The shard takes the waiters' lock once per batch, after it
+//! wrote the outcome; a future registers its waker under the same lock after it found no
+//! outcome, so each sees the other (no fence and no counter on the caller's path).
 //!
 //! A batch the broker refused as too large is split into smaller ones (each record keeps its
 //! order); then each part writes the outcome of its own records (`parts`), which the futures
@@ -17,7 +18,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
-use crate::sync::{fence, AtomicBool, AtomicUsize, Condvar, Mutex, MutexGuard, OnceLock, Ordering};
+use crate::sync::{AtomicBool, Condvar, Mutex, MutexGuard, OnceLock, Ordering};
 
 /// What the shard learned of a run of records (a whole batch, or a part of a split one).
 #[derive(Debug, Clone)]
@@ -60,8 +61,6 @@ struct Waiters {
     /// Registered wakers of pending futures, by record index: grown to the highest index that
     /// registered (a driver that polls every record's future once registers each in turn).
     wakers: Vec<Option<Waker>>,
-    /// Wakers in `wakers`.
-    registered: usize,
     /// Threads blocked in `wait`: only then does a completion signal the condvar (a signal is
     /// a futex syscall whether or not anyone sleeps).
     blocked: usize,
@@ -77,9 +76,6 @@ pub(crate) struct BatchCompletion {
     split: AtomicBool,
     /// (first record, record count, outcome) of each part written so far.
     parts: Mutex<Vec<(u32, u32, Outcome)>>,
-    /// Futures of this batch registered as waiting (a waker, or a blocked thread).
-    /// Completions read it and take `waiters` only when it is not zero.
-    waiting: AtomicUsize,
     waiters: Mutex<Waiters>,
     ready: Condvar,
 }
@@ -90,7 +86,6 @@ impl BatchCompletion {
             whole: OnceLock::new(),
             split: AtomicBool::new(false),
             parts: Mutex::new(Vec::new()),
-            waiting: AtomicUsize::new(0),
             waiters: Mutex::new(Waiters::default()),
             ready: Condvar::new(),
         }
@@ -128,19 +123,13 @@ impl BatchCompletion {
     }
 
     fn wake(&self) {
-        // Pairs with the fence in `register_waker` and `wait`: either the waiter sees the
-        // outcome written, or this sees its registration and takes the lock it holds while
-        // it checks.
-        fence(Ordering::SeqCst);
-        if self.waiting.load(Ordering::Relaxed) == 0 {
-            return;
-        }
+        // The outcome was written before this lock: a future that registers after it finds
+        // the outcome under the lock, one that registered before is woken here.
         let wakers = {
             let mut waiters = self.lock();
             if waiters.blocked > 0 {
                 self.ready.notify_all();
             }
-            waiters.registered = 0;
             std::mem::take(&mut waiters.wakers)
         };
         for waker in wakers.into_iter().flatten() {
@@ -168,50 +157,27 @@ impl BatchCompletion {
     }
 
     /// Records `waker` as record `index`'s (replacing an older one of it); true if the outcome
-    /// is still unknown after registering, so the caller may sleep.
-    pub(crate) fn register_waker(&self, index: u32, waker: &Waker, registered: &mut bool) -> bool {
-        {
-            let mut waiters = self.lock();
-            let index = index as usize;
-            if waiters.wakers.len() <= index {
-                waiters.wakers.resize_with(index + 1, || None);
-            }
-            match &mut waiters.wakers[index] {
-                Some(w) if w.will_wake(waker) => {}
-                slot => {
-                    if slot.replace(waker.clone()).is_none() {
-                        waiters.registered += 1;
-                    }
-                }
-            }
-            if !*registered {
-                *registered = true;
-                self.waiting.fetch_add(1, Ordering::Relaxed);
-            }
+    /// is still unknown, so the caller may sleep (the completion will wake it).
+    pub(crate) fn register_waker(&self, index: u32, waker: &Waker) -> bool {
+        let mut waiters = self.lock();
+        if self.outcome(index).is_some() {
+            return false;
         }
-        fence(Ordering::SeqCst);
-        self.outcome(index).is_none()
+        let index = index as usize;
+        if waiters.wakers.len() <= index {
+            waiters.wakers.resize_with(index + 1, || None);
+        }
+        match &mut waiters.wakers[index] {
+            Some(w) if w.will_wake(waker) => {}
+            slot => *slot = Some(waker.clone()),
+        }
+        true
     }
 
-    /// Forgets record `index`'s waker (its future is gone). A waker registered before the
-    /// outcome was written is still woken, here if the completion has not got to it yet:
-    /// whoever registered it may count on that wake (say, to time the record) even after
-    /// taking the result some other way.
+    /// Forgets record `index`'s waker (its future is gone before its outcome was known).
     pub(crate) fn unregister_waker(&self, index: u32) {
-        let waker = {
-            let mut waiters = self.lock();
-            self.waiting.fetch_sub(1, Ordering::Relaxed);
-            let waker = waiters
-                .wakers
-                .get_mut(index as usize)
-                .and_then(Option::take);
-            if waker.is_some() {
-                waiters.registered -= 1;
-            }
-            waker.filter(|_| self.outcome(index).is_some())
-        };
-        if let Some(waker) = waker {
-            waker.wake();
+        if let Some(slot) = self.lock().wakers.get_mut(index as usize) {
+            *slot = None;
         }
     }
 
@@ -223,8 +189,6 @@ impl BatchCompletion {
         }
         let mut waiters = self.lock();
         waiters.blocked += 1;
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
         loop {
             if self.outcome(index).is_some() {
                 break;
@@ -243,7 +207,6 @@ impl BatchCompletion {
                 }
             };
         }
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
         waiters.blocked -= 1;
         drop(waiters);
         self.outcome(index)

@@ -173,10 +173,8 @@ impl Future for DeliveryFuture {
             return Poll::Ready(self.result(&outcome));
         }
         let this = &mut *self;
-        if this
-            .completion
-            .register_waker(this.index, cx.waker(), &mut this.registered)
-        {
+        if this.completion.register_waker(this.index, cx.waker()) {
+            this.registered = true;
             return Poll::Pending;
         }
         let outcome = this.completion.outcome(this.index).expect("written");
@@ -186,7 +184,8 @@ impl Future for DeliveryFuture {
 
 impl Drop for DeliveryFuture {
     fn drop(&mut self) {
-        if self.registered {
+        // Once the outcome is known the completion has taken every waker already.
+        if self.registered && self.completion.outcome(self.index).is_none() {
             self.completion.unregister_waker(self.index);
         }
     }
