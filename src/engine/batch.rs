@@ -11,6 +11,7 @@ use crate::protocol::record_batch::{
 };
 
 use super::batch_memory::BatchCharge;
+use super::buffer_pool::BufferPool;
 use super::compression_ratio::{estimated_bytes_written, CompressionRatioEstimate};
 use super::identity::ProducerIdAndEpoch;
 use super::Micros;
@@ -232,13 +233,26 @@ impl<D> ProducerBatch<D> {
     /// Compresses the builder's records (once) and feeds the observed ratio to the topic's
     /// estimate, as Java's `ProducerBatch.close` does.
     fn compress(&mut self, builder: &mut RecordBatchBuilder) {
+        self.compress_pooled(builder, None);
+    }
+
+    /// [`compress`](Self::compress), into a buffer from `pool` when there is one, to which the
+    /// buffer of the uncompressed records goes back: compressed batches reuse buffers too.
+    fn compress_pooled(&mut self, builder: &mut RecordBatchBuilder, pool: Option<&BufferPool>) {
         let Some(compression) = &self.compression else {
             return;
         };
         if builder.compression_ratio().is_some() {
             return;
         }
-        builder.compress();
+        match pool {
+            Some(pool) => {
+                if let Some(old) = builder.compress_into(pool.allocate(pool.buffer_size())) {
+                    pool.deallocate(old);
+                }
+            }
+            None => builder.compress(),
+        }
         if let Some(ratio) = builder.compression_ratio() {
             compression.estimate.update(ratio);
             self.observed_ratio = Some(ratio);
@@ -344,13 +358,19 @@ impl<D> ProducerBatch<D> {
     /// Stops the batch taking records. Its bytes become final at its first stamp or at
     /// [`finish`](Self::finish). Idempotent.
     pub fn close(&mut self) {
+        self.close_pooled(None);
+    }
+
+    /// [`close`](Self::close), compressing (if the batch is compressed) into a buffer from
+    /// `pool`, to which the uncompressed records' buffer goes back.
+    pub fn close_pooled(&mut self, pool: Option<&BufferPool>) {
         if let BatchData::Open(_) = self.data {
             let BatchData::Open(mut builder) =
                 std::mem::replace(&mut self.data, BatchData::Closed(Bytes::new()))
             else {
                 unreachable!()
             };
-            self.compress(&mut builder);
+            self.compress_pooled(&mut builder, pool);
             self.settle_charge(&builder);
             self.data = BatchData::Sealed(builder);
         }

@@ -57,6 +57,8 @@ pub(crate) struct PartitionQueue {
     pub shard: usize,
     /// The `buffer.memory` its batches reserve from.
     memory: MemoryId,
+    /// Its shard's batch buffers (a compressed batch takes a second one as it closes).
+    pool: Arc<BufferPool>,
     state: Mutex<QueueState>,
 }
 
@@ -77,8 +79,8 @@ struct OpenBatch {
 }
 
 impl OpenBatch {
-    fn close(mut self, memory: MemoryId) -> ClosedBatch {
-        self.batch.close();
+    fn close(mut self, memory: MemoryId, pool: &BufferPool) -> ClosedBatch {
+        self.batch.close_pooled(Some(pool));
         let count = self.batch.records_without_run();
         self.batch.push_run(DeliveryHandle::new(
             self.completion,
@@ -139,7 +141,7 @@ impl PartitionQueue {
         let open_due = match due {
             Some(at) if take_open || at <= now => {
                 let open = state.open.take().expect("an open batch");
-                into.push(open.close(self.memory));
+                into.push(open.close(self.memory, &self.pool));
                 None
             }
             other => other,
@@ -161,7 +163,7 @@ impl PartitionQueue {
             state.listed = false;
             let mut batches: Vec<ClosedBatch> = state.ready.drain(..).collect();
             if let Some(open) = state.open.take() {
-                batches.push(open.close(self.memory));
+                batches.push(open.close(self.memory, &self.pool));
             }
             batches
         };
@@ -314,6 +316,7 @@ impl Accumulator {
                 tp,
                 shard,
                 memory: self.memory.id(),
+                pool: self.pools[shard].clone(),
                 state: Mutex::default(),
             }));
         }
@@ -388,7 +391,7 @@ impl Accumulator {
                     let full = open.batch.is_full();
                     if full {
                         let open = state.open.take().expect("open");
-                        state.ready.push_back(open.close(self.memory.id()));
+                        state.ready.push_back(open.close(self.memory.id(), pool));
                     }
                     drop(state);
                     if full {
@@ -415,7 +418,7 @@ impl Accumulator {
             // A batch that could not take the record closes; the shard is told below.
             let closed_one = match state.open.take() {
                 Some(open) => {
-                    state.ready.push_back(open.close(self.memory.id()));
+                    state.ready.push_back(open.close(self.memory.id(), pool));
                     true
                 }
                 None => false,
@@ -451,7 +454,7 @@ impl Accumulator {
             push_callback(&mut open, &mut callback, 0, record.timestamp);
             let full = open.batch.is_full();
             if full {
-                state.ready.push_back(open.close(self.memory.id()));
+                state.ready.push_back(open.close(self.memory.id(), pool));
             } else {
                 state.open = Some(open);
             }

@@ -355,15 +355,27 @@ impl RecordBatchBuilder {
         if self.codec == Codec::None || self.compressed_from.is_some() {
             return;
         }
+        let records = self.buf.len().saturating_sub(RECORDS_OFFSET);
+        let out = BytesMut::with_capacity(RECORD_BATCH_OVERHEAD + records / 2 + 64);
+        drop(self.compress_into(out));
+    }
+
+    /// [`compress`](Self::compress) into `out` (an empty buffer, say a pooled one), returning
+    /// the buffer the uncompressed records were in, for reuse; `None` (and `out` dropped) when
+    /// there is nothing to compress.
+    pub fn compress_into(&mut self, mut out: BytesMut) -> Option<BytesMut> {
+        if self.codec == Codec::None || self.compressed_from.is_some() {
+            return None;
+        }
+        out.clear();
         let records = &self.buf[RECORDS_OFFSET..];
-        let mut out = BytesMut::with_capacity(RECORD_BATCH_OVERHEAD + records.len() / 2 + 64);
         out.extend_from_slice(&self.buf[..RECORDS_OFFSET]);
         self.codec.compress_into(records, &mut out);
         let attributes = (get_i16(&out, ATTRIBUTES_OFFSET) & !COMPRESSION_CODEC_MASK)
             | i16::from(self.codec.id());
         set_bytes(&mut out, ATTRIBUTES_OFFSET, attributes.to_be_bytes());
         self.compressed_from = Some(records.len());
-        self.buf = out;
+        Some(std::mem::replace(&mut self.buf, out))
     }
 
     /// The builder's buffer, for reuse by another batch.
