@@ -33,5 +33,5 @@ pub use error::{Error, ProduceError, TransactionError};
 pub use metrics::ProducerMetrics;
 pub use producer::{
     BatchDelivery, DeliveryFuture, Producer, ProducerBuilder, ProducerRecord, RecordHeader,
-    TrySendError,
+    ShardTask, ShardTaskError, TrySendError,
 };

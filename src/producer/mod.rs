@@ -6,6 +6,7 @@ mod async_wait;
 mod close;
 mod completion;
 pub(crate) mod delivery;
+mod on_shard;
 pub(crate) mod record;
 mod send_async;
 mod send_batch;
@@ -35,6 +36,7 @@ use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER}
 use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
+pub use on_shard::{ShardTask, ShardTaskError};
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
 
@@ -528,7 +530,6 @@ impl Producer {
         };
         let queue = inner.accumulator.queue(&record.topic, partition);
         let appended = inner.accumulator.append(&queue, &append, callback, reserve);
-        drop(append);
         match appended {
             Ok(appended) => Ok(DeliveryFuture::new(
                 appended.completion,

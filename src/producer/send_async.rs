@@ -20,7 +20,14 @@ impl Producer {
     pub async fn send_async(&self, mut record: ProducerRecord) -> DeliveryFuture {
         let started = Instant::now();
         // One deadline, and one timer entry, for the whole call however often it waits.
-        let mut timer = async_wait::Deadline::new(started + self.max_block());
+        // On a shard thread it waits only inside an application's task, whose await lets the
+        // shard run (`on_shard`); a callback has nothing to await.
+        let max_block = if crate::runtime::shard::in_application_task() {
+            self.inner.config.max_block
+        } else {
+            self.max_block()
+        };
+        let mut timer = async_wait::Deadline::new(started + max_block);
         loop {
             let waiting_for_room = match self.try_send(record) {
                 Ok(future) => return future,

@@ -33,6 +33,21 @@ impl Drop for QueueNotice {
     }
 }
 
+/// An application's task to start on the shard (`Producer::spawn_on_shard`): run once, on the
+/// shard's thread. Dropped unrun, its captures answer the task's handle.
+pub(crate) struct ShardSpawn(Box<dyn FnOnce() + Send>);
+
+impl ShardSpawn {
+    pub(crate) fn new(start: impl FnOnce() + Send + 'static) -> ShardSpawn {
+        ShardSpawn(Box::new(start))
+    }
+
+    /// Starts the task on the calling shard's executor.
+    pub(crate) fn run(self) {
+        (self.0)()
+    }
+}
+
 /// A countdown that application threads wait on (flush, close).
 #[derive(Default)]
 pub(crate) struct Latch {
@@ -80,6 +95,8 @@ impl Latch {
 pub(crate) enum ShardCommand {
     /// A partition queue has batches for this shard.
     Queue(QueueNotice),
+    /// Start an application's task on this shard.
+    Spawn(ShardSpawn),
     RequestTopic(Arc<str>),
     /// `send` refused a record of the transaction it checked under `txn_barrier`
     /// (`Engine::txn_send_refused`). Boxed: rare, and the queue's slots stay a record's size.

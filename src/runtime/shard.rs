@@ -209,6 +209,61 @@ pub(crate) fn on_shard_thread() -> bool {
     ON_SHARD.with(|on| on.get())
 }
 
+thread_local! {
+    /// Set while an application's task (`Producer::spawn_on_shard`) is being polled.
+    static IN_APPLICATION_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `poll` marked as the poll of an application's task on this shard.
+pub(crate) fn as_application_task<R>(poll: impl FnOnce() -> R) -> R {
+    let outer = IN_APPLICATION_TASK.with(|on| on.replace(true));
+    let result = poll();
+    IN_APPLICATION_TASK.with(|on| on.set(outer));
+    result
+}
+
+/// An application's task on this shard (`Producer::spawn_on_shard`): its handle, whether it
+/// finished, and what answers its caller if the shard stops first.
+pub(crate) struct ApplicationTask {
+    pub done: std::rc::Rc<std::cell::Cell<bool>>,
+    pub abandon: Box<dyn FnOnce()>,
+    pub task: Task<()>,
+}
+
+thread_local! {
+    /// The application's tasks on this shard, until they finish or the shard stops.
+    static APPLICATION_TASKS: std::cell::RefCell<Vec<ApplicationTask>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keeps `task` until it finishes or the shard stops (finished ones are let go here).
+pub(crate) fn keep_application_task(task: ApplicationTask) {
+    APPLICATION_TASKS.with(|tasks| {
+        let mut tasks = tasks.borrow_mut();
+        tasks.retain(|t| !t.done.get());
+        tasks.push(task);
+    });
+}
+
+/// The shard is stopping: every application task not finished is answered as abandoned and
+/// cancelled. Its future may never be dropped by a stopped executor (a task asleep on a timer
+/// is held only by the timer), so its caller is answered here rather than by the drop.
+fn abandon_application_tasks() {
+    let tasks = APPLICATION_TASKS.with(|tasks| std::mem::take(&mut *tasks.borrow_mut()));
+    for task in tasks {
+        if !task.done.get() {
+            (task.abandon)();
+        }
+        drop(task.task);
+    }
+}
+
+/// True while an application's task is polled on a shard: an await there lets the shard run,
+/// so an async wait for room or metadata may wait (a blocking one still may not).
+pub(crate) fn in_application_task() -> bool {
+    IN_APPLICATION_TASK.with(|on| on.get())
+}
+
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
@@ -330,6 +385,7 @@ impl Drop for Stopping<'_> {
                 });
         }
         drop(self.inbox.close());
+        abandon_application_tasks();
         release_sink::flush_to(&self.ctx.memory);
         self.ctx.stopped.count_down();
     }
@@ -400,6 +456,7 @@ async fn drive(
             }
             match cmd {
                 ShardCommand::Queue(notice) => intake.notice(notice.take()),
+                ShardCommand::Spawn(spawn) => spawn.run(),
                 ShardCommand::RequestTopic(topic) => engine.request_topic(&topic),
                 ShardCommand::SendRefused { error, txn_barrier } => {
                     // A barrier before it: a commit or abort that began after the record was
