@@ -36,6 +36,8 @@ bootstrap.servers in the producer properties) it starts the embedded reference c
   --transaction-duration-ms MS   commit and begin the next transaction every MS (default 3000
                                  when transactional); the last one commits at the end
   --app-core CPU                 pin the sending thread (the application's thread) to CPU
+  --on-shard                     send from a task on each shard to the partitions it owns
+                                 (thread-per-core: no record crosses a thread); unpaced
   --sweep DIR                    instead of one run: sweep shards, placement against the
                                  sending thread, linger.ms, batch.size and spin, several runs
                                  per point (--sweep-reps N, default 3); writes DIR/sweep.csv
@@ -73,6 +75,8 @@ pub struct Args {
     pub transactions: Option<(String, u64)>,
     /// The CPU the sending thread is pinned to.
     pub app_core: Option<usize>,
+    /// Send from tasks on the shards, each to its own partitions (`Producer::spawn_on_shard`).
+    pub on_shard: bool,
 }
 
 /// What the command line asks for.
@@ -122,6 +126,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
     let mut broker_process = false;
     let mut retention = None;
     let mut app_core = None;
+    let mut on_shard = false;
 
     let mut it = argv.iter().peekable();
     while let Some(arg) = it.next() {
@@ -201,6 +206,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
                 transaction_duration_ms = Some(ms);
             }
             "--app-core" => app_core = Some(number::<usize>(&flag, &take(&mut it)?)?),
+            "--on-shard" => on_shard = true,
             "--broker-process" => broker_process = true,
             "--retention-bytes" => retention = Some(number(&flag, &take(&mut it)?)?),
             other => bail!("unknown argument `{other}` (see --help)"),
@@ -244,6 +250,7 @@ pub fn parse(argv: &[String]) -> Result<Mode> {
             )),
         },
         app_core,
+        on_shard,
     })))
 }
 

@@ -197,6 +197,132 @@ pub fn drive_kacrab(
     out
 }
 
+/// Records a task on a shard keeps in flight (`drive_on_shards`).
+const ON_SHARD_WINDOW: usize = 16_384;
+
+/// Thread-per-core all the way: sends `records` records of `payloads`'s size from tasks on the
+/// shards themselves (`Producer::spawn_on_shard`), each to the partitions of `topic` its shard
+/// owns (`Producer::shard_of`), so that no record crosses a thread. Records are split over the
+/// partitions evenly; latency is recorded as `drive_kacrab` records it. Returns once every
+/// record has completed.
+pub fn drive_on_shards(
+    producer: &kacrab::Producer,
+    topic: &str,
+    records: u64,
+    partitions: i32,
+    payloads: &mut Payloads,
+) -> Deliveries {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::task::{Context, Poll};
+
+    use kacrab::{DeliveryFuture, ProducerRecord};
+
+    let topic: std::sync::Arc<str> = std::sync::Arc::from(topic);
+    let mut owned: Vec<Vec<i32>> = vec![Vec::new(); producer.shard_count()];
+    for partition in 0..partitions {
+        owned[producer.shard_of(&topic, partition)].push(partition);
+    }
+    // One payload for all: the id written into each is for checking a run's log, which this
+    // mode does not do.
+    let value = payloads.next(0);
+    let tasks: Vec<_> = owned
+        .into_iter()
+        .enumerate()
+        .filter(|(_, parts)| !parts.is_empty())
+        .map(|(shard, parts)| {
+            let share = records * parts.len() as u64 / partitions.max(1) as u64
+                + u64::from(shard == 0) * (records % partitions.max(1) as u64);
+            let (producer, topic, value) = (producer.clone(), topic.clone(), value.clone());
+            producer.clone().spawn_on_shard(shard, move || async move {
+                let tracker = Tracker::get();
+                let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
+                let mut out = Deliveries::default();
+                let mut check = |result: Result<kacrab::RecordMetadata, kacrab::ProduceError>| {
+                    if let Err(e) = result {
+                        out.errors += 1;
+                        out.first_error.get_or_insert_with(|| e.to_string());
+                    }
+                };
+                for seq in 0..share {
+                    let mut record = ProducerRecord::new(topic.clone(), value.clone());
+                    record.partition = Some(parts[(seq % parts.len() as u64) as usize]);
+                    let sent = tracker.now();
+                    let waker = tracker.start(sent);
+                    let mut future = producer.send_async(record).await;
+                    let mut cx = Context::from_waker(&waker);
+                    match std::pin::Pin::new(&mut future).poll(&mut cx) {
+                        Poll::Ready(result) => {
+                            tracker.complete(sent);
+                            check(result);
+                        }
+                        Poll::Pending => pending.push_back(future),
+                    }
+                    if seq % 1024 == 0 {
+                        while let Some(result) =
+                            pending.front().and_then(DeliveryFuture::try_result)
+                        {
+                            pending.pop_front();
+                            check(result);
+                        }
+                        // The shard's own loop sends what this task encoded, and the
+                        // executor's reactor reads the answers: let both run (a task that
+                        // only yields to its own queue would keep the reactor waiting).
+                        glommio::executor().yield_task_queue_now().await;
+                        // A window of records in flight, as a service bounds its own: on
+                        // one thread, encoding outruns sending and everything would queue.
+                        while pending.len() >= ON_SHARD_WINDOW {
+                            // A sleep, not a yield: a task that stays runnable keeps the
+                            // executor from its reactor (and so the shard from its answers)
+                            // until glommio's preemption timer.
+                            glommio::timer::sleep(Duration::from_micros(100)).await;
+                            while let Some(result) =
+                                pending.front().and_then(DeliveryFuture::try_result)
+                            {
+                                pending.pop_front();
+                                check(result);
+                            }
+                        }
+                    }
+                }
+                // Polled by result, not awaited: awaiting would replace the waker that
+                // records the latency.
+                while let Some(future) = pending.pop_front() {
+                    loop {
+                        if let Some(result) = future.try_result() {
+                            check(result);
+                            break;
+                        }
+                        glommio::timer::sleep(Duration::from_micros(200)).await;
+                    }
+                }
+                out
+            })
+        })
+        .collect();
+    let mut out = Deliveries::default();
+    for task in tasks {
+        match task.join() {
+            Ok(d) => {
+                out.errors += d.errors;
+                if out.first_error.is_none() {
+                    out.first_error = d.first_error;
+                }
+            }
+            Err(e) => {
+                out.errors += 1;
+                out.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    let tracker = Tracker::get();
+    let settle = Instant::now();
+    while tracker.histogram.count() < records && settle.elapsed() < Duration::from_secs(1) {
+        std::thread::yield_now();
+    }
+    out
+}
+
 /// Commits the open transaction; an abortable failure aborts it (its records then fail and are
 /// counted as errors).
 fn end_transaction(producer: &kacrab::Producer, t: TransactionPacing, out: &mut Deliveries) {

@@ -33,7 +33,7 @@ use kacrab::{ConfigError, Producer, ProducerConfigBuilder};
 use args::{Args, Mode};
 use embedded::{BrokerChild, Verification};
 use latency::Tracker;
-use load::{drive_kacrab, Deliveries, Pacer, Payloads, TransactionPacing};
+use load::{drive_kacrab, drive_on_shards, Deliveries, Pacer, Payloads, TransactionPacing};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -231,15 +231,25 @@ fn run(a: &Args) -> Result<()> {
         errors,
         first_error,
         transactions_committed,
-    } = drive_kacrab(
-        &producer,
-        &a.topic,
-        a.num_records,
-        &mut payloads,
-        pacer.as_ref(),
-        transactions,
-        |_| None,
-    );
+    } = if a.on_shard {
+        drive_on_shards(
+            &producer,
+            &a.topic,
+            a.num_records,
+            a.partitions,
+            &mut payloads,
+        )
+    } else {
+        drive_kacrab(
+            &producer,
+            &a.topic,
+            a.num_records,
+            &mut payloads,
+            pacer.as_ref(),
+            transactions,
+            |_| None,
+        )
+    };
     if transactions.is_some() {
         log(&format!("{transactions_committed} transactions committed"));
     }
