@@ -1,6 +1,6 @@
 //! The sans-IO engine's hot path, driven directly with real Kafka bytes and no sockets:
 //! accumulator append, drain (stamping, request encoding) per batch, and Produce response
-//! handling per batch.
+//! handling per batch; and a closed batch's trip from its hand-over to a loopback socket.
 //!
 //! A scripted broker answers ApiVersions, Metadata and InitProducerId once, then every
 //! Produce request with NONE for each partition. Run with `cargo bench --bench engine`
@@ -379,6 +379,78 @@ fn bench_drain_and_response(c: &mut Criterion) {
     response.finish();
 }
 
+/// A closed batch's trip to the socket: 16 batches as the sending threads hand them over
+/// (encoded, closed, one delivery run each: `ProducerBatch::try_append_encoded`, `push_run`),
+/// taken by the engine (`Engine::append_batch`), stamped and encoded into one Produce request
+/// by a poll, and written to a loopback TCP socket with one vectored write of the request's
+/// segments, as a shard's writer does. Filling the batches and answering the request are
+/// outside the timed part.
+fn bench_closed_batch_trip(c: &mut Criterion) {
+    use std::io::{IoSlice, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    use kacrab::engine::batch::ProducerBatch;
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("loopback");
+    let mut socket = TcpStream::connect(listener.local_addr().unwrap()).expect("connect");
+    socket.set_nodelay(true).expect("nodelay");
+    let (mut peer, _) = listener.accept().expect("accept");
+    // Reads and discards everything written, so the socket never fills.
+    std::thread::spawn(move || {
+        let mut sink = vec![0u8; 1 << 20];
+        while matches!(peer.read(&mut sink), Ok(n) if n > 0) {}
+    });
+    let mut group = c.benchmark_group("closed_batch_trip");
+    for (name, per_batch, value_len) in WORKLOADS {
+        let value = vec![0x5a; value_len];
+        let mut rig = Rig::new(PARTITIONS, 1 << 20, 5);
+        group.throughput(Throughput::Elements(PARTITIONS as u64));
+        group.bench_function(format!("{name}_16_partitions"), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let batches: Vec<ProducerBatch<NoDelivery>> = (0..PARTITIONS)
+                        .map(|_| {
+                            let mut batch = ProducerBatch::new(rig.now, BASE_TIMESTAMP, 1 << 20);
+                            for i in 0..per_batch {
+                                let ts = BASE_TIMESTAMP + i as i64;
+                                assert!(batch.try_append_encoded(ts, None, Some(&value), &[]));
+                            }
+                            batch.close();
+                            batch.push_run(NoDelivery);
+                            batch
+                        })
+                        .collect();
+                    let start = Instant::now();
+                    for (p, batch) in batches.into_iter().enumerate() {
+                        let tp = rig.tps[p].clone();
+                        rig.engine.append_batch(rig.now, &tp, batch);
+                    }
+                    rig.step();
+                    assert_eq!(rig.written.len(), 1, "one request for all partitions");
+                    let frame = &rig.written[0].2;
+                    let slices: Vec<IoSlice<'_>> =
+                        frame.segments().iter().map(|s| IoSlice::new(s)).collect();
+                    let mut left = frame.len();
+                    let mut written = socket.write_vectored(&slices).expect("write");
+                    // A short write finishes with the plain copy: rare on loopback.
+                    if written < left {
+                        let bytes = frame.to_bytes();
+                        socket.write_all(&bytes[written..]).expect("write");
+                        written = left;
+                    }
+                    left -= written;
+                    total += start.elapsed();
+                    assert_eq!(left, 0);
+                    rig.answer_all();
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
 fn bench_response_decode(c: &mut Criterion) {
     // The decoding share of response handling, alone.
     let mut group = c.benchmark_group("produce_response_decode");
@@ -425,6 +497,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_append, bench_drain_and_response, bench_response_decode
+    targets = bench_append, bench_drain_and_response, bench_closed_batch_trip, bench_response_decode
 }
 criterion_main!(benches);

@@ -392,8 +392,10 @@ fn run_kacrab(spec: &RunSpec, batch: bool) -> Result<Outcome> {
             "max.request.size",
             (spec.batch_size.max(1 << 20) + 4096).to_string(),
         )
-        .set("kacrab.shards", spec.shards.to_string())
         .set("compression.type", spec.compression.as_str());
+    if spec.shards > 0 {
+        builder = builder.set("kacrab.shards", spec.shards.to_string());
+    }
     if spec.spin_us > 0 {
         builder = builder.set("kacrab.spin.before.park.us", spec.spin_us.to_string());
     }
@@ -1121,8 +1123,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
     let n = |x: u64| ((x as f64 * scale) as u64).max(1000);
     let peers = vec![
         ("null", "null", 0, 0),
-        ("kacrab", "kacrab", 2, 0),
-        ("kacrab-batch", "kacrab-batch", 2, 0),
+        // 0 shards: the producer's default shard count for the machine.
+        ("kacrab", "kacrab", 0, 0),
+        ("kacrab-batch", "kacrab-batch", 0, 0),
         ("librdkafka", "librdkafka", 0, 0),
         ("rskafka", "rskafka", 0, 0),
         ("java", "java", 0, 0),
@@ -1180,7 +1183,9 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
         },
         Scenario {
             name: "shards",
-            title: "kacrab 1 shard vs 2 shards: 5,000,000 x 10 B, 16 partitions, unthrottled",
+            title:
+                "kacrab's default shard count vs 1 and 2 shards: 5,000,000 x 10 B, 16 partitions, \
+                    unthrottled",
             records: n(5_000_000),
             size: 10,
             partitions: 16,
@@ -1189,6 +1194,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             clients: vec![
                 ("null", "null", 0, 0),
+                ("kacrab default", "kacrab", 0, 0),
                 ("kacrab 1 shard", "kacrab", 1, 0),
                 ("kacrab 2 shards", "kacrab", 2, 0),
             ],
