@@ -14,7 +14,7 @@ use glommio::Task;
 
 use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{Action, Engine, EngineConfig, NodeId};
-use crate::error::{ProduceError, TransactionError};
+use crate::error::ProduceError;
 use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::producer::delivery::DeliveryHandle;
 use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
@@ -32,6 +32,18 @@ use super::ticket_ring::{Attachment, Ticket, TicketRing};
 use super::txn_driver::{
     ControlReceiver, ControlSender, TxnCommand, TxnDriver, TxnPeers, TxnStatus,
 };
+
+mod stop;
+mod thread;
+mod tickets;
+
+pub(crate) use thread::{
+    as_application_task, in_application_task, keep_application_task, on_shard_thread,
+    ApplicationTask,
+};
+
+use stop::{die, Stopping};
+use tickets::adopt_tickets;
 
 /// What every shard shares.
 pub(crate) struct ShardContext {
@@ -59,33 +71,6 @@ pub(crate) struct ShardContext {
     pub close_by: Arc<CloseDeadline>,
 }
 
-impl ShardContext {
-    /// Wakes every peer to read the ticket ring.
-    fn nudge_peers(&self, shard: usize) {
-        for (index, peer) in self.inboxes.iter().enumerate() {
-            if index != shard {
-                // Wakes it only if it sleeps; awake, it reads the ring on every loop.
-                peer.nudge();
-            }
-        }
-    }
-
-    /// Publishes `ticket` for every shard, applies what the ring holds to this shard's
-    /// replica and engine, and wakes the peers.
-    fn publish_ticket(
-        &self,
-        shard: usize,
-        replica: &mut IdentityReplica,
-        engine: &mut Engine<DeliveryHandle>,
-        ticket: Ticket,
-    ) {
-        if replica.publish(&self.tickets, ticket) {
-            self.nudge_peers(shard);
-        }
-        adopt_tickets(&self.tickets, replica, engine);
-    }
-}
-
 impl TxnPeers for ShardContext {
     fn send_txn(&self, shard: usize, command: TxnCommand) {
         // Fails only when that shard has stopped, and then nobody waits for the answer.
@@ -98,28 +83,6 @@ impl TxnPeers for ShardContext {
 
     fn txn_status(&self) -> &TxnStatus {
         &self.txn_status
-    }
-}
-
-/// Applies the ring's unread tickets to `replica` and hands a changed identity to the engine,
-/// which keeps batches already sent under the old epoch until they resolve.
-fn adopt_tickets(
-    ring: &TicketRing,
-    replica: &mut IdentityReplica,
-    engine: &mut Engine<DeliveryHandle>,
-) {
-    if let Some(identity) = replica.catch_up(ring) {
-        let old = engine.identity();
-        tracing::info!(
-            target: "kacrab::epoch",
-            shard = replica.shard(),
-            old_producer_id = old.producer_id,
-            old_epoch = old.epoch,
-            producer_id = identity.producer_id,
-            epoch = identity.epoch,
-            "producer identity adopted"
-        );
-        engine.on_identity(identity);
     }
 }
 
@@ -199,71 +162,6 @@ enum Wake {
     Timer,
 }
 
-thread_local! {
-    /// Set on a shard's thread: code there (a delivery callback) must not wait for a shard.
-    static ON_SHARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// True on a shard's thread, where waiting for a shard could wait for itself.
-pub(crate) fn on_shard_thread() -> bool {
-    ON_SHARD.with(|on| on.get())
-}
-
-thread_local! {
-    /// Set while an application's task (`Producer::spawn_on_shard`) is being polled.
-    static IN_APPLICATION_TASK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `poll` marked as the poll of an application's task on this shard.
-pub(crate) fn as_application_task<R>(poll: impl FnOnce() -> R) -> R {
-    let outer = IN_APPLICATION_TASK.with(|on| on.replace(true));
-    let result = poll();
-    IN_APPLICATION_TASK.with(|on| on.set(outer));
-    result
-}
-
-/// An application's task on this shard (`Producer::spawn_on_shard`): its handle, whether it
-/// finished, and what answers its caller if the shard stops first.
-pub(crate) struct ApplicationTask {
-    pub done: std::rc::Rc<std::cell::Cell<bool>>,
-    pub abandon: Box<dyn FnOnce()>,
-    pub task: Task<()>,
-}
-
-thread_local! {
-    /// The application's tasks on this shard, until they finish or the shard stops.
-    static APPLICATION_TASKS: std::cell::RefCell<Vec<ApplicationTask>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Keeps `task` until it finishes or the shard stops (finished ones are let go here).
-pub(crate) fn keep_application_task(task: ApplicationTask) {
-    APPLICATION_TASKS.with(|tasks| {
-        let mut tasks = tasks.borrow_mut();
-        tasks.retain(|t| !t.done.get());
-        tasks.push(task);
-    });
-}
-
-/// The shard is stopping: every application task not finished is answered as abandoned and
-/// cancelled. Its future may never be dropped by a stopped executor (a task asleep on a timer
-/// is held only by the timer), so its caller is answered here rather than by the drop.
-fn abandon_application_tasks() {
-    let tasks = APPLICATION_TASKS.with(|tasks| std::mem::take(&mut *tasks.borrow_mut()));
-    for task in tasks {
-        if !task.done.get() {
-            (task.abandon)();
-        }
-        drop(task.task);
-    }
-}
-
-/// True while an application's task is polled on a shard: an await there lets the shard run,
-/// so an async wait for room or metadata may wait (a blocking one still may not).
-pub(crate) fn in_application_task() -> bool {
-    IN_APPLICATION_TASK.with(|on| on.get())
-}
-
 pub(crate) async fn run_shard(
     shard: usize,
     config: EngineConfig,
@@ -280,7 +178,7 @@ pub(crate) async fn run_shard(
         ctx: &ctx,
     };
     let _running = ctx.counters.shard_guard();
-    ON_SHARD.with(|on| on.set(true));
+    thread::mark_shard_thread();
     // Completions on this thread return their memory through the sink; this returns it even
     // if the shard unwinds.
     let _release = release_sink::FlushOnDrop(&ctx.memory);
@@ -320,75 +218,6 @@ struct ShardState {
     closing: bool,
     metric_requests: Vec<Countdown>,
     txn: TxnDriver,
-}
-
-/// The shard's driver loop panicked (a bug of kacrab's own: application code that runs here
-/// is isolated where it is called). Everything that waits on this shard is answered, so that
-/// nothing hangs and no promise is broken: the producer becomes fatal with an error naming
-/// the shard, later sends fail at once, each record completes as the engine knows it (never
-/// sent: the error; an attempt may have landed: `OutcomeUnknown`), the queued commands and
-/// every latch are answered, the transactional calls fail, and `buffer.memory` comes back.
-/// The other shards go on with their records.
-fn die(
-    shard: usize,
-    state: &mut ShardState,
-    inbox: &ShardInbox,
-    ctx: &ShardContext,
-    panic: &(dyn std::any::Any + Send),
-) {
-    let message = crate::error::panic_message(panic);
-    tracing::error!(target: "kacrab::producer", shard, panic = %message, "shard stopped: it panicked");
-    let error = ProduceError::ShardPanicked { shard, message };
-    ctx.metadata.publish_fatal(error.clone());
-    // The engine may have been left mid-change by the panic. Should failing its records panic
-    // too, the engine is dropped with them, and each record still in it completes as of
-    // unknown outcome (`DeliveryHandle`'s drop), which is as honest, only less precise.
-    let engine = &mut state.engine;
-    let failed = std::panic::catch_unwind(AssertUnwindSafe(|| engine.abort_all(error.clone())));
-    if failed.is_err() {
-        tracing::error!(target: "kacrab::producer", shard, "failing the dead shard's records panicked too");
-    }
-    state.intake.shut_all(&error);
-    state.local.extend(inbox.close());
-    // A notice shuts its queue as it drops (its batches never reached the engine: `Closed`);
-    // any other command's latch counts down.
-    state.local.clear();
-    state.flushes.clear();
-    state.metric_requests.clear();
-    state
-        .txn
-        .fail_calls(TransactionError::Fatal(error.to_string()));
-}
-
-/// Dropped last as the shard's future ends, whichever way: closed, dead of a panic [`die`]
-/// answered, or dropped while unwinding from a panic that nothing here caught (the executor
-/// dropping its tasks as its thread unwinds). It closes the inbox and answers what is still
-/// queued there (a record as not in the log, any latch counted down), gives back the memory its
-/// completions freed, and only then counts the producer's `stopped` latch down. One dropped by
-/// an unwinding also makes the producer fatal, so that later sends fail at once; the records
-/// its engine held have completed as of unknown outcome as they dropped before it.
-struct Stopping<'a> {
-    shard: usize,
-    inbox: &'a ShardInbox,
-    ctx: &'a ShardContext,
-}
-
-impl Drop for Stopping<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            tracing::error!(target: "kacrab::producer", shard = self.shard, "shard stopped: a task of it panicked");
-            self.ctx
-                .metadata
-                .publish_fatal(ProduceError::ShardPanicked {
-                    shard: self.shard,
-                    message: "a task of the shard panicked (its message is in the log)".into(),
-                });
-        }
-        drop(self.inbox.close());
-        abandon_application_tasks();
-        release_sink::flush_to(&self.ctx.memory);
-        self.ctx.stopped.count_down();
-    }
 }
 
 /// The driver loop: until the shard has closed.
