@@ -6,9 +6,9 @@
 //!
 //! Ordering, which the protocol leaves to the driver:
 //! - Commands travel on each shard's unbounded control queue, drained before every data
-//!   command (see `shard.rs`). So a participant handles `Ended` before any record the
-//!   application sent after the commit or abort returned: `Ended` was queued before the
-//!   result was handed over.
+//!   command (`Shard::take_commands` in `shard/turn.rs`). So a participant handles `Ended`
+//!   before any record the application sent after the commit or abort returned: `Ended` was
+//!   queued before the result was handed over.
 //! - A commit or abort first pushes a barrier token through every shard's data queue, behind
 //!   every record sent before the call, and the owner's `Flush` names that token. A
 //!   participant defers the flush until it has dequeued the barrier, so the records sent
