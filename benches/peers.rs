@@ -1172,9 +1172,7 @@ fn scenarios(scale: f64) -> Vec<Scenario> {
             batch_size: 16384,
             clients: {
                 let mut c = peers.clone();
-                c.insert(2, ("kacrab 1 shard", "kacrab", 1, 0));
-                c.insert(3, ("kacrab 1 shard spin", "kacrab", 1, 200));
-                c.insert(4, ("kacrab 2 shards spin", "kacrab", 2, 200));
+                c.insert(2, ("kacrab 2 shards", "kacrab", 2, 0));
                 c.push(("loopback TCP RTT", "loopback-rtt", 0, 0));
                 c
             },
