@@ -536,10 +536,9 @@ impl<D: Delivery> Engine<D> {
                         {
                             let slot = &self.partitions[*slot_index];
                             assert!(
-                                slot.entry.inflight_batches_by_sequence.iter().any(|s| {
-                                    s.producer == stamp.producer
-                                        && s.base_sequence == stamp.base_sequence
-                                }),
+                                slot.entry
+                                    .inflight_position(stamp.producer, stamp.base_sequence)
+                                    .is_some(),
                                 "{}: batch {stamp:?} on the wire is not tracked in flight",
                                 slot.tp
                             );

@@ -74,11 +74,7 @@ impl<D: Delivery> Engine<D> {
         if let Some(stamp) = stamp {
             let position = slot
                 .entry
-                .inflight_batches_by_sequence
-                .iter()
-                .position(|s| {
-                    s.producer == stamp.producer && s.base_sequence == stamp.base_sequence
-                });
+                .inflight_position(stamp.producer, stamp.base_sequence);
             let mut base = stamp.base_sequence;
             let mut entries = Vec::new();
             for child in &mut children {
