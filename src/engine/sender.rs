@@ -60,6 +60,7 @@ mod epoch_bump;
 mod expiry;
 mod init_producer_id;
 mod metadata_refresh;
+use metadata_refresh::MetadataRefresh;
 mod produce_request;
 mod rebootstrap;
 mod sasl;
@@ -126,15 +127,8 @@ pub struct Engine<D> {
     last_bump_request: Option<ProducerIdAndEpoch>,
     init_producer_id_in_flight: bool,
     init_producer_id_retry_at: Micros,
-    metadata_in_flight: bool,
-    metadata_refresh_needed: bool,
-    metadata_retry_at: Micros,
-    last_metadata_refresh: Option<Micros>,
-    /// Java's `metadataAttemptStartMs`: since when metadata has been wanted and no answer with
-    /// brokers came; `None` while the last attempt succeeded (KIP-1102).
-    metadata_attempt_start: Option<Micros>,
-    /// A Metadata answer said REBOOTSTRAP_REQUIRED: rebootstrap at the next poll.
-    rebootstrap_required: bool,
+    /// The metadata refresh (`metadata_refresh`).
+    metadata_refresh: MetadataRefresh,
     /// When each topic of `metadata.interest` was last asked for by `request_topic`, for
     /// `metadata.max.idle.ms`: `None` when asked since the last metadata request was built
     /// (`request_topic` carries no time; the next request's time stands for it).
@@ -202,12 +196,7 @@ impl<D: Delivery> Engine<D> {
             last_bump_request: None,
             init_producer_id_in_flight: false,
             init_producer_id_retry_at: 0,
-            metadata_in_flight: false,
-            metadata_refresh_needed: true,
-            metadata_retry_at: 0,
-            last_metadata_refresh: None,
-            metadata_attempt_start: None,
-            rebootstrap_required: false,
+            metadata_refresh: MetadataRefresh::new(),
             topic_requested_at: HashMap::new(),
             fatal: None,
             next_batch_id: 0,
@@ -421,13 +410,11 @@ impl<D: Delivery> Engine<D> {
                 }
             }
         }
-        if self.metadata_refresh_needed && !self.metadata_in_flight {
-            consider(self.metadata_retry_at.max(now));
-        }
-        if let Some(last) = self.last_metadata_refresh {
-            consider(last + self.config.metadata_max_age);
-        }
-        if let Some(at) = self.rebootstrap_trigger_at() {
+        if let Some(at) = self.metadata_refresh.next_wakeup(
+            now,
+            self.config.metadata_max_age,
+            self.config.rebootstrap_trigger,
+        ) {
             consider(at);
         }
         if self.config.owns_identity
@@ -457,10 +444,7 @@ impl<D: Delivery> Engine<D> {
             RequestBody::ApiVersions
             | RequestBody::SaslHandshake
             | RequestBody::SaslAuthenticate => {}
-            RequestBody::Metadata => {
-                self.metadata_in_flight = false;
-                self.metadata_refresh_needed = true;
-            }
+            RequestBody::Metadata => self.metadata_refresh.lost(),
             RequestBody::InitProducerId => {
                 self.init_producer_id_in_flight = false;
                 self.init_producer_id_retry_at = now + self.config.retry_backoff;
@@ -521,12 +505,16 @@ impl<D: Delivery> Engine<D> {
         // listed.
         let mut on_wire = vec![0usize; self.partitions.len()];
         let mut live_on_wire = vec![0usize; self.partitions.len()];
+        let mut metadata_in_flight = Vec::new();
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
                 "more produce requests in flight than max.in.flight.requests.per.connection"
             );
             for (_, body) in &conn.in_flight {
+                if let RequestBody::Metadata = body {
+                    metadata_in_flight.push(conn.node);
+                }
                 if let RequestBody::Produce(batches) = body {
                     for (slot_index, batch) in batches {
                         on_wire[*slot_index] += 1;
@@ -567,6 +555,12 @@ impl<D: Delivery> Engine<D> {
                 slot.entry.inflight_batches_by_sequence.len()
             );
         }
+        // A forced close (`abort_all`) drops every request unanswered, and a fatal error can
+        // stop one that failed to encode: the sub-protocols may then wait for answers that
+        // will not come, which no longer matters.
+        let stopped = self.closing || self.fatal.is_some();
+        self.metadata_refresh
+            .assert_invariants(&metadata_in_flight, stopped);
         if let Some(pending) = self.bump_requested_from {
             assert_eq!(
                 pending, self.identity,
@@ -594,6 +588,12 @@ impl<D: Delivery> Engine<D> {
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
         self.partition_index.peek(tp).map(|i| &self.partitions[i])
     }
+}
+
+/// The earliest of `times` after `now`. Deadlines at or before `now` do not count: what was
+/// due by then was tried in the last poll, and a wakeup for it would make the driver spin.
+fn earliest_after(now: Micros, times: impl IntoIterator<Item = Option<Micros>>) -> Option<Micros> {
+    times.into_iter().flatten().filter(|&t| t > now).min()
 }
 
 /// Java's `ExponentialBackoff` without jitter (the engine is deterministic; the driver may add

@@ -170,7 +170,7 @@ impl<D: Delivery> Engine<D> {
             classify_produce_error(error),
             ProduceErrorClass::RetriableRefreshMetadata
         ) {
-            self.invalidate_leader(now, slot_index);
+            self.invalidate_leader(slot_index);
         }
         if batch.expired {
             // Its deliveries were completed at expiry; only the bookkeeping remains.

@@ -47,7 +47,7 @@ impl<D: Delivery> Engine<D> {
         // every disconnect and failed connect), under the usual metadata backoff. Without it
         // a partition with nothing in flight keeps its dead leader until
         // `metadata.max.age.ms`, and its next records time out reconnecting to it.
-        self.metadata_refresh_needed = true;
+        self.metadata_refresh.request_update();
         conn.failures = conn.failures.saturating_add(1);
         let backoff = exponential_backoff(
             self.config.reconnect_backoff,
