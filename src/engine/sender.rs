@@ -59,6 +59,7 @@ mod drain;
 mod epoch_bump;
 mod expiry;
 mod init_producer_id;
+use init_producer_id::ProducerIdRequest;
 mod metadata_refresh;
 use metadata_refresh::MetadataRefresh;
 mod produce_request;
@@ -125,8 +126,8 @@ pub struct Engine<D> {
     bump_requested_from: Option<ProducerIdAndEpoch>,
     /// The identity the last bump request named: one request per observed identity.
     last_bump_request: Option<ProducerIdAndEpoch>,
-    init_producer_id_in_flight: bool,
-    init_producer_id_retry_at: Micros,
+    /// The idempotent producer's InitProducerId (`init_producer_id`).
+    producer_id_request: ProducerIdRequest,
     /// The metadata refresh (`metadata_refresh`).
     metadata_refresh: MetadataRefresh,
     /// When each topic of `metadata.interest` was last asked for by `request_topic`, for
@@ -194,8 +195,7 @@ impl<D: Delivery> Engine<D> {
             identity: ProducerIdAndEpoch::NONE,
             bump_requested_from: None,
             last_bump_request: None,
-            init_producer_id_in_flight: false,
-            init_producer_id_retry_at: 0,
+            producer_id_request: ProducerIdRequest::Idle,
             metadata_refresh: MetadataRefresh::new(),
             topic_requested_at: HashMap::new(),
             fatal: None,
@@ -422,7 +422,9 @@ impl<D: Delivery> Engine<D> {
             && !self.is_transactional()
             && !self.identity.is_valid()
         {
-            consider(self.init_producer_id_retry_at.max(now));
+            if let Some(at) = self.producer_id_request.next_wakeup(now) {
+                consider(at);
+            }
         }
         for t in self.txn_next_wakeups().into_iter().flatten() {
             consider(t.max(now));
@@ -446,8 +448,8 @@ impl<D: Delivery> Engine<D> {
             | RequestBody::SaslAuthenticate => {}
             RequestBody::Metadata => self.metadata_refresh.lost(),
             RequestBody::InitProducerId => {
-                self.init_producer_id_in_flight = false;
-                self.init_producer_id_retry_at = now + self.config.retry_backoff;
+                self.producer_id_request =
+                    ProducerIdRequest::RetryAt(now + self.config.retry_backoff);
             }
             RequestBody::Txn => self.txn_request_lost(now),
             RequestBody::Produce(batches) => {
@@ -506,14 +508,17 @@ impl<D: Delivery> Engine<D> {
         let mut on_wire = vec![0usize; self.partitions.len()];
         let mut live_on_wire = vec![0usize; self.partitions.len()];
         let mut metadata_in_flight = Vec::new();
+        let mut producer_id_in_flight = Vec::new();
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
                 "more produce requests in flight than max.in.flight.requests.per.connection"
             );
             for (_, body) in &conn.in_flight {
-                if let RequestBody::Metadata = body {
-                    metadata_in_flight.push(conn.node);
+                match body {
+                    RequestBody::Metadata => metadata_in_flight.push(conn.node),
+                    RequestBody::InitProducerId => producer_id_in_flight.push(conn.node),
+                    _ => {}
                 }
                 if let RequestBody::Produce(batches) = body {
                     for (slot_index, batch) in batches {
@@ -561,6 +566,8 @@ impl<D: Delivery> Engine<D> {
         let stopped = self.closing || self.fatal.is_some();
         self.metadata_refresh
             .assert_invariants(&metadata_in_flight, stopped);
+        self.producer_id_request
+            .assert_invariants(&producer_id_in_flight, stopped);
         if let Some(pending) = self.bump_requested_from {
             assert_eq!(
                 pending, self.identity,
