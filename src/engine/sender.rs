@@ -21,7 +21,10 @@
 //!   never reported as definitely failed).
 //!
 //! This file is the coordinator: it owns every field, runs `poll` and routes answers and lost
-//! requests by API. The rest lives in child modules, each an `impl Engine` block:
+//! requests by API. Three sub-protocols keep their state in a small type of their own, with
+//! its states as an enum, its next wakeup and its invariants, which the coordinator asks:
+//! `MetadataRefresh` (`metadata_refresh`), `ProducerIdRequest` (`init_producer_id`) and
+//! `EpochBump` (`epoch_bump`). The rest lives in child modules, each an `impl Engine` block:
 //! `accumulator` (append, flush and close ledger), `drain` (stamping and the drain gates),
 //! `produce_request`, `completion` (how a batch ends), `split`, `expiry`, `epoch_bump`
 //! (sequencing after the stamp and the epoch bump, with a table of the Java rules),
@@ -57,6 +60,7 @@ mod completion;
 mod connections;
 mod drain;
 mod epoch_bump;
+use epoch_bump::EpochBump;
 mod expiry;
 mod init_producer_id;
 use init_producer_id::ProducerIdRequest;
@@ -122,10 +126,8 @@ pub struct Engine<D> {
     connections: HashMap<NodeId, Connection<RequestBody<D>>>,
     actions: VecDeque<Action>,
     identity: ProducerIdAndEpoch,
-    /// A bump was requested from this identity and has not been adopted yet.
-    bump_requested_from: Option<ProducerIdAndEpoch>,
-    /// The identity the last bump request named: one request per observed identity.
-    last_bump_request: Option<ProducerIdAndEpoch>,
+    /// The idempotent epoch bump this engine asked for (`epoch_bump`).
+    epoch_bump: EpochBump,
     /// The idempotent producer's InitProducerId (`init_producer_id`).
     producer_id_request: ProducerIdRequest,
     /// The metadata refresh (`metadata_refresh`).
@@ -193,8 +195,7 @@ impl<D: Delivery> Engine<D> {
             connections: HashMap::new(),
             actions: VecDeque::new(),
             identity: ProducerIdAndEpoch::NONE,
-            bump_requested_from: None,
-            last_bump_request: None,
+            epoch_bump: EpochBump::default(),
             producer_id_request: ProducerIdRequest::Idle,
             metadata_refresh: MetadataRefresh::new(),
             topic_requested_at: HashMap::new(),
@@ -568,12 +569,7 @@ impl<D: Delivery> Engine<D> {
             .assert_invariants(&metadata_in_flight, stopped);
         self.producer_id_request
             .assert_invariants(&producer_id_in_flight, stopped);
-        if let Some(pending) = self.bump_requested_from {
-            assert_eq!(
-                pending, self.identity,
-                "a bump is pending from a replaced identity"
-            );
-        }
+        self.epoch_bump.assert_invariants(self.identity);
     }
 
     /// Test hook: `tp`'s next batch starts at `sequence` under the identity in force, as if the

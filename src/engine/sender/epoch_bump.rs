@@ -56,16 +56,75 @@ use super::super::partition::{sequence_is_after, InflightSequence, PartitionSlot
 use super::super::{Action, Delivery};
 use super::{Engine, RequestBody};
 
+/// The idempotent epoch bump as this engine sees it: Java's `TransactionManager.epochBumpRequired`
+/// (set by `requestIdempotentEpochBumpForPartition`), scoped to the identity the bump starts
+/// from, since here the bump itself is made for the whole producer by the ticket ring
+/// (docs/architecture.md) and adopted in `on_identity`. Event-driven: it has no deadline.
+#[derive(Debug, Default)]
+pub(super) struct EpochBump {
+    state: BumpState,
+    /// The identity the last request named: one request per observed identity.
+    last_request: Option<ProducerIdAndEpoch>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum BumpState {
+    /// No bump is awaited.
+    #[default]
+    Idle,
+    /// A bump was requested from `from`, the identity in force, and has not been adopted yet:
+    /// the partitions' sequence rewrites wait for the new identity.
+    Awaited { from: ProducerIdAndEpoch },
+}
+
+impl EpochBump {
+    /// Whether a bump from the identity in force is still awaited.
+    pub(super) fn awaited(&self) -> bool {
+        self.state != BumpState::Idle
+    }
+
+    /// A partition needs a bump from `observed`, the identity its sequences are under, while
+    /// `current` is in force. The bump is awaited only when it starts from the identity in
+    /// force (a request about an identity already left is covered by the bump that left it).
+    /// `true` when the request is to be sent: once per observed identity.
+    pub(super) fn request(
+        &mut self,
+        observed: ProducerIdAndEpoch,
+        current: ProducerIdAndEpoch,
+    ) -> bool {
+        if observed == current {
+            self.state = BumpState::Awaited { from: observed };
+        }
+        if self.last_request == Some(observed) {
+            return false;
+        }
+        self.last_request = Some(observed);
+        true
+    }
+
+    /// `identity` is now in force: a bump awaited from another identity has come (or was
+    /// overtaken by a newer one).
+    pub(super) fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
+        if let BumpState::Awaited { from } = self.state {
+            if from != identity {
+                self.state = BumpState::Idle;
+            }
+        }
+    }
+
+    /// A bump is awaited only from the identity in force.
+    pub(super) fn assert_invariants(&self, identity: ProducerIdAndEpoch) {
+        if let BumpState::Awaited { from } = self.state {
+            assert_eq!(from, identity, "a bump is pending from a replaced identity");
+        }
+    }
+}
+
 impl<D: Delivery> Engine<D> {
     /// The identity in force for the whole producer changed (installed or bumped).
     pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
         self.identity = identity;
-        if self
-            .bump_requested_from
-            .is_some_and(|from| from != identity)
-        {
-            self.bump_requested_from = None;
-        }
+        self.epoch_bump.on_identity(identity);
     }
 
     /// `TransactionManager.maybeUpdateProducerIdAndEpoch` (docs/java-rules.md §2.1 step 1), the
@@ -120,11 +179,7 @@ impl<D: Delivery> Engine<D> {
         if !observed.is_valid() {
             return;
         }
-        if observed == self.identity {
-            self.bump_requested_from = Some(observed);
-        }
-        if self.last_bump_request != Some(observed) {
-            self.last_bump_request = Some(observed);
+        if self.epoch_bump.request(observed, self.identity) {
             self.stats.epoch_bumps_requested += 1;
             self.actions
                 .push_back(Action::RequestEpochBump { observed });
@@ -164,7 +219,7 @@ impl<D: Delivery> Engine<D> {
     /// `TxnPartitionEntry.startSequencesAtBeginning` for the partitions that asked for a bump, once
     /// the new identity is in force and none of their batches is on the wire or of unknown outcome.
     pub(super) fn apply_sequence_rewrites(&mut self) {
-        if !self.identity.is_valid() || self.bump_requested_from.is_some() {
+        if !self.identity.is_valid() || self.epoch_bump.awaited() {
             return;
         }
         let mut unplaceable = Vec::new();
@@ -569,4 +624,53 @@ fn wrap_sub(a: i32, b: i32) -> i32 {
     let r = r as i32;
     debug_assert_eq!(record_batch::increment_sequence(r, b), a);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochBump;
+    use crate::engine::identity::ProducerIdAndEpoch;
+
+    fn pid(epoch: i16) -> ProducerIdAndEpoch {
+        ProducerIdAndEpoch::new(7, epoch)
+    }
+
+    #[test]
+    fn a_bump_is_requested_once_per_observed_identity() {
+        let mut bump = EpochBump::default();
+        assert!(bump.request(pid(0), pid(0)));
+        assert!(
+            !bump.request(pid(0), pid(0)),
+            "one request for the same identity"
+        );
+        assert!(bump.awaited());
+        bump.on_identity(pid(1));
+        assert!(!bump.awaited(), "the bump came");
+        assert!(bump.request(pid(1), pid(1)));
+    }
+
+    #[test]
+    fn a_late_request_about_an_identity_already_left_is_sent_but_not_awaited() {
+        let mut bump = EpochBump::default();
+        assert!(bump.request(pid(0), pid(1)));
+        assert!(!bump.awaited());
+        bump.assert_invariants(pid(1));
+    }
+
+    #[test]
+    fn a_bump_stays_awaited_while_its_identity_is_in_force() {
+        let mut bump = EpochBump::default();
+        bump.request(pid(3), pid(3));
+        bump.on_identity(pid(3));
+        assert!(bump.awaited());
+        bump.assert_invariants(pid(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "pending from a replaced identity")]
+    fn invariants_refuse_a_bump_awaited_from_a_replaced_identity() {
+        let mut bump = EpochBump::default();
+        bump.request(pid(0), pid(0));
+        bump.assert_invariants(pid(1));
+    }
 }
