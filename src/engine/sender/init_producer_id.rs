@@ -8,9 +8,9 @@
 use bytes::Bytes;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 
-use crate::error::ProduceError;
+use crate::error::{ErrorCause, ProduceError};
 use crate::protocol::api::ApiKey;
-use crate::protocol::error_code::{self, code};
+use crate::protocol::error_code::code;
 use crate::protocol::wire::{self, WireError};
 
 use super::super::connection::InFlightHeader;
@@ -148,10 +148,10 @@ impl<D: Delivery> Engine<D> {
                 // docs/java-rules.md §5.2 / §9 item 18: fail the batches, stay uninitialized and
                 // try again (the transactional producer follows the same rule, `sender/txn.rs`, but
                 // waits for the application's next `init_transactions`).
-                let err = ProduceError::Fatal(format!(
-                    "InitProducerId failed: {}",
-                    error_code::name(response.error_code)
-                ));
+                let err = ProduceError::Fatal(ErrorCause::Response {
+                    request: "InitProducerId",
+                    code: response.error_code,
+                });
                 // A queued batch is usually unsent and fails definitely. But after a bump at
                 // epoch 32767 dropped the producer id, batches stamped under the old id may be
                 // queued: one waiting to retry an attempt of unknown outcome may be in the log,
@@ -166,10 +166,10 @@ impl<D: Delivery> Engine<D> {
             code::UNSUPPORTED_VERSION
             | code::INVALID_PRODUCER_ID_MAPPING
             | code::PRODUCER_FENCED => {
-                self.become_fatal(ProduceError::Fatal(format!(
-                    "InitProducerId failed: {}",
-                    error_code::name(response.error_code)
-                )));
+                self.become_fatal(ProduceError::Fatal(ErrorCause::Response {
+                    request: "InitProducerId",
+                    code: response.error_code,
+                }));
             }
             _ => {
                 // Retriable (COORDINATOR_*, NOT_COORDINATOR, CONCURRENT_TRANSACTIONS, ...).

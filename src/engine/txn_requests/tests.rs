@@ -83,7 +83,7 @@ fn add_partitions_table() {
         true,
     );
     assert!(
-        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.contains("not authorized")),
+        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.to_string().contains("not authorized")),
         "{outcome:?}"
     );
     assert!(matches!(
@@ -257,17 +257,29 @@ fn an_error_outcome_names_the_api_and_the_kafka_error() {
             "EndTxn failed: INVALID_TXN_STATE".to_string()
         ))
     );
+    let fenced = TransactionError::Fenced(ErrorCause::Response {
+        request: "AddOffsetsToTxn",
+        code: code::PRODUCER_FENCED,
+    });
     assert_eq!(
         classify_add_offsets(code::PRODUCER_FENCED),
-        TxnOutcome::Fatal(TransactionError::Fenced(
-            "AddOffsetsToTxn failed: PRODUCER_FENCED".to_string()
-        ))
+        TxnOutcome::Fatal(fenced.clone())
     );
     assert_eq!(
+        fenced.to_string(),
+        "producer fenced: AddOffsetsToTxn failed: PRODUCER_FENCED"
+    );
+    let abortable = TransactionError::Abortable(ErrorCause::Response {
+        request: "InitProducerId",
+        code: code::TRANSACTION_ABORTABLE,
+    });
+    assert_eq!(
         classify_init_producer_id(code::TRANSACTION_ABORTABLE),
-        TxnOutcome::Abortable(TransactionError::Abortable(
-            "InitProducerId failed: TRANSACTION_ABORTABLE".to_string()
-        ))
+        TxnOutcome::Abortable(abortable.clone())
+    );
+    assert_eq!(
+        abortable.to_string(),
+        "the transaction must be aborted: InitProducerId failed: TRANSACTION_ABORTABLE"
     );
 }
 
@@ -377,7 +389,7 @@ fn add_partitions_follows_javas_handler_error_by_error() {
     // Any other partition error is abortable after the whole answer was read.
     let outcome = one(code::INVALID_REQUEST);
     assert!(
-        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.contains("could not add partitions")),
+        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.to_string().contains("could not add partitions")),
         "{outcome:?}"
     );
 }
