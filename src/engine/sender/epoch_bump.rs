@@ -18,7 +18,9 @@
 //!   `EpochCoordinator::request_bump` (`engine/identity.rs`), carried to every shard by the
 //!   runtime's ticket ring and adopted in `on_identity`;
 //! - docs/java-rules.md §4.4, `TxnPartitionEntry.startSequencesAtBeginning`:
-//!   `apply_sequence_rewrites`;
+//!   `start_sequences_at_beginning`, applied by `apply_sequence_rewrites`;
+//! - docs/java-rules.md §4.4, Java's `clientSideEpochBumpRequired` for the idempotent producer:
+//!   `EpochBump`;
 //! - docs/java-rules.md §4.6 and §4.7, `TransactionManager.canRetry`: `idempotent_can_retry`;
 //! - docs/java-rules.md §4.9, `TransactionManager.markSequenceUnresolved` and
 //!   `maybeResolveSequences`: `mark_sequence_unresolved` and `maybe_resolve_sequences`;
@@ -56,9 +58,10 @@ use super::super::partition::{sequence_is_after, InflightSequence, PartitionSlot
 use super::super::{Action, Delivery};
 use super::{Engine, RequestBody};
 
-/// The idempotent epoch bump as this engine sees it: Java's `TransactionManager.epochBumpRequired`
-/// (set by `requestIdempotentEpochBumpForPartition`), scoped to the identity the bump starts
-/// from, since here the bump itself is made for the whole producer by the ticket ring
+/// The idempotent epoch bump as this engine sees it: Java's
+/// `TransactionManager.clientSideEpochBumpRequired` (set by
+/// `requestIdempotentEpochBumpForPartition`), scoped to the identity the bump starts from,
+/// since here the bump itself is made for the whole producer by the ticket ring
 /// (docs/architecture.md) and adopted in `on_identity`. Event-driven: it has no deadline.
 #[derive(Debug, Default)]
 pub(super) struct EpochBump {
@@ -216,8 +219,9 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TxnPartitionEntry.startSequencesAtBeginning` for the partitions that asked for a bump, once
-    /// the new identity is in force and none of their batches is on the wire or of unknown outcome.
+    /// `TxnPartitionEntry.startSequencesAtBeginning` (`start_sequences_at_beginning`) for the
+    /// partitions that asked for a bump, once the new identity is in force and none of their
+    /// batches is on the wire or of unknown outcome.
     pub(super) fn apply_sequence_rewrites(&mut self) {
         if !self.identity.is_valid() || self.epoch_bump.awaited() {
             return;
