@@ -21,10 +21,10 @@ use super::super::connection::InFlightHeader;
 use super::super::{Action, Delivery, Micros, NodeId};
 use super::{earliest_after, Engine, RequestBody};
 
-/// The metadata refresh: Java's `Metadata` update flags (`requestUpdate`, `updateRequested`,
-/// `lastRefreshMs`, `metadataAttemptStartMs`) and `NetworkClient.DefaultMetadataUpdater`'s one
-/// request in flight. At most one Metadata request is in flight; a refresh wanted meanwhile
-/// goes out after its answer.
+/// The metadata refresh: Java's `Metadata` update state (`requestUpdate`, `updateRequested`,
+/// `lastRefreshMs`) and `NetworkClient.DefaultMetadataUpdater`'s (its one request in flight,
+/// `metadataAttemptStartMs`). At most one Metadata request is in flight; a refresh wanted
+/// meanwhile goes out after its answer.
 #[derive(Debug)]
 pub(super) struct MetadataRefresh {
     state: RefreshState,
