@@ -66,8 +66,9 @@ pub enum ProduceError {
     },
     /// The producer hit a fatal error (fenced, unauthorized, unsupported version, ...); every
     /// later send fails with it. The record was not appended by this producer after the error.
+    /// The cause carries the broker's error code when a broker's answer was the cause.
     #[error("producer is in a fatal error state: {0}")]
-    Fatal(String),
+    Fatal(ErrorCause),
     /// SASL authentication with a broker failed (wrong credentials, a mechanism the broker
     /// does not enable, a server that failed SCRAM's checks): the producer is stopped, as by
     /// [`ProduceError::Fatal`], and opens no further connection. The record was not appended by
@@ -113,7 +114,7 @@ pub enum ProduceError {
     #[error(
         "the transaction must be aborted ({0}); the record was not sent and is not in the log"
     )]
-    TransactionAbortable(String),
+    TransactionAbortable(ErrorCause),
     /// A transactional producer refused the record before appending it (no transaction
     /// begun, a pending call, or an abortable or fatal error): it is not in the log.
     #[error("the transaction manager refused the send: {0}")]
@@ -139,6 +140,74 @@ impl ProduceError {
     /// Whether the record may be in the log despite the error.
     pub fn is_outcome_unknown(&self) -> bool {
         matches!(self, ProduceError::OutcomeUnknown { .. })
+    }
+
+    /// The Kafka error code behind the error, if a broker's answer was its cause.
+    fn code(&self) -> Option<i16> {
+        match self {
+            ProduceError::Rejected { code, .. } => Some(*code),
+            ProduceError::Fatal(cause) | ProduceError::TransactionAbortable(cause) => cause.code(),
+            _ => None,
+        }
+    }
+}
+
+/// What a fatal, fenced or abortable error comes from: the Kafka error code a broker answered
+/// with, where there is one, and what failed. Its text is the part of the error's message after
+/// the variant's own words (`producer fenced: ...`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorCause {
+    /// A broker answered `request` (the API's name, `"InitProducerId"`) with the error `code`.
+    #[error("{request} failed: {}", error_code::name(*code))]
+    Response { request: &'static str, code: i16 },
+    /// A broker answered a produce to `topic`-`partition` with the error `code`.
+    #[error("{} on produce to {topic}-{partition}", error_code::name(*code))]
+    Produce {
+        topic: Arc<str>,
+        partition: i32,
+        code: i16,
+    },
+    /// The broker `broker` (its node id) lacks a version of an API the producer needs
+    /// (Java's `UnsupportedVersionException`, code UNSUPPORTED_VERSION).
+    #[error("broker {broker}: {error}")]
+    UnsupportedVersion {
+        broker: i32,
+        error: crate::protocol::api::VersionError,
+    },
+    /// A record's error: a batch's failure that the transaction, or the whole producer, takes
+    /// as its own.
+    #[error("{0}")]
+    Record(Box<ProduceError>),
+    /// The transaction's error, carried to the records it fails or to the producer it stops.
+    #[error("{0}")]
+    Transaction(Box<TransactionError>),
+    /// Anything else: `reason` says what failed, and `code` is the Kafka error code behind it
+    /// when there is one (UNSUPPORTED_VERSION for a broker that lacks a version the producer
+    /// needs, TOPIC_AUTHORIZATION_FAILED for topics AddPartitionsToTxn refused, ...).
+    #[error("{reason}")]
+    Other { code: Option<i16>, reason: String },
+}
+
+impl ErrorCause {
+    /// A cause with no Kafka error code behind it.
+    pub fn other(reason: impl Into<String>) -> Self {
+        ErrorCause::Other {
+            code: None,
+            reason: reason.into(),
+        }
+    }
+
+    /// The Kafka error code behind the cause, if a broker's answer was it (looked for through
+    /// the record or transaction error it carries).
+    pub fn code(&self) -> Option<i16> {
+        match self {
+            ErrorCause::Response { code, .. } | ErrorCause::Produce { code, .. } => Some(*code),
+            ErrorCause::UnsupportedVersion { .. } => Some(error_code::code::UNSUPPORTED_VERSION),
+            ErrorCause::Record(error) => error.code(),
+            ErrorCause::Transaction(error) => error.code(),
+            ErrorCause::Other { code, .. } => *code,
+        }
     }
 }
 
@@ -167,11 +236,11 @@ pub enum TransactionError {
     /// The transaction cannot commit; abort it and start again (Java's
     /// `TransactionAbortableException` and the abortable `KafkaException`s).
     #[error("the transaction must be aborted: {0}")]
-    Abortable(String),
+    Abortable(ErrorCause),
     /// Another producer with the same `transactional.id` took over (Java's
     /// `ProducerFencedException`): close this producer.
     #[error("producer fenced: {0}")]
-    Fenced(String),
+    Fenced(ErrorCause),
     /// An unrecoverable error: close the producer.
     #[error("transaction manager is in a fatal error state: {0}")]
     Fatal(String),
@@ -207,6 +276,14 @@ impl TransactionError {
             TransactionError::Fenced(_) | TransactionError::Fatal(_)
         )
     }
+
+    /// The Kafka error code behind the error, if a broker's answer was its cause.
+    fn code(&self) -> Option<i16> {
+        match self {
+            TransactionError::Abortable(cause) | TransactionError::Fenced(cause) => cause.code(),
+            _ => None,
+        }
+    }
 }
 
 /// Errors building or running the producer itself.
@@ -232,5 +309,62 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         message.clone()
     } else {
         "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::error_code::code;
+
+    #[test]
+    fn a_cause_reads_as_the_answer_it_stands_for() {
+        let fatal = ProduceError::Fatal(ErrorCause::Produce {
+            topic: Arc::from("t"),
+            partition: 3,
+            code: code::CLUSTER_AUTHORIZATION_FAILED,
+        });
+        assert_eq!(
+            fatal.to_string(),
+            "producer is in a fatal error state: CLUSTER_AUTHORIZATION_FAILED on produce to t-3"
+        );
+        let fenced = TransactionError::Fenced(ErrorCause::Response {
+            request: "EndTxn",
+            code: code::PRODUCER_FENCED,
+        });
+        assert_eq!(
+            fenced.to_string(),
+            "producer fenced: EndTxn failed: PRODUCER_FENCED"
+        );
+        assert_eq!(
+            ErrorCause::other("no nonce").to_string(),
+            "no nonce",
+            "a cause without a code is its reason"
+        );
+    }
+
+    #[test]
+    fn the_code_behind_a_cause_is_found_through_the_errors_it_carries() {
+        let rejected = ProduceError::rejected(&Arc::from("t"), 0, code::INVALID_RECORD, None);
+        let abortable = TransactionError::Abortable(ErrorCause::Record(Box::new(rejected)));
+        let carried = ErrorCause::Transaction(Box::new(abortable.clone()));
+        assert_eq!(carried.code(), Some(code::INVALID_RECORD));
+        assert_eq!(
+            ProduceError::TransactionAbortable(carried).to_string(),
+            format!(
+                "the transaction must be aborted ({abortable}); the record was not sent and is \
+                 not in the log"
+            )
+        );
+        let version = ErrorCause::UnsupportedVersion {
+            broker: 1,
+            error: crate::protocol::api::VersionError::Missing {
+                api: crate::protocol::api::ApiKey::InitProducerId,
+                ours: crate::protocol::api::ApiKey::InitProducerId.supported(),
+            },
+        };
+        assert_eq!(version.code(), Some(code::UNSUPPORTED_VERSION));
+        assert!(version.to_string().starts_with("broker 1: "), "{version}");
+        assert_eq!(ErrorCause::other("x").code(), None);
     }
 }

@@ -2580,7 +2580,7 @@ fn init_producer_id_refused_for_authorization_fails_the_waiting_batches_and_asks
     settle(&mut sim, 5 * SECOND);
     for id in &waiting {
         assert!(
-            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.contains("CLUSTER_AUTHORIZATION_FAILED")),
+            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.to_string().contains("CLUSTER_AUTHORIZATION_FAILED")),
             "a batch waiting for the refused id: {:?}",
             sim.result(*id)
         );
@@ -2604,7 +2604,7 @@ fn init_producer_id_refused_for_authorization_fails_the_waiting_batches_and_asks
     );
     for id in &waiting {
         assert!(
-            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.contains("PRODUCER_FENCED")),
+            matches!(sim.result(*id), Some(Err(ProduceError::Fatal(m))) if m.to_string().contains("PRODUCER_FENCED")),
             "{:?}",
             sim.result(*id)
         );

@@ -778,7 +778,7 @@ fn init_transactions_refused_for_authorization_can_be_called_again() {
     );
     let first = p.init_transactions(CALL);
     assert!(
-        matches!(&first, Err(TransactionError::Abortable(m)) if m.contains("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")),
+        matches!(&first, Err(TransactionError::Abortable(m)) if m.to_string().contains("TRANSACTIONAL_ID_AUTHORIZATION_FAILED")),
         "{first:?}"
     );
     assert_eq!(cluster.faults().pending(), 0, "the fault was hit");

@@ -89,12 +89,23 @@ impl TxnPartitionEntry {
         self.inflight_batches_by_sequence.push(entry);
     }
 
-    pub fn remove_inflight(&mut self, producer: ProducerIdAndEpoch, base_sequence: i32) {
-        if let Some(i) = self
-            .inflight_batches_by_sequence
+    /// Where the stamped batch `(producer, base_sequence)` sits in
+    /// `inflight_batches_by_sequence`, `None` when it is not listed. A batch is known by its
+    /// identity and base sequence together: batches of an older identity may share base
+    /// sequences with the current one's. Positions give the partition's order across the
+    /// sequence wrap and between identities, where comparing numbers would not.
+    pub fn inflight_position(
+        &self,
+        producer: ProducerIdAndEpoch,
+        base_sequence: i32,
+    ) -> Option<usize> {
+        self.inflight_batches_by_sequence
             .iter()
-            .position(|b| b.producer == producer && b.base_sequence == base_sequence)
-        {
+            .position(|s| s.producer == producer && s.base_sequence == base_sequence)
+    }
+
+    pub fn remove_inflight(&mut self, producer: ProducerIdAndEpoch, base_sequence: i32) {
+        if let Some(i) = self.inflight_position(producer, base_sequence) {
             self.inflight_batches_by_sequence.remove(i);
         }
     }
@@ -186,35 +197,27 @@ impl<D> PartitionSlot<D> {
         producer: ProducerIdAndEpoch,
         base_sequence: i32,
     ) -> bool {
-        let place = |producer: ProducerIdAndEpoch, base_sequence: i32| {
-            self.entry
-                .inflight_batches_by_sequence
-                .iter()
-                .position(|s| s.producer == producer && s.base_sequence == base_sequence)
-        };
-        let mine = place(producer, base_sequence);
+        let mine = self.entry.inflight_position(producer, base_sequence);
         self.deque.iter().any(|queued| {
             queued.outcome_unknown
-                && queued
-                    .stamp
-                    .is_some_and(|q| match (mine, place(q.producer, q.base_sequence)) {
+                && queued.stamp.is_some_and(|q| {
+                    match (
+                        mine,
+                        self.entry.inflight_position(q.producer, q.base_sequence),
+                    ) {
                         (Some(mine), Some(theirs)) => theirs > mine,
                         _ => true,
-                    })
+                    }
+                })
         })
     }
 
     /// `RecordAccumulator.insertInSequenceOrder`: the deque stays "retries ascending, then
     /// unsequenced".
     pub fn reenqueue_in_sequence_order(&mut self, batch: ProducerBatch<D>) {
-        let position = self
-            .entry
-            .inflight_batches_by_sequence
-            .iter()
-            .position(|s| {
-                Some(s.base_sequence) == batch.base_sequence()
-                    && Some(s.producer) == batch.stamp.map(|st| st.producer)
-            });
+        let position = batch
+            .stamp
+            .and_then(|st| self.entry.inflight_position(st.producer, st.base_sequence));
         // Index of the first deque element that comes later in sequence order (or is
         // unstamped).
         let insert_at = self
@@ -224,9 +227,7 @@ impl<D> PartitionSlot<D> {
                 (None, _) => true,
                 (Some(q), Some(mine)) => self
                     .entry
-                    .inflight_batches_by_sequence
-                    .iter()
-                    .position(|s| s.base_sequence == q.base_sequence && s.producer == q.producer)
+                    .inflight_position(q.producer, q.base_sequence)
                     .is_none_or(|theirs| theirs > mine),
                 (Some(_), None) => false,
             })
@@ -250,11 +251,7 @@ impl<D> PartitionSlot<D> {
                         self.tp
                     );
                     let index = entry
-                        .inflight_batches_by_sequence
-                        .iter()
-                        .position(|s| {
-                            s.base_sequence == stamp.base_sequence && s.producer == stamp.producer
-                        })
+                        .inflight_position(stamp.producer, stamp.base_sequence)
                         .unwrap_or_else(|| {
                             panic!(
                                 "{}: queued stamped batch {:?} is not tracked in flight",
@@ -389,6 +386,19 @@ mod tests {
         entry.add_inflight(inflight(pid(0), 10));
         assert_eq!(entry.first_in_flight_sequence(), 5);
         assert!(entry.has_inflight_batches());
+    }
+
+    #[test]
+    fn a_batch_is_found_in_flight_by_its_identity_and_base_together() {
+        let mut entry = TxnPartitionEntry::default();
+        entry.add_inflight(inflight(pid(1), 0));
+        entry.add_inflight(inflight(pid(1), 5));
+        entry.add_inflight(inflight(pid(2), 0));
+        assert_eq!(entry.inflight_position(pid(1), 0), Some(0));
+        assert_eq!(entry.inflight_position(pid(1), 5), Some(1));
+        assert_eq!(entry.inflight_position(pid(2), 0), Some(2));
+        assert_eq!(entry.inflight_position(pid(2), 5), None);
+        assert_eq!(entry.inflight_position(pid(1), 3), None);
     }
 
     #[test]

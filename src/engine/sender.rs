@@ -21,7 +21,10 @@
 //!   never reported as definitely failed).
 //!
 //! This file is the coordinator: it owns every field, runs `poll` and routes answers and lost
-//! requests by API. The rest lives in child modules, each an `impl Engine` block:
+//! requests by API. Three sub-protocols keep their state in a small type of their own, with
+//! its states as an enum, its next wakeup and its invariants, which the coordinator asks:
+//! `MetadataRefresh` (`metadata_refresh`), `ProducerIdRequest` (`init_producer_id`) and
+//! `EpochBump` (`epoch_bump`). The rest lives in child modules, each an `impl Engine` block:
 //! `accumulator` (append, flush and close ledger), `drain` (stamping and the drain gates),
 //! `produce_request`, `completion` (how a batch ends), `split`, `expiry`, `epoch_bump`
 //! (sequencing after the stamp and the epoch bump, with a table of the Java rules),
@@ -57,9 +60,12 @@ mod completion;
 mod connections;
 mod drain;
 mod epoch_bump;
+use epoch_bump::EpochBump;
 mod expiry;
 mod init_producer_id;
+use init_producer_id::ProducerIdRequest;
 mod metadata_refresh;
+use metadata_refresh::MetadataRefresh;
 mod produce_request;
 mod rebootstrap;
 mod sasl;
@@ -120,21 +126,12 @@ pub struct Engine<D> {
     connections: HashMap<NodeId, Connection<RequestBody<D>>>,
     actions: VecDeque<Action>,
     identity: ProducerIdAndEpoch,
-    /// A bump was requested from this identity and has not been adopted yet.
-    bump_requested_from: Option<ProducerIdAndEpoch>,
-    /// The identity the last bump request named: one request per observed identity.
-    last_bump_request: Option<ProducerIdAndEpoch>,
-    init_producer_id_in_flight: bool,
-    init_producer_id_retry_at: Micros,
-    metadata_in_flight: bool,
-    metadata_refresh_needed: bool,
-    metadata_retry_at: Micros,
-    last_metadata_refresh: Option<Micros>,
-    /// Java's `metadataAttemptStartMs`: since when metadata has been wanted and no answer with
-    /// brokers came; `None` while the last attempt succeeded (KIP-1102).
-    metadata_attempt_start: Option<Micros>,
-    /// A Metadata answer said REBOOTSTRAP_REQUIRED: rebootstrap at the next poll.
-    rebootstrap_required: bool,
+    /// The idempotent epoch bump this engine asked for (`epoch_bump`).
+    epoch_bump: EpochBump,
+    /// The idempotent producer's InitProducerId (`init_producer_id`).
+    producer_id_request: ProducerIdRequest,
+    /// The metadata refresh (`metadata_refresh`).
+    metadata_refresh: MetadataRefresh,
     /// When each topic of `metadata.interest` was last asked for by `request_topic`, for
     /// `metadata.max.idle.ms`: `None` when asked since the last metadata request was built
     /// (`request_topic` carries no time; the next request's time stands for it).
@@ -198,16 +195,9 @@ impl<D: Delivery> Engine<D> {
             connections: HashMap::new(),
             actions: VecDeque::new(),
             identity: ProducerIdAndEpoch::NONE,
-            bump_requested_from: None,
-            last_bump_request: None,
-            init_producer_id_in_flight: false,
-            init_producer_id_retry_at: 0,
-            metadata_in_flight: false,
-            metadata_refresh_needed: true,
-            metadata_retry_at: 0,
-            last_metadata_refresh: None,
-            metadata_attempt_start: None,
-            rebootstrap_required: false,
+            epoch_bump: EpochBump::default(),
+            producer_id_request: ProducerIdRequest::Idle,
+            metadata_refresh: MetadataRefresh::new(),
             topic_requested_at: HashMap::new(),
             fatal: None,
             next_batch_id: 0,
@@ -421,13 +411,11 @@ impl<D: Delivery> Engine<D> {
                 }
             }
         }
-        if self.metadata_refresh_needed && !self.metadata_in_flight {
-            consider(self.metadata_retry_at.max(now));
-        }
-        if let Some(last) = self.last_metadata_refresh {
-            consider(last + self.config.metadata_max_age);
-        }
-        if let Some(at) = self.rebootstrap_trigger_at() {
+        if let Some(at) = self.metadata_refresh.next_wakeup(
+            now,
+            self.config.metadata_max_age,
+            self.config.rebootstrap_trigger,
+        ) {
             consider(at);
         }
         if self.config.owns_identity
@@ -435,7 +423,9 @@ impl<D: Delivery> Engine<D> {
             && !self.is_transactional()
             && !self.identity.is_valid()
         {
-            consider(self.init_producer_id_retry_at.max(now));
+            if let Some(at) = self.producer_id_request.next_wakeup(now) {
+                consider(at);
+            }
         }
         for t in self.txn_next_wakeups().into_iter().flatten() {
             consider(t.max(now));
@@ -457,13 +447,10 @@ impl<D: Delivery> Engine<D> {
             RequestBody::ApiVersions
             | RequestBody::SaslHandshake
             | RequestBody::SaslAuthenticate => {}
-            RequestBody::Metadata => {
-                self.metadata_in_flight = false;
-                self.metadata_refresh_needed = true;
-            }
+            RequestBody::Metadata => self.metadata_refresh.lost(),
             RequestBody::InitProducerId => {
-                self.init_producer_id_in_flight = false;
-                self.init_producer_id_retry_at = now + self.config.retry_backoff;
+                self.producer_id_request =
+                    ProducerIdRequest::RetryAt(now + self.config.retry_backoff);
             }
             RequestBody::Txn => self.txn_request_lost(now),
             RequestBody::Produce(batches) => {
@@ -521,12 +508,19 @@ impl<D: Delivery> Engine<D> {
         // listed.
         let mut on_wire = vec![0usize; self.partitions.len()];
         let mut live_on_wire = vec![0usize; self.partitions.len()];
+        let mut metadata_in_flight = Vec::new();
+        let mut producer_id_in_flight = Vec::new();
         for conn in self.connections.values() {
             assert!(
                 conn.produce_in_flight() <= self.config.max_in_flight,
                 "more produce requests in flight than max.in.flight.requests.per.connection"
             );
             for (_, body) in &conn.in_flight {
+                match body {
+                    RequestBody::Metadata => metadata_in_flight.push(conn.node),
+                    RequestBody::InitProducerId => producer_id_in_flight.push(conn.node),
+                    _ => {}
+                }
                 if let RequestBody::Produce(batches) = body {
                     for (slot_index, batch) in batches {
                         on_wire[*slot_index] += 1;
@@ -536,10 +530,9 @@ impl<D: Delivery> Engine<D> {
                         {
                             let slot = &self.partitions[*slot_index];
                             assert!(
-                                slot.entry.inflight_batches_by_sequence.iter().any(|s| {
-                                    s.producer == stamp.producer
-                                        && s.base_sequence == stamp.base_sequence
-                                }),
+                                slot.entry
+                                    .inflight_position(stamp.producer, stamp.base_sequence)
+                                    .is_some(),
                                 "{}: batch {stamp:?} on the wire is not tracked in flight",
                                 slot.tp
                             );
@@ -568,12 +561,15 @@ impl<D: Delivery> Engine<D> {
                 slot.entry.inflight_batches_by_sequence.len()
             );
         }
-        if let Some(pending) = self.bump_requested_from {
-            assert_eq!(
-                pending, self.identity,
-                "a bump is pending from a replaced identity"
-            );
-        }
+        // A forced close (`abort_all`) drops every request unanswered, and a fatal error can
+        // stop one that failed to encode: the sub-protocols may then wait for answers that
+        // will not come, which no longer matters.
+        let stopped = self.closing || self.fatal.is_some();
+        self.metadata_refresh
+            .assert_invariants(&metadata_in_flight, stopped);
+        self.producer_id_request
+            .assert_invariants(&producer_id_in_flight, stopped);
+        self.epoch_bump.assert_invariants(self.identity);
     }
 
     /// Test hook: `tp`'s next batch starts at `sequence` under the identity in force, as if the
@@ -595,6 +591,12 @@ impl<D: Delivery> Engine<D> {
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionSlot<D>> {
         self.partition_index.peek(tp).map(|i| &self.partitions[i])
     }
+}
+
+/// The earliest of `times` after `now`. Deadlines at or before `now` do not count: what was
+/// due by then was tried in the last poll, and a wakeup for it would make the driver spin.
+fn earliest_after(now: Micros, times: impl IntoIterator<Item = Option<Micros>>) -> Option<Micros> {
+    times.into_iter().flatten().filter(|&t| t > now).min()
 }
 
 /// Java's `ExponentialBackoff` without jitter (the engine is deterministic; the driver may add

@@ -59,7 +59,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::error::{ProduceError, TransactionError};
+use crate::error::{ErrorCause, ProduceError, TransactionError};
 
 use super::identity::ProducerIdAndEpoch;
 use super::partition::TopicPartition;
@@ -505,10 +505,11 @@ impl TransactionManager {
                 ..
             }
         );
+        let cause = ErrorCause::Record(Box::new(error.clone()));
         self.transition_to_abortable(if fenced {
-            TransactionError::Fenced(error.to_string())
+            TransactionError::Fenced(cause)
         } else {
-            TransactionError::Abortable(error.to_string())
+            TransactionError::Abortable(cause)
         });
     }
 

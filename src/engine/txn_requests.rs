@@ -17,7 +17,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::error::TransactionError;
+use crate::error::{ErrorCause, TransactionError};
 use crate::protocol::error_code::{self, code};
 
 use super::identity::ProducerIdAndEpoch;
@@ -51,20 +51,24 @@ fn str_bytes(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_string())
 }
 
-fn describe(api: &str, error: i16) -> String {
-    format!("{api} failed: {}", error_code::name(error))
+/// `api` was answered with `error`.
+fn failed(api: &'static str, error: i16) -> ErrorCause {
+    ErrorCause::Response {
+        request: api,
+        code: error,
+    }
 }
 
-fn fenced(api: &str, error: i16) -> TxnOutcome {
-    TxnOutcome::Fatal(TransactionError::Fenced(describe(api, error)))
+fn fenced(api: &'static str, error: i16) -> TxnOutcome {
+    TxnOutcome::Fatal(TransactionError::Fenced(failed(api, error)))
 }
 
-fn fatal(api: &str, error: i16) -> TxnOutcome {
-    TxnOutcome::Fatal(TransactionError::Fatal(describe(api, error)))
+fn fatal(api: &'static str, error: i16) -> TxnOutcome {
+    TxnOutcome::Fatal(TransactionError::Fatal(failed(api, error).to_string()))
 }
 
-fn abortable(api: &str, error: i16) -> TxnOutcome {
-    TxnOutcome::Abortable(TransactionError::Abortable(describe(api, error)))
+fn abortable(api: &'static str, error: i16) -> TxnOutcome {
+    TxnOutcome::Abortable(TransactionError::Abortable(failed(api, error)))
 }
 
 /// Kafka's `Errors.exception() instanceof RetriableException` for the codes a coordinator
@@ -262,7 +266,7 @@ pub fn classify_add_partitions(
                 | code::INVALID_TXN_STATE
                 | code::INVALID_PRODUCER_ID_MAPPING => return fatal(API, error),
                 code::UNKNOWN_PRODUCER_ID => {
-                    return TxnOutcome::AbortableIfPossible(TransactionError::Abortable(describe(
+                    return TxnOutcome::AbortableIfPossible(TransactionError::Abortable(failed(
                         API, error,
                     )))
                 }
@@ -280,15 +284,16 @@ pub fn classify_add_partitions(
     if !unauthorized.is_empty() {
         unauthorized.sort();
         unauthorized.dedup();
-        return TxnOutcome::Abortable(TransactionError::Abortable(format!(
-            "{API}: not authorized to access topics {unauthorized:?}"
-        )));
+        return TxnOutcome::Abortable(TransactionError::Abortable(ErrorCause::Other {
+            code: Some(code::TOPIC_AUTHORIZATION_FAILED),
+            reason: format!("{API}: not authorized to access topics {unauthorized:?}"),
+        }));
     }
     if !partition_errors.is_empty() {
-        return TxnOutcome::Abortable(TransactionError::Abortable(format!(
+        return TxnOutcome::Abortable(TransactionError::Abortable(ErrorCause::other(format!(
             "{API}: could not add partitions: {}",
             partition_errors.join(", ")
-        )));
+        ))));
     }
     if answered < requested.len() {
         // Java would leave the unanswered partitions pending forever; a broker that leaves
@@ -327,7 +332,7 @@ pub fn classify_add_offsets(error: i16) -> TxnOutcome {
         }
         e if is_retriable(e) => TxnOutcome::Retry { short: false },
         code::UNKNOWN_PRODUCER_ID => {
-            TxnOutcome::AbortableIfPossible(TransactionError::Abortable(describe(API, error)))
+            TxnOutcome::AbortableIfPossible(TransactionError::Abortable(failed(API, error)))
         }
         code::INVALID_PRODUCER_EPOCH | code::PRODUCER_FENCED => fenced(API, error),
         code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
@@ -495,7 +500,7 @@ pub fn classify_end_txn(error: i16, commit: bool, started: bool) -> TxnOutcome {
         | code::INVALID_TXN_STATE
         | code::INVALID_PRODUCER_ID_MAPPING => fatal(API, error),
         code::UNKNOWN_PRODUCER_ID => {
-            TxnOutcome::AbortableIfPossible(TransactionError::Abortable(describe(API, error)))
+            TxnOutcome::AbortableIfPossible(TransactionError::Abortable(failed(API, error)))
         }
         code::TRANSACTION_ABORTABLE if !commit => TxnOutcome::Fatal(TransactionError::Fatal(
             "Failed to abort transaction: EndTxn answered TRANSACTION_ABORTABLE".to_string(),

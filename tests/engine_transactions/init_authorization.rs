@@ -27,7 +27,7 @@ fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_c
         let handle = rig.engine.init_transactions().expect("init");
         let result = rig.wait(handle);
         assert!(
-            matches!(&result, Err(TransactionError::Abortable(m)) if m.contains(&name)),
+            matches!(&result, Err(TransactionError::Abortable(m)) if m.to_string().contains(&name)),
             "{name}: {result:?}"
         );
         assert_eq!(rig.state(), TransactionState::Uninitialized, "{name}");
@@ -91,7 +91,7 @@ fn an_init_producer_id_answered_transaction_abortable_stays_abortable() {
     let handle = rig.engine.init_transactions().expect("init");
     let result = rig.wait(handle);
     assert!(
-        matches!(&result, Err(TransactionError::Abortable(m)) if m.contains("TRANSACTION_ABORTABLE")),
+        matches!(&result, Err(TransactionError::Abortable(m)) if m.to_string().contains("TRANSACTION_ABORTABLE")),
         "{result:?}"
     );
     assert_eq!(rig.state(), TransactionState::AbortableError);

@@ -4,7 +4,7 @@
 //! the transaction's failure report, split parents, the flush ledger). The sequence side of a
 //! failure is `handle_failed_batch` in `epoch_bump.rs`.
 
-use crate::error::ProduceError;
+use crate::error::{ErrorCause, ProduceError};
 use crate::protocol::error_code;
 
 use super::super::batch::ProducerBatch;
@@ -136,11 +136,12 @@ impl<D: Delivery> Engine<D> {
                 self.retry_or_fail(now, slot_index, batch, error, may_have_appended, message)
             }
             ProduceErrorClass::Fatal => {
-                let err = ProduceError::Fatal(format!(
-                    "{} on produce to {}",
-                    error_code::name(error),
-                    self.partitions[slot_index].tp
-                ));
+                let tp = &self.partitions[slot_index].tp;
+                let err = ProduceError::Fatal(ErrorCause::Produce {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    code: error,
+                });
                 self.become_fatal(err);
                 self.fail_batch(slot_index, batch, error, message, false)
             }
@@ -170,7 +171,7 @@ impl<D: Delivery> Engine<D> {
             classify_produce_error(error),
             ProduceErrorClass::RetriableRefreshMetadata
         ) {
-            self.invalidate_leader(now, slot_index);
+            self.invalidate_leader(slot_index);
         }
         if batch.expired {
             // Its deliveries were completed at expiry; only the bookkeeping remains.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use crate::error::ProduceError;
+use crate::error::{ErrorCause, ProduceError};
 use crate::protocol::api::{api_versions_fallback, ApiKey, NegotiatedVersions};
 use crate::protocol::error_code::{self, code};
 use crate::protocol::wire::{self, Frame, WireError};
@@ -47,7 +47,7 @@ impl<D: Delivery> Engine<D> {
         // every disconnect and failed connect), under the usual metadata backoff. Without it
         // a partition with nothing in flight keeps its dead leader until
         // `metadata.max.age.ms`, and its next records time out reconnecting to it.
-        self.metadata_refresh_needed = true;
+        self.metadata_refresh.request_update();
         conn.failures = conn.failures.saturating_add(1);
         let backoff = exponential_backoff(
             self.config.reconnect_backoff,
@@ -150,7 +150,7 @@ impl<D: Delivery> Engine<D> {
             Err(err) => {
                 // Our own encoder refused the message: a bug, not a network fault. Fail the
                 // producer loudly rather than spin.
-                self.become_fatal(ProduceError::Fatal(err.to_string()));
+                self.become_fatal(ProduceError::Fatal(ErrorCause::other(err.to_string())));
             }
         }
     }
@@ -182,9 +182,12 @@ impl<D: Delivery> Engine<D> {
             // which every broker supports.
             let version = api_versions_fallback(&response, header.version).unwrap_or(0);
             if version >= header.version {
-                self.become_fatal(ProduceError::Fatal(format!(
-                    "broker {node} supports no ApiVersions version kacrab implements"
-                )));
+                self.become_fatal(ProduceError::Fatal(ErrorCause::Other {
+                    code: Some(code::UNSUPPORTED_VERSION),
+                    reason: format!(
+                        "broker {node} supports no ApiVersions version kacrab implements"
+                    ),
+                }));
                 return Ok(());
             }
             self.send_api_versions(now, node, version);
@@ -204,8 +207,11 @@ impl<D: Delivery> Engine<D> {
             needed.push(ApiKey::InitProducerId);
         }
         for api in needed {
-            if let Err(err) = versions.version(api) {
-                self.become_fatal(ProduceError::Fatal(format!("broker {node}: {err}")));
+            if let Err(error) = versions.version(api) {
+                self.become_fatal(ProduceError::Fatal(ErrorCause::UnsupportedVersion {
+                    broker: node,
+                    error,
+                }));
                 return Ok(());
             }
         }

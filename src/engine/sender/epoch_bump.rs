@@ -18,7 +18,9 @@
 //!   `EpochCoordinator::request_bump` (`engine/identity.rs`), carried to every shard by the
 //!   runtime's ticket ring and adopted in `on_identity`;
 //! - docs/java-rules.md §4.4, `TxnPartitionEntry.startSequencesAtBeginning`:
-//!   `apply_sequence_rewrites`;
+//!   `start_sequences_at_beginning`, applied by `apply_sequence_rewrites`;
+//! - docs/java-rules.md §4.4, Java's `clientSideEpochBumpRequired` for the idempotent producer:
+//!   `EpochBump`;
 //! - docs/java-rules.md §4.6 and §4.7, `TransactionManager.canRetry`: `idempotent_can_retry`;
 //! - docs/java-rules.md §4.9, `TransactionManager.markSequenceUnresolved` and
 //!   `maybeResolveSequences`: `mark_sequence_unresolved` and `maybe_resolve_sequences`;
@@ -56,16 +58,76 @@ use super::super::partition::{sequence_is_after, InflightSequence, PartitionSlot
 use super::super::{Action, Delivery};
 use super::{Engine, RequestBody};
 
+/// The idempotent epoch bump as this engine sees it: Java's
+/// `TransactionManager.clientSideEpochBumpRequired` (set by
+/// `requestIdempotentEpochBumpForPartition`), scoped to the identity the bump starts from,
+/// since here the bump itself is made for the whole producer by the ticket ring
+/// (docs/architecture.md) and adopted in `on_identity`. Event-driven: it has no deadline.
+#[derive(Debug, Default)]
+pub(super) struct EpochBump {
+    state: BumpState,
+    /// The identity the last request named: one request per observed identity.
+    last_request: Option<ProducerIdAndEpoch>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum BumpState {
+    /// No bump is awaited.
+    #[default]
+    Idle,
+    /// A bump was requested from `from`, the identity in force, and has not been adopted yet:
+    /// the partitions' sequence rewrites wait for the new identity.
+    Awaited { from: ProducerIdAndEpoch },
+}
+
+impl EpochBump {
+    /// Whether a bump from the identity in force is still awaited.
+    pub(super) fn awaited(&self) -> bool {
+        self.state != BumpState::Idle
+    }
+
+    /// A partition needs a bump from `observed`, the identity its sequences are under, while
+    /// `current` is in force. The bump is awaited only when it starts from the identity in
+    /// force (a request about an identity already left is covered by the bump that left it).
+    /// `true` when the request is to be sent: once per observed identity.
+    pub(super) fn request(
+        &mut self,
+        observed: ProducerIdAndEpoch,
+        current: ProducerIdAndEpoch,
+    ) -> bool {
+        if observed == current {
+            self.state = BumpState::Awaited { from: observed };
+        }
+        if self.last_request == Some(observed) {
+            return false;
+        }
+        self.last_request = Some(observed);
+        true
+    }
+
+    /// `identity` is now in force: a bump awaited from another identity has come (or was
+    /// overtaken by a newer one).
+    pub(super) fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
+        if let BumpState::Awaited { from } = self.state {
+            if from != identity {
+                self.state = BumpState::Idle;
+            }
+        }
+    }
+
+    /// A bump is awaited only from the identity in force.
+    pub(super) fn assert_invariants(&self, identity: ProducerIdAndEpoch) {
+        if let BumpState::Awaited { from } = self.state {
+            assert_eq!(from, identity, "a bump is pending from a replaced identity");
+        }
+    }
+}
+
 impl<D: Delivery> Engine<D> {
     /// The identity in force for the whole producer changed (installed or bumped).
     pub fn on_identity(&mut self, identity: ProducerIdAndEpoch) {
         self.identity = identity;
-        if self
-            .bump_requested_from
-            .is_some_and(|from| from != identity)
-        {
-            self.bump_requested_from = None;
-        }
+        self.epoch_bump.on_identity(identity);
     }
 
     /// `TransactionManager.maybeUpdateProducerIdAndEpoch` (docs/java-rules.md §2.1 step 1), the
@@ -120,11 +182,7 @@ impl<D: Delivery> Engine<D> {
         if !observed.is_valid() {
             return;
         }
-        if observed == self.identity {
-            self.bump_requested_from = Some(observed);
-        }
-        if self.last_bump_request != Some(observed) {
-            self.last_bump_request = Some(observed);
+        if self.epoch_bump.request(observed, self.identity) {
             self.stats.epoch_bumps_requested += 1;
             self.actions
                 .push_back(Action::RequestEpochBump { observed });
@@ -161,10 +219,11 @@ impl<D: Delivery> Engine<D> {
         }
     }
 
-    /// `TxnPartitionEntry.startSequencesAtBeginning` for the partitions that asked for a bump, once
-    /// the new identity is in force and none of their batches is on the wire or of unknown outcome.
+    /// `TxnPartitionEntry.startSequencesAtBeginning` (`start_sequences_at_beginning`) for the
+    /// partitions that asked for a bump, once the new identity is in force and none of their
+    /// batches is on the wire or of unknown outcome.
     pub(super) fn apply_sequence_rewrites(&mut self) {
-        if !self.identity.is_valid() || self.bump_requested_from.is_some() {
+        if !self.identity.is_valid() || self.epoch_bump.awaited() {
             return;
         }
         let mut unplaceable = Vec::new();
@@ -210,38 +269,7 @@ impl<D: Delivery> Engine<D> {
                     .remove_inflight(stamp.producer, stamp.base_sequence);
                 unplaceable.push((slot_index, batch));
             }
-            let mut next = 0i32;
-            let mut inflight = Vec::new();
-            for batch in slot.deque.iter_mut() {
-                if batch.stamp.is_none() {
-                    break;
-                }
-                // No attempt of it may have landed (the rewrite waited for every batch of
-                // unknown outcome): the new stamp is this batch's only one that counts.
-                debug_assert!(
-                    !batch.outcome_unknown,
-                    "re-stamping a batch that may have landed"
-                );
-                batch.set_stamp(
-                    BatchStamp {
-                        producer: self.identity,
-                        base_sequence: next,
-                    },
-                    false,
-                );
-                inflight.push(InflightSequence {
-                    producer: self.identity,
-                    base_sequence: next,
-                    record_count: batch.record_count,
-                });
-                next = record_batch::increment_sequence(next, batch.record_count);
-            }
-            slot.entry.inflight_batches_by_sequence = inflight;
-            slot.entry.next_sequence = next;
-            slot.entry.last_acked_sequence = -1;
-            slot.entry.producer_id_and_epoch = self.identity;
-            slot.unresolved_sequence = None;
-            slot.rewrite_pending = false;
+            start_sequences_at_beginning(slot, self.identity);
             self.stats.sequence_rewrites += 1;
         }
         for (slot_index, batch) in unplaceable {
@@ -276,6 +304,39 @@ impl<D: Delivery> Engine<D> {
         let Some(stamp) = batch.stamp else {
             return false;
         };
+        if self.refused_for_good_under_a_left_identity(slot_index, batch, class, log_start_offset) {
+            return false;
+        }
+        if stamp.producer != self.partitions[slot_index].entry.producer_id_and_epoch {
+            // An answer about an identity this partition already left: just retry; the
+            // retry goes out under its own stamp or after the rewrite.
+            return true;
+        }
+        match class {
+            ProduceErrorClass::UnknownProducerId => {
+                self.can_retry_unknown_producer_id(slot_index, batch, log_start_offset)
+            }
+            _ => self.can_retry_out_of_order(slot_index, batch, stamp),
+        }
+    }
+
+    /// The deviations of `idempotent_can_retry` for a batch stamped under an identity the
+    /// producer has moved past: whether its refusal means it can never be appended in order,
+    /// so it fails now instead of being retried (definitely, or as of unknown outcome when an
+    /// earlier attempt may have landed).
+    fn refused_for_good_under_a_left_identity(
+        &self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        class: ProduceErrorClass,
+        log_start_offset: i64,
+    ) -> bool {
+        let Some(stamp) = batch.stamp else {
+            return false;
+        };
+        if stamp.producer == self.identity {
+            return false;
+        }
         let refused_under_its_stamp = match class {
             ProduceErrorClass::OutOfOrderSequence => true,
             // With no log start offset the broker did not know the partition yet
@@ -283,12 +344,7 @@ impl<D: Delivery> Engine<D> {
             ProduceErrorClass::UnknownProducerId => log_start_offset != -1,
             _ => false,
         };
-        if stamp.producer != self.identity
-            && !batch.outcome_unknown
-            && refused_under_its_stamp
-            && self.partitions[slot_index]
-                .has_queued_outcome_unknown_after(stamp.producer, stamp.base_sequence)
-        {
+        if !batch.outcome_unknown {
             // Refused under a stamp the producer has moved past, with a batch of unknown outcome
             // queued after it in the partition's order. Under its old stamp the broker will not
             // take it in order (a batch sent after it is in the log, as on a fresh partition, or
@@ -301,84 +357,89 @@ impl<D: Delivery> Engine<D> {
             //
             // A batch of unknown outcome queued before it does not count: the broker may simply
             // not have that one yet, which explains the refusal. That one is retried first,
-            // under its own stamp (gate 4), and this one after it: the rules below, Java's
-            // `TransactionManager.canRetry` (docs/java-rules.md §4.7), retry it.
+            // under its own stamp (gate 4), and this one after it: the rules of
+            // `idempotent_can_retry`, Java's `TransactionManager.canRetry` (docs/java-rules.md
+            // §4.7), retry it.
+            return refused_under_its_stamp
+                && self.partitions[slot_index]
+                    .has_queued_outcome_unknown_after(stamp.producer, stamp.base_sequence);
+        }
+        // The producer has moved past this batch's identity, and the broker has not got this
+        // batch's predecessor under it. The batch may not be re-stamped (an earlier attempt's
+        // outcome is unknown), and retried under its old stamp it keeps the partition's rewrite
+        // waiting while every attempt is answered out of order, until its delivery timeout. It
+        // fails now, as of unknown outcome. A deviation: Java's `TransactionManager.canRetry`
+        // retries every out-of-order batch of the idempotent producer (docs/java-rules.md §4.7)
+        // until its delivery timeout. Unlike the definite case above, no batch of unknown
+        // outcome can be queued ahead of it to explain the refusal: its outcome became unknown
+        // at an earlier attempt, so this answer is to a retry, which gate 4 sent only as the
+        // partition's first in flight, and nothing is stamped ahead of that.
+        class == ProduceErrorClass::OutOfOrderSequence
+    }
+
+    /// `TransactionManager.canRetry` for UNKNOWN_PRODUCER_ID (docs/java-rules.md §4.6), for a
+    /// batch stamped under its partition's identity.
+    fn can_retry_unknown_producer_id(
+        &mut self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        log_start_offset: i64,
+    ) -> bool {
+        if log_start_offset == -1 || batch.reopened {
+            return true;
+        }
+        if self.is_transactional() {
+            // docs/java-rules.md §4.6 case 5: the batch fails and the transaction must
+            // abort. (The retention case, restarting the partition at 0 under the same
+            // epoch, is not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
             return false;
         }
-        if stamp.producer != self.identity
-            && batch.outcome_unknown
-            && class == ProduceErrorClass::OutOfOrderSequence
-        {
-            // The producer has moved past this batch's identity, and the broker has not got
-            // this batch's predecessor under it. The batch may not be re-stamped (an earlier
-            // attempt's outcome is unknown), and retried under its old stamp it keeps the
-            // partition's rewrite waiting while every attempt is answered out of order, until
-            // its delivery timeout. It fails now, as of unknown outcome. A deviation: Java's
-            // `TransactionManager.canRetry` retries every out-of-order batch of the idempotent
-            // producer (docs/java-rules.md §4.7) until its delivery timeout. Unlike the definite
-            // case above, no batch of unknown outcome can be queued ahead of it to explain the
-            // refusal: its outcome became unknown at an earlier attempt, so this answer is to a
-            // retry, which gate 4 sent only as the partition's first in flight, and nothing is
-            // stamped ahead of that.
+        if batch.outcome_unknown {
+            // The leader has no state for the producer on the partition (a pre-2.5
+            // broker whose retention or reload dropped it), so it refuses this stamp's
+            // non-zero sequence every time, and nothing the producer sends can bring
+            // the state back under this epoch. The batch may not be renumbered (an
+            // earlier attempt may be in the log), so Java's bump-and-rewrite is not
+            // open to it, and retried under its old stamp it would hold the
+            // partition's rewrite, and every batch behind it, until its delivery
+            // timeout. It fails now, as of unknown outcome; the failure asks for the
+            // bump (`handle_failed_batch`).
+            return false;
+        }
+        self.request_bump_for(slot_index);
+        true
+    }
+
+    /// `TransactionManager.canRetry` for OUT_OF_ORDER_SEQUENCE_NUMBER (docs/java-rules.md §4.7),
+    /// for a batch stamped (`stamp`) under its partition's identity.
+    fn can_retry_out_of_order(
+        &mut self,
+        slot_index: usize,
+        batch: &ProducerBatch<D>,
+        stamp: BatchStamp,
+    ) -> bool {
+        if self.is_overtaken(slot_index, batch) {
+            // It can never be in sequence again under this epoch, and renumbered it
+            // would land after records sent later: it fails now, as
+            // `apply_sequence_rewrites` fails an overtaken batch, rather than being
+            // answered out of order until its delivery timeout.
             return false;
         }
         let slot = &self.partitions[slot_index];
-        if stamp.producer != slot.entry.producer_id_and_epoch {
-            // An answer about an identity this partition already left: just retry; the
-            // retry goes out under its own stamp or after the rewrite.
+        let unresolved = slot.unresolved_sequence;
+        if unresolved.is_none()
+            && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
+        {
             return true;
         }
-        let transactional = self.config.transactional_id.is_some();
-        match class {
-            ProduceErrorClass::UnknownProducerId => {
-                if log_start_offset == -1 || batch.reopened {
-                    return true;
-                }
-                if transactional {
-                    // docs/java-rules.md §4.6 case 5: the batch fails and the transaction must
-                    // abort. (The retention case, restarting the partition at 0 under the same
-                    // epoch, is not taken: a Kafka 4 broker no longer answers UNKNOWN_PRODUCER_ID.)
-                    return false;
-                }
-                if batch.outcome_unknown {
-                    // The leader has no state for the producer on the partition (a pre-2.5
-                    // broker whose retention or reload dropped it), so it refuses this stamp's
-                    // non-zero sequence every time, and nothing the producer sends can bring
-                    // the state back under this epoch. The batch may not be renumbered (an
-                    // earlier attempt may be in the log), so Java's bump-and-rewrite is not
-                    // open to it, and retried under its old stamp it would hold the
-                    // partition's rewrite, and every batch behind it, until its delivery
-                    // timeout. It fails now, as of unknown outcome; the failure asks for the
-                    // bump (`handle_failed_batch`).
-                    return false;
-                }
-                self.request_bump_for(slot_index);
-                true
-            }
-            _ => {
-                if self.is_overtaken(slot_index, batch) {
-                    // It can never be in sequence again under this epoch, and renumbered it
-                    // would land after records sent later: it fails now, as
-                    // `apply_sequence_rewrites` fails an overtaken batch, rather than being
-                    // answered out of order until its delivery timeout.
-                    return false;
-                }
-                let unresolved = slot.unresolved_sequence;
-                if unresolved.is_none()
-                    && (batch.reopened || !slot.entry.is_next_sequence(stamp.base_sequence))
-                {
-                    return true;
-                }
-                if transactional {
-                    // docs/java-rules.md §4.7 case 3: next in line, the transaction must abort.
-                    return false;
-                }
-                if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
-                    self.request_bump_for(slot_index);
-                }
-                true
-            }
+        if self.is_transactional() {
+            // docs/java-rules.md §4.7 case 3: next in line, the transaction must abort.
+            return false;
         }
+        if unresolved.is_none() || unresolved == Some(stamp.base_sequence) {
+            self.request_bump_for(slot_index);
+        }
+        true
     }
 
     /// Overtaken: a batch sent after this one was appended first (a broker with no state for
@@ -455,9 +516,8 @@ impl<D: Delivery> Engine<D> {
         stamp: BatchStamp,
         record_count: i32,
     ) {
-        let transactional = self.is_transactional();
-        let slot = &mut self.partitions[slot_index];
-        if stamp.producer != slot.entry.producer_id_and_epoch {
+        let entry = &self.partitions[slot_index].entry;
+        if stamp.producer != entry.producer_id_and_epoch {
             return;
         }
         // Invariant: no batch is moved onto sequences at or below the partition's last acked
@@ -473,18 +533,14 @@ impl<D: Delivery> Engine<D> {
         // one, and `next_sequence`, would move down onto acked sequences. Then the failed
         // batch's sequences are spent, as in `apply_sequence_rewrites`, and nothing moves: the
         // later batches already follow the acked ones, so client and broker still agree.
-        let last_acked = slot.entry.last_acked_sequence;
+        let last_acked = entry.last_acked_sequence;
         if last_acked >= 0 && !sequence_is_after(stamp.base_sequence, last_acked) {
             return;
         }
-        let moved = |base: i32| -> i32 { wrap_sub(base, record_count) };
-        let after = |base: i32| sequence_is_after(base, stamp.base_sequence);
-        let later = |s: BatchStamp| s.producer == stamp.producer && after(s.base_sequence);
-        if slot
-            .entry
+        if entry
             .inflight_batches_by_sequence
             .iter()
-            .any(|s| s.producer == stamp.producer && after(s.base_sequence))
+            .any(|s| stamped_after(s.producer, s.base_sequence, stamp))
         {
             self.participant.sequences_diverged = true;
         }
@@ -493,39 +549,59 @@ impl<D: Delivery> Engine<D> {
         // acknowledged at that batch's offset), and moving only the others would break their
         // contiguity: nothing moves. The later batches meet the gap (retried until their
         // delivery timeout; the transaction is abortable anyway) and the abort bumps the epoch.
-        let later_unknown = slot
-            .deque
-            .iter()
-            .any(|b| b.outcome_unknown && b.stamp.is_some_and(later))
-            || self.connections.values().any(|conn| {
-                conn.in_flight.iter().any(|(_, body)| match body {
-                    RequestBody::Produce(batches) => batches.iter().any(|(i, b)| {
-                        *i == slot_index && b.outcome_unknown && b.stamp.is_some_and(later)
-                    }),
-                    _ => false,
-                })
-            });
-        if later_unknown {
+        if self.has_later_batch_of_unknown_outcome(slot_index, stamp) {
             self.participant.sequences_diverged = true;
             return;
         }
-        slot.entry.next_sequence = moved(slot.entry.next_sequence);
+        self.move_later_batches_down(slot_index, stamp, record_count);
+    }
+
+    /// Whether a batch of `slot_index` stamped after `failed` (same identity), queued or on the
+    /// wire, is of unknown outcome.
+    fn has_later_batch_of_unknown_outcome(&self, slot_index: usize, failed: BatchStamp) -> bool {
+        let later_unknown = |b: &ProducerBatch<D>| {
+            b.outcome_unknown
+                && b.stamp
+                    .is_some_and(|s| stamped_after(s.producer, s.base_sequence, failed))
+        };
+        self.partitions[slot_index].deque.iter().any(later_unknown)
+            || self.connections.values().any(|conn| {
+                conn.in_flight.iter().any(|(_, body)| match body {
+                    RequestBody::Produce(batches) => batches
+                        .iter()
+                        .any(|(i, b)| *i == slot_index && later_unknown(b)),
+                    _ => false,
+                })
+            })
+    }
+
+    /// Moves every batch of `slot_index` stamped after `failed` (same identity), and the
+    /// partition's next sequence, down by `record_count`: in the in-flight list, in the deque,
+    /// and on the wire (a batch that expired there is no longer tracked and keeps its stamp).
+    fn move_later_batches_down(
+        &mut self,
+        slot_index: usize,
+        failed: BatchStamp,
+        record_count: i32,
+    ) {
+        let transactional = self.is_transactional();
+        let moved = |s: BatchStamp| BatchStamp {
+            producer: s.producer,
+            base_sequence: wrap_sub(s.base_sequence, record_count),
+        };
+        let slot = &mut self.partitions[slot_index];
+        slot.entry.next_sequence = wrap_sub(slot.entry.next_sequence, record_count);
         for s in slot.entry.inflight_batches_by_sequence.iter_mut() {
-            if s.producer == stamp.producer && after(s.base_sequence) {
-                s.base_sequence = moved(s.base_sequence);
+            if stamped_after(s.producer, s.base_sequence, failed) {
+                s.base_sequence = wrap_sub(s.base_sequence, record_count);
             }
         }
         for batch in slot.deque.iter_mut() {
-            if let Some(s) = batch.stamp {
-                if s.producer == stamp.producer && after(s.base_sequence) {
-                    batch.set_stamp(
-                        BatchStamp {
-                            producer: s.producer,
-                            base_sequence: moved(s.base_sequence),
-                        },
-                        transactional,
-                    );
-                }
+            if let Some(s) = batch
+                .stamp
+                .filter(|s| stamped_after(s.producer, s.base_sequence, failed))
+            {
+                batch.set_stamp(moved(s), transactional);
             }
         }
         for conn in self.connections.values_mut() {
@@ -534,24 +610,63 @@ impl<D: Delivery> Engine<D> {
                     continue;
                 };
                 for (i, batch) in batches.iter_mut() {
-                    let Some(s) = batch.stamp else { continue };
-                    if *i == slot_index
-                        && !batch.expired
-                        && s.producer == stamp.producer
-                        && after(s.base_sequence)
+                    if *i != slot_index || batch.expired {
+                        continue;
+                    }
+                    if let Some(s) = batch
+                        .stamp
+                        .filter(|s| stamped_after(s.producer, s.base_sequence, failed))
                     {
-                        batch.set_stamp(
-                            BatchStamp {
-                                producer: s.producer,
-                                base_sequence: moved(s.base_sequence),
-                            },
-                            transactional,
-                        );
+                        batch.set_stamp(moved(s), transactional);
                     }
                 }
             }
         }
     }
+}
+
+/// Whether the batch stamped `(producer, base_sequence)` comes after `failed` under the same
+/// identity.
+fn stamped_after(producer: ProducerIdAndEpoch, base_sequence: i32, failed: BatchStamp) -> bool {
+    producer == failed.producer && sequence_is_after(base_sequence, failed.base_sequence)
+}
+
+/// `TxnPartitionEntry.startSequencesAtBeginning` (docs/java-rules.md §4.4): the partition's
+/// stamped batches, all queued, none of unknown outcome, are renumbered from 0 under
+/// `identity` in their order, and its unresolved and rewrite marks go.
+fn start_sequences_at_beginning<D>(slot: &mut PartitionSlot<D>, identity: ProducerIdAndEpoch) {
+    let mut next = 0i32;
+    let mut inflight = Vec::new();
+    for batch in slot.deque.iter_mut() {
+        if batch.stamp.is_none() {
+            break;
+        }
+        // No attempt of it may have landed (the rewrite waited for every batch of
+        // unknown outcome): the new stamp is this batch's only one that counts.
+        debug_assert!(
+            !batch.outcome_unknown,
+            "re-stamping a batch that may have landed"
+        );
+        batch.set_stamp(
+            BatchStamp {
+                producer: identity,
+                base_sequence: next,
+            },
+            false,
+        );
+        inflight.push(InflightSequence {
+            producer: identity,
+            base_sequence: next,
+            record_count: batch.record_count,
+        });
+        next = record_batch::increment_sequence(next, batch.record_count);
+    }
+    slot.entry.inflight_batches_by_sequence = inflight;
+    slot.entry.next_sequence = next;
+    slot.entry.last_acked_sequence = -1;
+    slot.entry.producer_id_and_epoch = identity;
+    slot.unresolved_sequence = None;
+    slot.rewrite_pending = false;
 }
 
 /// `TransactionManager.markSequenceUnresolved`: keep the max of the old mark and `last + 1`.
@@ -569,4 +684,53 @@ fn wrap_sub(a: i32, b: i32) -> i32 {
     let r = r as i32;
     debug_assert_eq!(record_batch::increment_sequence(r, b), a);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EpochBump;
+    use crate::engine::identity::ProducerIdAndEpoch;
+
+    fn pid(epoch: i16) -> ProducerIdAndEpoch {
+        ProducerIdAndEpoch::new(7, epoch)
+    }
+
+    #[test]
+    fn a_bump_is_requested_once_per_observed_identity() {
+        let mut bump = EpochBump::default();
+        assert!(bump.request(pid(0), pid(0)));
+        assert!(
+            !bump.request(pid(0), pid(0)),
+            "one request for the same identity"
+        );
+        assert!(bump.awaited());
+        bump.on_identity(pid(1));
+        assert!(!bump.awaited(), "the bump came");
+        assert!(bump.request(pid(1), pid(1)));
+    }
+
+    #[test]
+    fn a_late_request_about_an_identity_already_left_is_sent_but_not_awaited() {
+        let mut bump = EpochBump::default();
+        assert!(bump.request(pid(0), pid(1)));
+        assert!(!bump.awaited());
+        bump.assert_invariants(pid(1));
+    }
+
+    #[test]
+    fn a_bump_stays_awaited_while_its_identity_is_in_force() {
+        let mut bump = EpochBump::default();
+        bump.request(pid(3), pid(3));
+        bump.on_identity(pid(3));
+        assert!(bump.awaited());
+        bump.assert_invariants(pid(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "pending from a replaced identity")]
+    fn invariants_refuse_a_bump_awaited_from_a_replaced_identity() {
+        let mut bump = EpochBump::default();
+        bump.request(pid(0), pid(0));
+        bump.assert_invariants(pid(1));
+    }
 }

@@ -2,7 +2,8 @@
 //! on-demand refresh (`metadata.max.age.ms`, a retriable error that calls for fresh
 //! metadata), and applying an answer to the partitions' leaders (Java's `Metadata` and
 //! `Sender`'s metadata updates). When no broker can be reached for a refresh, `rebootstrap`
-//! decides whether to start again from `bootstrap.servers`.
+//! decides whether to start again from `bootstrap.servers`. The refresh's own state, which
+//! request is in flight and when the next may go out, is [`MetadataRefresh`].
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,8 +18,206 @@ use crate::protocol::error_code::code;
 use crate::protocol::wire::{self, WireError};
 
 use super::super::connection::InFlightHeader;
-use super::super::{Action, Delivery, Micros};
-use super::{Engine, RequestBody};
+use super::super::{Action, Delivery, Micros, NodeId};
+use super::{earliest_after, Engine, RequestBody};
+
+/// The metadata refresh: Java's `Metadata` update state (`requestUpdate`, `updateRequested`,
+/// `lastRefreshMs`) and `NetworkClient.DefaultMetadataUpdater`'s (its one request in flight,
+/// `metadataAttemptStartMs`). At most one Metadata request is in flight; a refresh wanted
+/// meanwhile goes out after its answer.
+#[derive(Debug)]
+pub(super) struct MetadataRefresh {
+    state: RefreshState,
+    /// Java's `Metadata.updateRequested`: a refresh is wanted. Cleared when a request goes
+    /// out; set again while it is in flight, it asks for one more after it.
+    needed: bool,
+    /// Java's `lastRefreshMs`: when an answer was last applied; `metadata.max.age.ms` counts
+    /// from it. `None` before the first.
+    last_refresh: Option<Micros>,
+    /// Java's `metadataAttemptStartMs`: since when metadata has been wanted and no answer with
+    /// brokers came; `None` while the last attempt succeeded (KIP-1102).
+    attempt_start: Option<Micros>,
+    /// A Metadata answer said REBOOTSTRAP_REQUIRED: rebootstrap at the next poll.
+    rebootstrap_required: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RefreshState {
+    /// No request in flight; one may go out as soon as a refresh is needed.
+    Idle,
+    /// The one Metadata request is in flight on the connection to `node`.
+    InFlight { node: NodeId },
+    /// An answer came: the next request waits for `retry.backoff.ms` after it, until `until`,
+    /// unless a refresh is urged (`request_update_now`).
+    Backoff { until: Micros },
+}
+
+impl MetadataRefresh {
+    /// A new engine knows nothing yet: a refresh is needed at once.
+    pub(super) fn new() -> Self {
+        MetadataRefresh {
+            state: RefreshState::Idle,
+            needed: true,
+            last_refresh: None,
+            attempt_start: None,
+            rebootstrap_required: false,
+        }
+    }
+
+    /// Java's `Metadata.requestUpdate`: a refresh is wanted, under the usual backoff.
+    pub(super) fn request_update(&mut self) {
+        self.needed = true;
+    }
+
+    /// A refresh is wanted without waiting out the backoff (a new topic, a leader that moved,
+    /// a rebootstrap; Java's `requestUpdateForNewTopics` skips it the same way). A request in
+    /// flight is not doubled: the refresh goes out after its answer.
+    pub(super) fn request_update_now(&mut self) {
+        self.needed = true;
+        if let RefreshState::Backoff { .. } = self.state {
+            self.state = RefreshState::Idle;
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn needed(&self) -> bool {
+        self.needed
+    }
+
+    /// Whether a request may go out now: one is needed, none is in flight, and the backoff
+    /// after the last answer is over.
+    pub(super) fn may_send(&self, now: Micros) -> bool {
+        self.needed
+            && match self.state {
+                RefreshState::Idle => true,
+                RefreshState::InFlight { .. } => false,
+                RefreshState::Backoff { until } => now >= until,
+            }
+    }
+
+    /// `metadata.max.age.ms` ran out since the last answer: a refresh is due.
+    pub(super) fn note_age(&mut self, now: Micros, max_age: Micros) {
+        if self.last_refresh.is_some_and(|last| now >= last + max_age) {
+            self.needed = true;
+        }
+    }
+
+    /// A refresh was found due at `now`: the KIP-1102 trigger counts from the first such
+    /// attempt that no answer with brokers followed.
+    pub(super) fn attempt_started(&mut self, now: Micros) {
+        self.attempt_start.get_or_insert(now);
+    }
+
+    /// The request went out on `node`.
+    pub(super) fn sent(&mut self, node: NodeId) {
+        debug_assert!(!matches!(self.state, RefreshState::InFlight { .. }));
+        self.state = RefreshState::InFlight { node };
+        self.needed = false;
+    }
+
+    /// The request brought no usable answer (its connection closed, or the answer could not
+    /// be read): the refresh it stood for is still owed, with no backoff.
+    pub(super) fn lost(&mut self) {
+        self.state = RefreshState::Idle;
+        self.needed = true;
+    }
+
+    /// An answer was read: the next request waits until `until`.
+    pub(super) fn answered(&mut self, until: Micros) {
+        self.state = RefreshState::Backoff { until };
+    }
+
+    /// The answer was applied at `now`; `with_brokers`: it named brokers, which ends the
+    /// KIP-1102 attempt.
+    pub(super) fn applied(&mut self, now: Micros, with_brokers: bool) {
+        self.last_refresh = Some(now);
+        if with_brokers {
+            self.attempt_start = None;
+        }
+    }
+
+    /// The answer said REBOOTSTRAP_REQUIRED: the refresh is owed again, after the rebootstrap
+    /// the next poll makes.
+    pub(super) fn require_rebootstrap(&mut self) {
+        self.needed = true;
+        self.rebootstrap_required = true;
+    }
+
+    /// Whether a REBOOTSTRAP_REQUIRED answer is waiting to be acted on; taking it clears it.
+    pub(super) fn take_rebootstrap_required(&mut self) -> bool {
+        std::mem::take(&mut self.rebootstrap_required)
+    }
+
+    pub(super) fn rebootstrap_required(&self) -> bool {
+        self.rebootstrap_required
+    }
+
+    /// Java's `DefaultMetadataUpdater.rebootstrap`: metadata is wanted at once, and the
+    /// trigger's clock starts again.
+    pub(super) fn rebootstrapped(&mut self, now: Micros) {
+        self.attempt_start = Some(now);
+        self.request_update_now();
+    }
+
+    /// Whether metadata has been wanted for longer than `trigger` with no answer carrying
+    /// brokers (Java compares `now - start > trigger`: strictly after).
+    pub(super) fn attempt_timed_out(&self, now: Micros, trigger: Micros) -> bool {
+        self.attempt_start
+            .is_some_and(|start| now.saturating_sub(start) > trigger)
+    }
+
+    /// When the KIP-1102 trigger fires if no answer comes first (`None` when it cannot).
+    pub(super) fn rebootstrap_trigger_at(&self, trigger: Option<Micros>) -> Option<Micros> {
+        Some(self.attempt_start? + trigger? + 1)
+    }
+
+    /// The earliest time after `now` at which the refresh has something to do by time alone:
+    /// the end of the backoff of a refresh that is needed, `metadata.max.age.ms` after the
+    /// last answer, the KIP-1102 trigger.
+    pub(super) fn next_wakeup(
+        &self,
+        now: Micros,
+        max_age: Micros,
+        rebootstrap_trigger: Option<Micros>,
+    ) -> Option<Micros> {
+        let backoff_end = match self.state {
+            RefreshState::Backoff { until } if self.needed => Some(until),
+            _ => None,
+        };
+        earliest_after(
+            now,
+            [
+                backoff_end,
+                self.last_refresh.map(|last| last + max_age),
+                self.rebootstrap_trigger_at(rebootstrap_trigger),
+            ],
+        )
+    }
+
+    /// `in_flight`: the nodes whose connection holds a Metadata request. At most one request
+    /// is in flight, and it is the one this refresh sent. The refresh may wait for a request
+    /// that is not listed only once the engine has `stopped` (see `Engine::assert_invariants`).
+    pub(super) fn assert_invariants(&self, in_flight: &[NodeId], stopped: bool) {
+        assert!(
+            in_flight.len() <= 1,
+            "more than one Metadata request in flight: {in_flight:?}"
+        );
+        match (self.state, in_flight.first()) {
+            (RefreshState::InFlight { node }, Some(&listed)) => assert_eq!(
+                node, listed,
+                "the Metadata request in flight is not the one the refresh sent"
+            ),
+            (RefreshState::InFlight { node }, None) => assert!(
+                stopped,
+                "the refresh waits for a Metadata request to {node} that is not in flight"
+            ),
+            (state, Some(node)) => {
+                panic!("a Metadata request to {node} is in flight, but the refresh is {state:?}")
+            }
+            (_, None) => {}
+        }
+    }
+}
 
 impl<D: Delivery> Engine<D> {
     /// Asks for a topic's metadata (the caller's partitioner needs its partition count).
@@ -30,8 +229,7 @@ impl<D: Delivery> Engine<D> {
             let topic: Arc<str> = Arc::from(topic);
             self.metadata.interest.insert(topic.clone());
             self.topic_requested_at.insert(topic, None);
-            self.metadata_refresh_needed = true;
-            self.metadata_retry_at = 0;
+            self.metadata_refresh.request_update_now();
         } else if let Some(count) = self.metadata.partition_count(topic) {
             self.actions.push_back(Action::TopicMetadata {
                 topic: Arc::from(topic),
@@ -39,23 +237,17 @@ impl<D: Delivery> Engine<D> {
                 error_code: code::NONE,
             });
         } else {
-            self.metadata_refresh_needed = true;
+            self.metadata_refresh.request_update();
         }
     }
 
     pub(super) fn maybe_refresh_metadata(&mut self, now: Micros) {
-        if let Some(last) = self.last_metadata_refresh {
-            if now >= last + self.config.metadata_max_age {
-                self.metadata_refresh_needed = true;
-            }
-        }
-        if !self.metadata_refresh_needed || self.metadata_in_flight || now < self.metadata_retry_at
-        {
+        self.metadata_refresh
+            .note_age(now, self.config.metadata_max_age);
+        if !self.metadata_refresh.may_send(now) {
             return;
         }
-        // Java's `metadataAttemptStartMs`: the KIP-1102 trigger counts from the first attempt
-        // that found a refresh due.
-        self.metadata_attempt_start.get_or_insert(now);
+        self.metadata_refresh.attempt_started(now);
         let Some(node) = self.least_loaded_ready() else {
             self.maybe_rebootstrap_unreachable(now);
             self.ensure_some_connection(now);
@@ -80,8 +272,7 @@ impl<D: Delivery> Engine<D> {
         let request = MetadataRequest::default()
             .with_topics(Some(topics))
             .with_allow_auto_topic_creation(true);
-        self.metadata_in_flight = true;
-        self.metadata_refresh_needed = false;
+        self.metadata_refresh.sent(node);
         self.send_request(
             now,
             node,
@@ -126,18 +317,18 @@ impl<D: Delivery> Engine<D> {
         header: InFlightHeader,
         body: Bytes,
     ) -> Result<(), WireError> {
-        self.metadata_in_flight = false;
         let response =
             match wire::decode_response::<MetadataResponse>(ApiKey::Metadata, header.version, body)
             {
                 Ok(response) => response,
                 Err(e) => {
                     // The refresh this request stood for is still owed.
-                    self.metadata_refresh_needed = true;
+                    self.metadata_refresh.lost();
                     return Err(e);
                 }
             };
-        self.metadata_retry_at = now + self.config.retry_backoff;
+        self.metadata_refresh
+            .answered(now + self.config.retry_backoff);
         // KIP-1102: a broker that knows the client's metadata is stale says so in the
         // top-level error (v13 and later). Under `rebootstrap` nothing else in the answer is
         // applied; under `none` it is taken as any answer is, as Java does.
@@ -145,21 +336,18 @@ impl<D: Delivery> Engine<D> {
             && response.error_code == code::REBOOTSTRAP_REQUIRED
             && self.config.rebootstrap_trigger.is_some()
         {
-            self.metadata_refresh_needed = true;
-            self.rebootstrap_required = true;
+            self.metadata_refresh.require_rebootstrap();
             return Ok(());
         }
-        self.last_metadata_refresh = Some(now);
-        if !response.brokers.is_empty() {
-            self.metadata_attempt_start = None;
-        }
+        self.metadata_refresh
+            .applied(now, !response.brokers.is_empty());
         let changed = self.metadata.update(&response);
         for topic in &response.topics {
             let Some(name) = &topic.name else { continue };
             let name: Arc<str> = Arc::from(name.0.as_str());
             if topic.error_code != code::NONE {
                 // Keep asking while someone waits for the topic.
-                self.metadata_refresh_needed = true;
+                self.metadata_refresh.request_update();
             }
             let partition_count = self.metadata.partition_count(&name).unwrap_or(0);
             if changed.contains(&name) || topic.error_code != code::NONE {
@@ -178,7 +366,7 @@ impl<D: Delivery> Engine<D> {
                 continue;
             }
             let Some(leader) = self.metadata.leader(&slot.tp.topic, slot.tp.partition) else {
-                self.metadata_refresh_needed = true;
+                self.metadata_refresh.request_update();
                 continue;
             };
             if leader.leader_epoch > slot.leader_epoch {
@@ -187,7 +375,7 @@ impl<D: Delivery> Engine<D> {
                 }
             }
             if leader.leader.is_none() {
-                self.metadata_refresh_needed = true;
+                self.metadata_refresh.request_update();
             }
             slot.leader = leader.leader;
             slot.leader_epoch = leader.leader_epoch;
@@ -197,11 +385,9 @@ impl<D: Delivery> Engine<D> {
 
     /// Invalidates this partition's leader so the retry waits for fresh metadata and is
     /// routed to the new leader; other partitions keep theirs.
-    pub(super) fn invalidate_leader(&mut self, now: Micros, slot_index: usize) {
-        let slot = &mut self.partitions[slot_index];
-        slot.leader = None;
-        self.metadata_refresh_needed = true;
-        self.metadata_retry_at = self.metadata_retry_at.min(now);
+    pub(super) fn invalidate_leader(&mut self, slot_index: usize) {
+        self.partitions[slot_index].leader = None;
+        self.metadata_refresh.request_update_now();
     }
 }
 

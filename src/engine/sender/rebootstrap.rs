@@ -56,21 +56,19 @@ impl<D: Delivery> Engine<D> {
     /// The second and third triggers (Java's `handleRebootstrap`).
     pub(super) fn maybe_rebootstrap_on_trigger(&mut self, now: Micros) {
         let Some(trigger) = self.config.rebootstrap_trigger else {
-            self.rebootstrap_required = false;
+            self.metadata_refresh.take_rebootstrap_required();
             return;
         };
-        let timed_out = self
-            .metadata_attempt_start
-            .is_some_and(|start| now.saturating_sub(start) > trigger);
-        if !timed_out && !self.rebootstrap_required {
+        let timed_out = self.metadata_refresh.attempt_timed_out(now, trigger);
+        if !timed_out && !self.metadata_refresh.rebootstrap_required() {
             return;
         }
+        let required_by_broker = self.metadata_refresh.take_rebootstrap_required();
         tracing::warn!(
             target: "kacrab::metadata",
-            required_by_broker = self.rebootstrap_required,
+            required_by_broker,
             "no usable metadata; closing connections and rebootstrapping from bootstrap.servers"
         );
-        self.rebootstrap_required = false;
         let mut open: Vec<(i32, u64)> = self
             .metadata
             .nodes
@@ -92,17 +90,8 @@ impl<D: Delivery> Engine<D> {
     /// metadata is wanted at once, and the trigger's clock starts again.
     fn rebootstrap(&mut self, now: Micros) {
         self.metadata.rebootstrap(&self.config.bootstrap_servers);
-        self.metadata_attempt_start = Some(now);
-        self.metadata_refresh_needed = true;
-        self.metadata_retry_at = self.metadata_retry_at.min(now);
+        self.metadata_refresh.rebootstrapped(now);
         self.stats.rebootstraps += 1;
-    }
-
-    /// When the KIP-1102 trigger fires if no answer comes first (`None` when it cannot).
-    pub(super) fn rebootstrap_trigger_at(&self) -> Option<Micros> {
-        let trigger = self.config.rebootstrap_trigger?;
-        // Java compares `now - start > trigger`: strictly after.
-        Some(self.metadata_attempt_start? + trigger + 1)
     }
 }
 

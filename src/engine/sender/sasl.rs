@@ -26,7 +26,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::config::SaslMechanism;
-use crate::error::ProduceError;
+use crate::error::{ErrorCause, ProduceError};
 use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::{self, code};
 use crate::protocol::sasl::{client_nonce, SaslClient, SaslClientError, SaslStep};
@@ -186,7 +186,7 @@ impl<D: Delivery> Engine<D> {
                     SaslClient::start(sasl.mechanism, &sasl.username, &sasl.password, nonce)
                 }
                 Err(reason) => {
-                    self.become_fatal(ProduceError::Fatal(reason));
+                    self.become_fatal(ProduceError::Fatal(ErrorCause::other(reason)));
                     return Ok(());
                 }
             },

@@ -70,38 +70,8 @@ impl<D: Delivery> Engine<D> {
         if let Some(last) = children.last_mut() {
             runs.hand_to(last);
         }
-        let slot = &mut self.partitions[slot_index];
         if let Some(stamp) = stamp {
-            let position = slot
-                .entry
-                .inflight_batches_by_sequence
-                .iter()
-                .position(|s| {
-                    s.producer == stamp.producer && s.base_sequence == stamp.base_sequence
-                });
-            let mut base = stamp.base_sequence;
-            let mut entries = Vec::new();
-            for child in &mut children {
-                child.set_stamp(
-                    BatchStamp {
-                        producer: stamp.producer,
-                        base_sequence: base,
-                    },
-                    self.config.transactional_id.is_some(),
-                );
-                child.reopened = false;
-                entries.push(InflightSequence {
-                    producer: stamp.producer,
-                    base_sequence: base,
-                    record_count: child.record_count,
-                });
-                base = record_batch::increment_sequence(base, child.record_count);
-            }
-            if let Some(position) = position {
-                slot.entry
-                    .inflight_batches_by_sequence
-                    .splice(position..=position, entries);
-            }
+            self.assign_producer_state_to_batches(slot_index, stamp, &mut children);
         }
         // Every child keeps the parent's id, so a flush waiting for the parent waits for all
         // of them (a fresh id would sort after flush tokens taken since the parent was
@@ -127,6 +97,42 @@ impl<D: Delivery> Engine<D> {
             }
         }
         self.recycle(batch);
+    }
+
+    /// `ProducerBatch.assignProducerStateToBatches`: the children of a batch stamped `parent`
+    /// take consecutive sequences from its base under its identity, and replace it in its
+    /// partition's in-flight list, in its place.
+    fn assign_producer_state_to_batches(
+        &mut self,
+        slot_index: usize,
+        parent: BatchStamp,
+        children: &mut [ProducerBatch<D>],
+    ) {
+        let transactional = self.is_transactional();
+        let mut base = parent.base_sequence;
+        let mut entries = Vec::new();
+        for child in children {
+            child.set_stamp(
+                BatchStamp {
+                    producer: parent.producer,
+                    base_sequence: base,
+                },
+                transactional,
+            );
+            child.reopened = false;
+            entries.push(InflightSequence {
+                producer: parent.producer,
+                base_sequence: base,
+                record_count: child.record_count,
+            });
+            base = record_batch::increment_sequence(base, child.record_count);
+        }
+        let entry = &mut self.partitions[slot_index].entry;
+        if let Some(position) = entry.inflight_position(parent.producer, parent.base_sequence) {
+            entry
+                .inflight_batches_by_sequence
+                .splice(position..=position, entries);
+        }
     }
 }
 

@@ -575,63 +575,13 @@ impl<D: Delivery> Engine<D> {
             TxnRequest::FindCoordinator { key_type, .. } => {
                 let response = decode!(FindCoordinatorResponse);
                 match requests::classify_find_coordinator(version, &response) {
-                    Ok(found) => {
-                        self.metadata
-                            .nodes
-                            .entry(found.node)
-                            .or_insert_with(|| format!("{}:{}", found.host, found.port));
-                        let tm = self.tm.as_mut().expect("owner");
-                        let slot = match key_type {
-                            CoordinatorType::Transaction => &mut tm.transaction_coordinator,
-                            CoordinatorType::Group => &mut tm.group_coordinator,
-                        };
-                        tracing::info!(
-                            target: "kacrab::transaction",
-                            coordinator = ?key_type,
-                            node = found.node,
-                            host = %found.host,
-                            port = found.port,
-                            "coordinator found"
-                        );
-                        *slot = Some(found.node);
-                    }
+                    Ok(found) => self.on_coordinator_found(key_type, found),
                     Err(outcome) => self.apply_txn_outcome(now, request, outcome),
                 }
             }
             TxnRequest::InitProducerId { .. } => {
                 let response = decode!(InitProducerIdResponse);
-                let outcome = requests::classify_init_producer_id(response.error_code);
-                let identity =
-                    ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
-                match outcome {
-                    TxnOutcome::Done if identity.is_valid() && identity.epoch >= 0 => {
-                        self.tm
-                            .as_mut()
-                            .expect("owner")
-                            .on_init_producer_id(&request, identity);
-                        // The owner runs under the new identity at once; the driver carries it
-                        // to the other engines (`TxnAction::IdentityReplaced`).
-                        self.on_identity(identity);
-                    }
-                    TxnOutcome::Done => self.apply_txn_outcome(
-                        now,
-                        request,
-                        TxnOutcome::Fatal(TransactionError::Fatal(format!(
-                            "InitProducerId returned an invalid identity {identity:?}"
-                        ))),
-                    ),
-                    TxnOutcome::Abortable(err)
-                        if requests::is_init_producer_id_authorization_failure(
-                            response.error_code,
-                        ) =>
-                    {
-                        self.tm
-                            .as_mut()
-                            .expect("owner")
-                            .fail_unauthorized(&request, err)
-                    }
-                    outcome => self.apply_txn_outcome(now, request, outcome),
-                }
+                self.on_txn_init_producer_id(now, request, &response);
             }
             TxnRequest::AddPartitions => {
                 let response = decode!(AddPartitionsToTxnResponse);
@@ -683,6 +633,72 @@ impl<D: Delivery> Engine<D> {
             }
         }
         Ok(())
+    }
+
+    /// The transactional InitProducerId answered (`InitProducerIdHandler.handleResponse`,
+    /// docs/java-rules.md §5.2).
+    fn on_txn_init_producer_id(
+        &mut self,
+        now: Micros,
+        request: QueuedRequest,
+        response: &InitProducerIdResponse,
+    ) {
+        let outcome = requests::classify_init_producer_id(response.error_code);
+        let identity = ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
+        match outcome {
+            TxnOutcome::Done if identity.is_valid() && identity.epoch >= 0 => {
+                self.tm
+                    .as_mut()
+                    .expect("owner")
+                    .on_init_producer_id(&request, identity);
+                // The owner runs under the new identity at once; the driver carries it
+                // to the other engines (`TxnAction::IdentityReplaced`).
+                self.on_identity(identity);
+            }
+            TxnOutcome::Done => self.apply_txn_outcome(
+                now,
+                request,
+                TxnOutcome::Fatal(TransactionError::Fatal(format!(
+                    "InitProducerId returned an invalid identity {identity:?}"
+                ))),
+            ),
+            TxnOutcome::Abortable(err)
+                if requests::is_init_producer_id_authorization_failure(response.error_code) =>
+            {
+                self.tm
+                    .as_mut()
+                    .expect("owner")
+                    .fail_unauthorized(&request, err)
+            }
+            outcome => self.apply_txn_outcome(now, request, outcome),
+        }
+    }
+
+    /// FindCoordinator answered with the `key_type` coordinator: it is known by its node from
+    /// now on, and reachable at the address it came with.
+    fn on_coordinator_found(
+        &mut self,
+        key_type: CoordinatorType,
+        found: requests::FoundCoordinator,
+    ) {
+        self.metadata
+            .nodes
+            .entry(found.node)
+            .or_insert_with(|| format!("{}:{}", found.host, found.port));
+        let tm = self.tm.as_mut().expect("owner");
+        let slot = match key_type {
+            CoordinatorType::Transaction => &mut tm.transaction_coordinator,
+            CoordinatorType::Group => &mut tm.group_coordinator,
+        };
+        tracing::info!(
+            target: "kacrab::transaction",
+            coordinator = ?key_type,
+            node = found.node,
+            host = %found.host,
+            port = found.port,
+            "coordinator found"
+        );
+        *slot = Some(found.node);
     }
 
     /// When the transactional loop next has something to do by time alone: the queued

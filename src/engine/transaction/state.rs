@@ -2,7 +2,7 @@
 //! `TransactionManager.transitionTo`, docs/java-rules.md §6.1), and the manager's moves into the
 //! error states (docs/java-rules.md §4.3).
 
-use crate::error::{ProduceError, TransactionError};
+use crate::error::{ErrorCause, ProduceError, TransactionError};
 
 use super::{TransactionManager, TxnAction};
 
@@ -126,11 +126,11 @@ impl TransactionManager {
             "transaction state AbortableError: the transaction must be aborted"
         );
         self.state = TransactionState::AbortableError;
-        let reason = error.to_string();
+        let cause = ErrorCause::Transaction(Box::new(error.clone()));
         self.last_error = Some(error);
         self.last_error_is_authorization = false;
         self.actions.push_back(TxnAction::Abortable {
-            error: ProduceError::TransactionAbortable(reason),
+            error: ProduceError::TransactionAbortable(cause),
         });
     }
 
@@ -149,7 +149,7 @@ impl TransactionManager {
         self.last_error = Some(error.clone());
         self.last_error_is_authorization = false;
         self.actions.push_back(TxnAction::Fatal {
-            error: ProduceError::Fatal(error.to_string()),
+            error: ProduceError::Fatal(ErrorCause::Transaction(Box::new(error.clone()))),
         });
         if let Some(handle) = self.pending.as_ref().map(|p| p.handle) {
             self.complete(handle, Err(error));

@@ -160,7 +160,7 @@ fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
     let add = tm.next_request(0).unwrap();
     let _ = add;
     tm.on_partitions_added();
-    let err = ProduceError::TransactionAbortable("test".into());
+    let err = ProduceError::TransactionAbortable(ErrorCause::other("test"));
     tm.produce_failed(&err, false, false);
     assert_eq!(tm.state(), AbortableError);
     assert!(tm.epoch_bump_required);
@@ -210,10 +210,10 @@ fn a_fatal_error_fails_the_pending_call_and_every_queued_request() {
     let mut tm = ready();
     tm.begin_transaction().unwrap();
     let handle = tm.commit_transaction().unwrap();
-    tm.transition_to_fatal(TransactionError::Fenced("test".into()));
+    tm.transition_to_fatal(TransactionError::Fenced(ErrorCause::other("test")));
     assert_eq!(
         tm.take_result(handle),
-        Some(Err(TransactionError::Fenced("test".into())))
+        Some(Err(TransactionError::Fenced(ErrorCause::other("test"))))
     );
     tm.all_flushed(1);
     assert!(tm.next_request(0).is_none());
@@ -246,7 +246,7 @@ fn a_batch_failing_while_the_commit_completes_asks_for_a_bump_only_if_it_needs_o
     let mut tm = ready();
     tm.begin_transaction().unwrap();
     tm.produce_failed(
-        &ProduceError::TransactionAbortable("t".into()),
+        &ProduceError::TransactionAbortable(ErrorCause::other("t")),
         false,
         false,
     );
@@ -260,7 +260,7 @@ fn a_batch_failing_while_the_commit_completes_asks_for_a_bump_only_if_it_needs_o
     tm.commit_transaction().unwrap();
     assert_eq!(tm.state(), CommittingTransaction);
     tm.produce_failed(
-        &ProduceError::TransactionAbortable("t".into()),
+        &ProduceError::TransactionAbortable(ErrorCause::other("t")),
         false,
         false,
     );
@@ -270,7 +270,11 @@ fn a_batch_failing_while_the_commit_completes_asks_for_a_bump_only_if_it_needs_o
     let mut tm = ready();
     tm.begin_transaction().unwrap();
     tm.commit_transaction().unwrap();
-    tm.produce_failed(&ProduceError::TransactionAbortable("t".into()), true, false);
+    tm.produce_failed(
+        &ProduceError::TransactionAbortable(ErrorCause::other("t")),
+        true,
+        false,
+    );
     assert!(tm.epoch_bump_required);
 }
 
@@ -282,7 +286,7 @@ fn leaving_an_error_state_by_aborting_clears_the_last_error() {
     let _add = tm.next_request(0).unwrap();
     tm.on_partitions_added();
     tm.produce_failed(
-        &ProduceError::TransactionAbortable("t".into()),
+        &ProduceError::TransactionAbortable(ErrorCause::other("t")),
         false,
         false,
     );
@@ -304,7 +308,7 @@ fn leaving_an_error_state_by_aborting_clears_the_last_error() {
 #[test]
 fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
     let mut tm = ready();
-    tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+    tm.transition_to_abortable(TransactionError::Abortable(ErrorCause::other("late")));
     assert_eq!(tm.state(), FatalError);
     assert!(
         matches!(tm.last_error(), Some(TransactionError::Fatal(m)) if m.contains("abortable error in state READY")),
@@ -315,7 +319,7 @@ fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
     let mut tm = ready();
     tm.begin_transaction().unwrap();
     tm.abort_transaction().unwrap();
-    tm.transition_to_abortable(TransactionError::Abortable("late".into()));
+    tm.transition_to_abortable(TransactionError::Abortable(ErrorCause::other("late")));
     assert_eq!(tm.state(), AbortingTransaction);
     assert_eq!(tm.last_error(), None);
 }
@@ -344,7 +348,9 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
             tm.on_answer_lost(&add);
         }
         tm.requeue(add, 0);
-        tm.transition_to_abortable(TransactionError::Abortable("a batch failed".into()));
+        tm.transition_to_abortable(TransactionError::Abortable(ErrorCause::other(
+            "a batch failed",
+        )));
         // In the error state the queued add is dropped unsent.
         assert!(tm.next_request(0).is_none());
         if let Some(call) = offsets_call {
@@ -401,7 +407,7 @@ fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_c
         refuse_for_authorization(&mut tm, &request, error);
         assert!(matches!(
             tm.take_result(handle),
-            Some(Err(TransactionError::Abortable(m))) if m.contains(&name)
+            Some(Err(TransactionError::Abortable(m))) if m.to_string().contains(&name)
         ));
         assert_eq!(tm.state(), Uninitialized, "{name}");
         assert_eq!(tm.last_error(), None, "{name}");
@@ -442,7 +448,7 @@ fn an_authorization_failure_of_the_aborts_epoch_bump_fails_the_abort_and_returns
     let _add = tm.next_request(0).unwrap();
     tm.on_partitions_added();
     tm.produce_failed(
-        &ProduceError::TransactionAbortable("test".into()),
+        &ProduceError::TransactionAbortable(ErrorCause::other("test")),
         false,
         false,
     );
@@ -474,7 +480,7 @@ fn other_abortable_errors_do_not_return_to_uninitialized() {
     let mut tm = ready();
     tm.begin_transaction().unwrap();
     tm.produce_failed(
-        &ProduceError::TransactionAbortable("test".into()),
+        &ProduceError::TransactionAbortable(ErrorCause::other("test")),
         false,
         false,
     );

@@ -83,7 +83,7 @@ fn add_partitions_table() {
         true,
     );
     assert!(
-        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.contains("not authorized")),
+        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.to_string().contains("not authorized")),
         "{outcome:?}"
     );
     assert!(matches!(
@@ -257,17 +257,29 @@ fn an_error_outcome_names_the_api_and_the_kafka_error() {
             "EndTxn failed: INVALID_TXN_STATE".to_string()
         ))
     );
+    let fenced = TransactionError::Fenced(ErrorCause::Response {
+        request: "AddOffsetsToTxn",
+        code: code::PRODUCER_FENCED,
+    });
     assert_eq!(
         classify_add_offsets(code::PRODUCER_FENCED),
-        TxnOutcome::Fatal(TransactionError::Fenced(
-            "AddOffsetsToTxn failed: PRODUCER_FENCED".to_string()
-        ))
+        TxnOutcome::Fatal(fenced.clone())
     );
     assert_eq!(
+        fenced.to_string(),
+        "producer fenced: AddOffsetsToTxn failed: PRODUCER_FENCED"
+    );
+    let abortable = TransactionError::Abortable(ErrorCause::Response {
+        request: "InitProducerId",
+        code: code::TRANSACTION_ABORTABLE,
+    });
+    assert_eq!(
         classify_init_producer_id(code::TRANSACTION_ABORTABLE),
-        TxnOutcome::Abortable(TransactionError::Abortable(
-            "InitProducerId failed: TRANSACTION_ABORTABLE".to_string()
-        ))
+        TxnOutcome::Abortable(abortable.clone())
+    );
+    assert_eq!(
+        abortable.to_string(),
+        "the transaction must be aborted: InitProducerId failed: TRANSACTION_ABORTABLE"
     );
 }
 
@@ -377,7 +389,7 @@ fn add_partitions_follows_javas_handler_error_by_error() {
     // Any other partition error is abortable after the whole answer was read.
     let outcome = one(code::INVALID_REQUEST);
     assert!(
-        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.contains("could not add partitions")),
+        matches!(&outcome, TxnOutcome::Abortable(TransactionError::Abortable(m)) if m.to_string().contains("could not add partitions")),
         "{outcome:?}"
     );
 }
@@ -500,9 +512,7 @@ fn end_txn_follows_javas_handler_error_by_error() {
 }
 
 #[test]
-fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
-    let identity = ProducerIdAndEpoch::new(7, 3);
-
+fn find_coordinator_carries_its_key_in_the_layout_of_its_version() {
     let v3 = find_coordinator_request(3, CoordinatorType::Group, "g");
     assert_eq!(v3.key_type, CoordinatorType::Group as i8);
     assert_eq!(v3.key.as_str(), "g");
@@ -516,14 +526,27 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
             .collect::<Vec<_>>(),
         vec!["tx"]
     );
+}
 
+/// The identity every request of the transaction carries.
+fn transaction_identity() -> ProducerIdAndEpoch {
+    ProducerIdAndEpoch::new(7, 3)
+}
+
+#[test]
+fn init_producer_id_carries_the_identity_to_bump_or_none() {
+    let identity = transaction_identity();
     let init = init_producer_id_request("tx", 60_000, None);
     assert_eq!(init.transactional_id.as_ref().unwrap().0.as_str(), "tx");
     assert_eq!(init.transaction_timeout_ms, 60_000);
     assert_eq!((init.producer_id.0, init.producer_epoch), (-1, -1));
     let bump = init_producer_id_request("tx", 60_000, Some(identity));
     assert_eq!((bump.producer_id.0, bump.producer_epoch), (7, 3));
+}
 
+#[test]
+fn add_partitions_and_add_offsets_carry_the_transactional_id_the_identity_and_their_payload() {
+    let identity = transaction_identity();
     let add = add_partitions_request(
         "tx",
         identity,
@@ -552,7 +575,11 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
     assert_eq!(offsets.transactional_id.0.as_str(), "tx");
     assert_eq!((offsets.producer_id.0, offsets.producer_epoch), (7, 3));
     assert_eq!(offsets.group_id.0.as_str(), "g");
+}
 
+/// A consumer group member's metadata, and offset 42 with its leader epoch and metadata for
+/// `t`-2.
+fn member_and_offsets() -> (GroupMetadata, BTreeMap<TopicPartition, OffsetAndMetadata>) {
     let group = GroupMetadata {
         group_id: "g".into(),
         generation_id: 5,
@@ -568,6 +595,13 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
             metadata: Some("md".into()),
         },
     );
+    (group, committed)
+}
+
+#[test]
+fn txn_offset_commit_carries_the_offsets_and_the_group_metadata_its_version_has() {
+    let identity = transaction_identity();
+    let (group, committed) = member_and_offsets();
     for version in [2, 3] {
         // Below v3 only a group known by its id alone can be committed (see below).
         let sent = if version >= 3 {
@@ -605,6 +639,12 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
             assert_eq!(commit.group_instance_id, None);
         }
     }
+}
+
+#[test]
+fn txn_offset_commit_refuses_a_members_metadata_below_version_3() {
+    let identity = transaction_identity();
+    let (group, committed) = member_and_offsets();
     // A member's metadata cannot go below v3 (Java's `Builder.build` refuses): each field
     // alone counts, and the refusal is fatal.
     for version in 0..3 {
@@ -623,7 +663,11 @@ fn every_request_carries_the_transactional_id_the_identity_and_its_payload() {
             );
         }
     }
+}
 
+#[test]
+fn end_txn_carries_the_identity_and_whether_it_commits() {
+    let identity = transaction_identity();
     for commit in [true, false] {
         let end = end_txn_request("tx", identity, commit);
         assert_eq!(end.transactional_id.0.as_str(), "tx");

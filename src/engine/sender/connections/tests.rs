@@ -81,7 +81,7 @@ fn a_connection_closed_for_idling_reconnects_at_once_when_a_record_needs_it() {
     );
     assert_eq!(rig.last_connect().0, 1);
     assert!(
-        !rig.engine.metadata_refresh_needed,
+        !rig.engine.metadata_refresh.needed(),
         "the broker did not go away"
     );
 }

@@ -5,6 +5,7 @@ use crate::protocol::api::ApiKey;
 use crate::protocol::error_code::code;
 
 use super::super::scripted_rig::{Rig, SECOND};
+use super::MetadataRefresh;
 
 fn fetched(rig: &Rig) -> Vec<&str> {
     rig.engine
@@ -76,4 +77,74 @@ fn an_expired_topic_asked_for_again_is_fetched_again() {
     rig.engine.request_topic("u");
     assert_eq!(rig.engine.metadata().interest.len(), before + 1);
     assert!(fetched(&rig).contains(&"u"));
+}
+
+#[test]
+fn a_refresh_goes_out_once_then_waits_for_its_answer_and_the_backoff() {
+    let mut refresh = MetadataRefresh::new();
+    assert!(refresh.may_send(0), "a new engine refreshes at once");
+    refresh.sent(1);
+    refresh.request_update();
+    assert!(!refresh.may_send(5), "one request in flight at a time");
+    refresh.assert_invariants(&[1], false);
+    refresh.answered(100);
+    refresh.assert_invariants(&[], false);
+    assert!(!refresh.may_send(99), "wanted again, after the backoff");
+    assert!(refresh.may_send(100));
+    assert_eq!(refresh.next_wakeup(50, 1_000, None), Some(100));
+}
+
+#[test]
+fn an_urged_refresh_skips_the_backoff_but_never_doubles_a_request() {
+    let mut refresh = MetadataRefresh::new();
+    refresh.sent(1);
+    refresh.request_update_now();
+    assert!(!refresh.may_send(5));
+    refresh.answered(100);
+    assert!(!refresh.may_send(50), "the answer restarts the backoff");
+    refresh.request_update_now();
+    assert!(refresh.may_send(50));
+}
+
+#[test]
+fn a_lost_request_is_owed_again_at_once() {
+    let mut refresh = MetadataRefresh::new();
+    refresh.sent(1);
+    refresh.lost();
+    assert!(refresh.may_send(0));
+    refresh.assert_invariants(&[], false);
+}
+
+#[test]
+fn the_age_limit_and_the_rebootstrap_trigger_count_from_the_answer_and_the_attempt() {
+    let mut refresh = MetadataRefresh::new();
+    refresh.attempt_started(10);
+    refresh.attempt_started(20);
+    assert_eq!(refresh.rebootstrap_trigger_at(Some(30)), Some(41));
+    assert_eq!(refresh.rebootstrap_trigger_at(None), None);
+    assert!(!refresh.attempt_timed_out(40, 30));
+    assert!(refresh.attempt_timed_out(41, 30));
+    refresh.sent(1);
+    refresh.answered(60);
+    refresh.applied(50, true);
+    assert_eq!(refresh.rebootstrap_trigger_at(Some(30)), None);
+    refresh.note_age(549, 500);
+    assert!(!refresh.may_send(549));
+    assert_eq!(refresh.next_wakeup(100, 500, Some(30)), Some(550));
+    refresh.note_age(550, 500);
+    assert!(refresh.may_send(550));
+}
+
+#[test]
+#[should_panic(expected = "that is not in flight")]
+fn invariants_refuse_a_refresh_waiting_for_a_request_not_in_flight() {
+    let mut refresh = MetadataRefresh::new();
+    refresh.sent(1);
+    refresh.assert_invariants(&[], false);
+}
+
+#[test]
+#[should_panic(expected = "is in flight, but the refresh is")]
+fn invariants_refuse_a_metadata_request_the_refresh_did_not_send() {
+    MetadataRefresh::new().assert_invariants(&[2], false);
 }
