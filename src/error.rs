@@ -182,6 +182,11 @@ pub enum ErrorCause {
     /// The transaction's error, carried to the records it fails or to the producer it stops.
     #[error("{0}")]
     Transaction(Box<TransactionError>),
+    /// `0` calls for an epoch bump that the transaction coordinator cannot make (its
+    /// InitProducerId is older than v3, KIP-360): without one the sequences cannot be brought
+    /// back in line, so the error is fatal.
+    #[error("{0}; the coordinator cannot bump the epoch, so continuing is not safe")]
+    NoEpochBump(Box<ErrorCause>),
     /// Anything else: `reason` says what failed, and `code` is the Kafka error code behind it
     /// when there is one (UNSUPPORTED_VERSION for a broker that lacks a version the producer
     /// needs, TOPIC_AUTHORIZATION_FAILED for topics AddPartitionsToTxn refused, ...).
@@ -206,6 +211,7 @@ impl ErrorCause {
             ErrorCause::UnsupportedVersion { .. } => Some(error_code::code::UNSUPPORTED_VERSION),
             ErrorCause::Record(error) => error.code(),
             ErrorCause::Transaction(error) => error.code(),
+            ErrorCause::NoEpochBump(cause) => cause.code(),
             ErrorCause::Other { code, .. } => *code,
         }
     }
@@ -243,7 +249,7 @@ pub enum TransactionError {
     Fenced(ErrorCause),
     /// An unrecoverable error: close the producer.
     #[error("transaction manager is in a fatal error state: {0}")]
-    Fatal(String),
+    Fatal(ErrorCause),
     /// The call's result did not come within its timeout. The operation goes on: call the
     /// same method again to wait for (and take) its result; any other call is refused with
     /// [`PendingOperation`](TransactionError::PendingOperation) meanwhile (Java's
@@ -278,9 +284,11 @@ impl TransactionError {
     }
 
     /// The Kafka error code behind the error, if a broker's answer was its cause.
-    fn code(&self) -> Option<i16> {
+    pub(crate) fn code(&self) -> Option<i16> {
         match self {
-            TransactionError::Abortable(cause) | TransactionError::Fenced(cause) => cause.code(),
+            TransactionError::Abortable(cause)
+            | TransactionError::Fenced(cause)
+            | TransactionError::Fatal(cause) => cause.code(),
             _ => None,
         }
     }
@@ -366,5 +374,21 @@ mod tests {
         assert_eq!(version.code(), Some(code::UNSUPPORTED_VERSION));
         assert!(version.to_string().starts_with("broker 1: "), "{version}");
         assert_eq!(ErrorCause::other("x").code(), None);
+    }
+
+    #[test]
+    fn a_cause_that_needs_an_epoch_bump_says_the_coordinator_cannot_make_it() {
+        let rejected = ProduceError::rejected(&Arc::from("t"), 1, code::INVALID_RECORD, None);
+        let fatal = TransactionError::Fatal(ErrorCause::NoEpochBump(Box::new(ErrorCause::Record(
+            Box::new(rejected.clone()),
+        ))));
+        assert_eq!(
+            fatal.to_string(),
+            format!(
+                "transaction manager is in a fatal error state: {rejected}; the coordinator \
+                 cannot bump the epoch, so continuing is not safe"
+            )
+        );
+        assert_eq!(fatal.code(), Some(code::INVALID_RECORD));
     }
 }

@@ -392,7 +392,8 @@ fn a_wrong_password_fails_init_transactions_fatally_naming_the_refusal() {
         .init_transactions(Duration::from_secs(60))
         .expect_err("init_transactions cannot succeed");
     match &error {
-        kacrab::TransactionError::Fatal(reason) => {
+        kacrab::TransactionError::Fatal(cause) => {
+            let reason = cause.to_string();
             assert!(reason.contains("SASL_AUTHENTICATION_FAILED"), "{reason}")
         }
         other => panic!("expected a fatal error, got {other:?}"),

@@ -481,13 +481,16 @@ impl TransactionManager {
             return;
         }
         if fatal {
-            return self.transition_to_fatal(TransactionError::Fatal(error.to_string()));
+            return self.transition_to_fatal(TransactionError::Fatal(ErrorCause::Record(
+                Box::new(error.clone()),
+            )));
         }
         if needs_bump && !self.coordinator_supports_bumping_epoch {
             // `transitionToAbortableErrorOrFatalError`: without a bump the sequences cannot
             // be brought back in line.
-            return self.transition_to_fatal(TransactionError::Fatal(format!(
-                "{error}; the coordinator cannot bump the epoch, so continuing is not safe"
+            let cause = ErrorCause::Record(Box::new(error.clone()));
+            return self.transition_to_fatal(TransactionError::Fatal(ErrorCause::NoEpochBump(
+                Box::new(cause),
             )));
         }
         // `needToTriggerEpochBumpFromClient` and not completing; an unknown outcome always

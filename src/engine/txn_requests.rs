@@ -64,7 +64,7 @@ fn fenced(api: &'static str, error: i16) -> TxnOutcome {
 }
 
 fn fatal(api: &'static str, error: i16) -> TxnOutcome {
-    TxnOutcome::Fatal(TransactionError::Fatal(failed(api, error).to_string()))
+    TxnOutcome::Fatal(TransactionError::Fatal(failed(api, error)))
 }
 
 fn abortable(api: &'static str, error: i16) -> TxnOutcome {
@@ -129,10 +129,12 @@ pub fn classify_find_coordinator(
     let (error, node, host, port) = if version >= 4 {
         // A response that does not hold exactly one coordinator is fatal.
         let [c] = response.coordinators.as_slice() else {
-            return Err(TxnOutcome::Fatal(TransactionError::Fatal(format!(
-                "FindCoordinator answered {} coordinators for one key",
-                response.coordinators.len()
-            ))));
+            return Err(TxnOutcome::Fatal(TransactionError::Fatal(
+                ErrorCause::other(format!(
+                    "FindCoordinator answered {} coordinators for one key",
+                    response.coordinators.len()
+                )),
+            )));
         };
         (c.error_code, c.node_id.0, c.host.to_string(), c.port)
     } else {
@@ -145,9 +147,11 @@ pub fn classify_find_coordinator(
     };
     match error {
         code::NONE if node >= 0 && port > 0 => Ok(FoundCoordinator { node, host, port }),
-        code::NONE => Err(TxnOutcome::Fatal(TransactionError::Fatal(format!(
-            "FindCoordinator answered an invalid node {node} at {host}:{port}"
-        )))),
+        code::NONE => Err(TxnOutcome::Fatal(TransactionError::Fatal(
+            ErrorCause::other(format!(
+                "FindCoordinator answered an invalid node {node} at {host}:{port}"
+            )),
+        ))),
         e if is_retriable(e) => Err(TxnOutcome::Retry { short: false }),
         code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED => Err(fatal("FindCoordinator", error)),
         code::GROUP_AUTHORIZATION_FAILED | code::TRANSACTION_ABORTABLE => {
@@ -298,10 +302,10 @@ pub fn classify_add_partitions(
     if answered < requested.len() {
         // Java would leave the unanswered partitions pending forever; a broker that leaves
         // out a partition it was asked about is broken.
-        return TxnOutcome::Fatal(TransactionError::Fatal(format!(
+        return TxnOutcome::Fatal(TransactionError::Fatal(ErrorCause::other(format!(
             "{API} answered {answered} of {} partitions",
             requested.len()
-        )));
+        ))));
     }
     TxnOutcome::Done
 }
@@ -370,11 +374,14 @@ pub fn txn_offset_commit_request(
     // is refused rather than sent offsets that a zombie could commit. A group known only by
     // its id carries nothing to lose and goes out at any version.
     if version < 3 && group_metadata_set(group) {
-        return Err(TransactionError::Fatal(format!(
-            "the group coordinator speaks TxnOffsetCommit up to version {version}; a consumer \
-             group's generation and member id need version 3 (Kafka 2.5), and without them a \
-             stale member's offsets could commit"
-        )));
+        return Err(TransactionError::Fatal(ErrorCause::Other {
+            code: Some(code::UNSUPPORTED_VERSION),
+            reason: format!(
+                "the group coordinator speaks TxnOffsetCommit up to version {version}; a \
+                 consumer group's generation and member id need version 3 (Kafka 2.5), and \
+                 without them a stale member's offsets could commit"
+            ),
+        }));
     }
     let mut topics: BTreeMap<&str, Vec<TxnOffsetCommitRequestPartition>> = BTreeMap::new();
     for (tp, o) in offsets {
@@ -502,9 +509,13 @@ pub fn classify_end_txn(error: i16, commit: bool, started: bool) -> TxnOutcome {
         code::UNKNOWN_PRODUCER_ID => {
             TxnOutcome::AbortableIfPossible(TransactionError::Abortable(failed(API, error)))
         }
-        code::TRANSACTION_ABORTABLE if !commit => TxnOutcome::Fatal(TransactionError::Fatal(
-            "Failed to abort transaction: EndTxn answered TRANSACTION_ABORTABLE".to_string(),
-        )),
+        code::TRANSACTION_ABORTABLE if !commit => {
+            TxnOutcome::Fatal(TransactionError::Fatal(ErrorCause::Other {
+                code: Some(error),
+                reason: "Failed to abort transaction: EndTxn answered TRANSACTION_ABORTABLE"
+                    .to_string(),
+            }))
+        }
         code::TRANSACTION_ABORTABLE => abortable(API, error),
         _ => fatal(API, error),
     }

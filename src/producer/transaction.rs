@@ -110,7 +110,9 @@ impl Producer {
         }
         // A dead shard: its transaction manager or its part of the transaction is gone.
         if let Some(err @ ProduceError::ShardPanicked { .. }) = self.inner.metadata.fatal() {
-            return Err(TransactionError::Fatal(err.to_string()));
+            return Err(TransactionError::Fatal(crate::error::ErrorCause::Record(
+                Box::new(err),
+            )));
         }
         Ok(())
     }

@@ -49,9 +49,10 @@ fn group_metadata_on_a_txn_offset_commit_v2_coordinator_is_fatal_and_nothing_is_
             .send_offsets_to_transaction(offsets(), group.clone())
             .unwrap();
         let result = rig.wait(handle);
-        let Err(TransactionError::Fatal(message)) = &result else {
+        let Err(TransactionError::Fatal(cause)) = &result else {
             panic!("{group:?}: expected a fatal error, got {result:?}");
         };
+        let message = cause.to_string();
         assert!(
             message.contains("version 2") && message.contains("need version 3"),
             "{group:?}: the error names the unsupported version: {message}"

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, TxnOffsetCommitResponse,
 };
 
-use crate::error::{ProduceError, TransactionError};
+use crate::error::{ErrorCause, ProduceError, TransactionError};
 use crate::protocol::api::ApiKey;
 use crate::protocol::wire::{self, WireError};
 
@@ -411,12 +411,15 @@ impl<D: Delivery> Engine<D> {
         };
         let version = match self.connections[&node].versions.version(api) {
             Ok(v) => v,
-            Err(err) => {
+            Err(error) => {
                 // Java: UnsupportedVersionException is fatal.
                 let tm = self.tm.as_mut().expect("owner");
                 tm.fail_request(
                     &request,
-                    TransactionError::Fatal(format!("broker {node}: {err}")),
+                    TransactionError::Fatal(ErrorCause::UnsupportedVersion {
+                        broker: node,
+                        error,
+                    }),
                 );
                 return;
             }
@@ -535,11 +538,10 @@ impl<D: Delivery> Engine<D> {
                     tm.epoch_bump_required = true;
                     tm.fail_request(&request, err);
                 } else {
+                    let cause = ErrorCause::Transaction(Box::new(err));
                     tm.fail_request(
                         &request,
-                        TransactionError::Fatal(format!(
-                            "{err}; the coordinator cannot bump the epoch"
-                        )),
+                        TransactionError::Fatal(ErrorCause::NoEpochBump(Box::new(cause))),
                     );
                 }
             }
@@ -658,9 +660,9 @@ impl<D: Delivery> Engine<D> {
             TxnOutcome::Done => self.apply_txn_outcome(
                 now,
                 request,
-                TxnOutcome::Fatal(TransactionError::Fatal(format!(
+                TxnOutcome::Fatal(TransactionError::Fatal(ErrorCause::other(format!(
                     "InitProducerId returned an invalid identity {identity:?}"
-                ))),
+                )))),
             ),
             TxnOutcome::Abortable(err)
                 if requests::is_init_producer_id_authorization_failure(response.error_code) =>

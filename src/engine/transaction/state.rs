@@ -101,9 +101,9 @@ impl TransactionManager {
     /// `shouldPoisonStateOnInvalidTransition`, KAFKA-14831).
     pub(super) fn transition_internal(&mut self, target: TransactionState) {
         if let Err(err) = self.transition_to(target, "a transaction response") {
-            self.transition_to_fatal(TransactionError::Fatal(format!(
+            self.transition_to_fatal(TransactionError::Fatal(ErrorCause::other(format!(
                 "invalid transition from a response: {err}"
-            )));
+            ))));
         }
     }
 
@@ -112,10 +112,10 @@ impl TransactionManager {
         match self.state {
             TransactionState::AbortingTransaction | TransactionState::FatalError => return,
             state if !state.is_transition_valid(TransactionState::AbortableError) => {
-                return self.transition_to_fatal(TransactionError::Fatal(format!(
-                    "abortable error in state {}: {error}",
-                    state.name()
-                )));
+                return self.transition_to_fatal(TransactionError::Fatal(ErrorCause::Other {
+                    code: error.code(),
+                    reason: format!("abortable error in state {}: {error}", state.name()),
+                }));
             }
             _ => {}
         }

@@ -311,7 +311,7 @@ fn an_abortable_error_where_no_transaction_can_abort_makes_the_manager_fatal() {
     tm.transition_to_abortable(TransactionError::Abortable(ErrorCause::other("late")));
     assert_eq!(tm.state(), FatalError);
     assert!(
-        matches!(tm.last_error(), Some(TransactionError::Fatal(m)) if m.contains("abortable error in state READY")),
+        matches!(tm.last_error(), Some(TransactionError::Fatal(m)) if m.to_string().contains("abortable error in state READY")),
         "{:?}",
         tm.last_error()
     );

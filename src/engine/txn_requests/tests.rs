@@ -251,11 +251,17 @@ fn only_kafkas_retriable_exceptions_are_retriable() {
 
 #[test]
 fn an_error_outcome_names_the_api_and_the_kafka_error() {
+    let fatal = TransactionError::Fatal(ErrorCause::Response {
+        request: "EndTxn",
+        code: code::INVALID_TXN_STATE,
+    });
     assert_eq!(
         classify_end_txn(code::INVALID_TXN_STATE, true, true),
-        TxnOutcome::Fatal(TransactionError::Fatal(
-            "EndTxn failed: INVALID_TXN_STATE".to_string()
-        ))
+        TxnOutcome::Fatal(fatal.clone())
+    );
+    assert_eq!(
+        fatal.to_string(),
+        "transaction manager is in a fatal error state: EndTxn failed: INVALID_TXN_STATE"
     );
     let fenced = TransactionError::Fenced(ErrorCause::Response {
         request: "AddOffsetsToTxn",
@@ -319,7 +325,7 @@ fn find_coordinator_follows_javas_handler_error_by_error() {
     for (node, port) in [(-1, 9092), (2, 0), (2, -1), (-1, 0)] {
         let outcome = classify_find_coordinator(3, &answer(code::NONE, node, port));
         assert!(
-            matches!(&outcome, Err(TxnOutcome::Fatal(TransactionError::Fatal(m))) if m.contains("invalid node")),
+            matches!(&outcome, Err(TxnOutcome::Fatal(TransactionError::Fatal(m))) if m.to_string().contains("invalid node")),
             "{node}:{port} {outcome:?}"
         );
     }
@@ -658,7 +664,7 @@ fn txn_offset_commit_refuses_a_members_metadata_below_version_3() {
             let refused = txn_offset_commit_request(version, "tx", identity, g, &committed);
             assert!(
                 matches!(&refused, Err(TransactionError::Fatal(m))
-                    if m.contains(&format!("up to version {version};"))),
+                    if m.to_string().contains(&format!("up to version {version};"))),
                 "{g:?} at v{version}: {refused:?}"
             );
         }

@@ -45,7 +45,9 @@ pub(super) fn die(
     state.metric_requests.clear();
     state
         .txn
-        .fail_calls(TransactionError::Fatal(error.to_string()));
+        .fail_calls(TransactionError::Fatal(crate::error::ErrorCause::Record(
+            Box::new(error),
+        )));
 }
 
 /// Dropped last as the shard's future ends, whichever way: closed, dead of a panic [`die`]
