@@ -1,4 +1,5 @@
-//! The errors an application sees.
+//! The errors an application sees, each saying what it promises about the log where a record
+//! is concerned.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -209,6 +210,26 @@ impl TransactionError {
     }
 }
 
+/// Why the runtime could not start or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    #[error("io_uring is unavailable: {reason}")]
+    IoUringUnavailable { reason: String },
+    /// `needed` is what `shards` executors lock (glommio's floor of 524288 bytes, and without
+    /// CAP_IPC_LOCK about 48 KiB of rings plus 3 × `kacrab.io.memory.bytes` per shard).
+    #[error("RLIMIT_MEMLOCK is {limit} bytes; {shards} shard(s) need {needed} (raise LimitMEMLOCK / ulimit -l, or lower kacrab.shards or kacrab.io.memory.bytes)")]
+    MemlockTooLow {
+        limit: u64,
+        needed: u64,
+        shards: usize,
+    },
+    #[error("kacrab.cores names CPU {cpu}, which this process may not run on (its affinity mask: {online:?})")]
+    CoreNotOnline { cpu: usize, online: Vec<usize> },
+    #[error("failed to start shard {shard}: {reason}")]
+    ShardStart { shard: usize, reason: String },
+}
+
 /// Errors building or running the producer itself.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -216,21 +237,12 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
-    Runtime(#[from] crate::runtime::RuntimeError),
+    Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Produce(#[from] ProduceError),
     #[error("timed out after {0:?}")]
     Timeout(Duration),
 }
 
-/// The message a panic carried (`panic!` with a literal or a formatted string), for the error
-/// or log line that reports it.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = panic.downcast_ref::<&'static str>() {
-        (*message).to_string()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
-}
+// The runtime's shards report their panics through this path.
+pub(crate) use crate::panics::panic_message;

@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+mod panics;
 pub mod partitioner;
 mod producer;
 pub mod protocol;

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use kacrab::runtime::RuntimeError;
+use kacrab::error::RuntimeError;
 use kacrab::{Error, Producer};
 
 const CHILD: &str = "KACRAB_AFFINITY_CHILD";

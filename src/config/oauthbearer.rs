@@ -101,7 +101,7 @@ impl OAuthTokenProvider {
             Ok(Ok(token)) => Ok(token),
             Ok(Err(reason)) => Err(format!("the token provider failed: {reason}")),
             Err(panic) => {
-                let message = crate::error::panic_message(panic.as_ref());
+                let message = crate::panics::panic_message(panic.as_ref());
                 tracing::error!(
                     target: "kacrab::producer",
                     thread = std::thread::current().name().unwrap_or("?"),

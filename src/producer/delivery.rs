@@ -38,7 +38,7 @@ pub(crate) fn callback(
                 thread = std::thread::current().name().unwrap_or("?"),
                 topic = &*topic,
                 partition,
-                panic = %crate::error::panic_message(panic.as_ref()),
+                panic = %crate::panics::panic_message(panic.as_ref()),
                 "a delivery callback panicked"
             );
         }

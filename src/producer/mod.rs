@@ -24,7 +24,7 @@ use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
 use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
-use crate::error::{Error, ProduceError};
+use crate::error::{Error, ProduceError, RuntimeError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
@@ -33,7 +33,7 @@ use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER};
-use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
+use crate::runtime::{self, RuntimeCounters, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
 pub use on_shard::{ShardTask, ShardTaskError};

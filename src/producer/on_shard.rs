@@ -192,7 +192,7 @@ impl Producer {
             let task = glommio::spawn_local(async move {
                 let run = MarkedPoll(Box::pin(async move { task().await }));
                 let result = AssertUnwindSafe(run).catch_unwind().await.map_err(|panic| {
-                    ShardTaskError::Panicked(crate::error::panic_message(panic.as_ref()))
+                    ShardTaskError::Panicked(crate::panics::panic_message(panic.as_ref()))
                 });
                 finished.set(true);
                 guard.0.finish(result);

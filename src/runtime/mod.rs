@@ -28,26 +28,6 @@ pub use stats::{
 };
 pub use uring::{io_uring_preflight, memlock_needed, memlock_verdict, GLOMMIO_MIN_MEMLOCK};
 
-/// Why the runtime could not start or run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RuntimeError {
-    #[error("io_uring is unavailable: {reason}")]
-    IoUringUnavailable { reason: String },
-    /// `needed` is what `shards` executors lock (glommio's floor of 524288 bytes, and without
-    /// CAP_IPC_LOCK about 48 KiB of rings plus 3 × `kacrab.io.memory.bytes` per shard).
-    #[error("RLIMIT_MEMLOCK is {limit} bytes; {shards} shard(s) need {needed} (raise LimitMEMLOCK / ulimit -l, or lower kacrab.shards or kacrab.io.memory.bytes)")]
-    MemlockTooLow {
-        limit: u64,
-        needed: u64,
-        shards: usize,
-    },
-    #[error("kacrab.cores names CPU {cpu}, which this process may not run on (its affinity mask: {online:?})")]
-    CoreNotOnline { cpu: usize, online: Vec<usize> },
-    #[error("failed to start shard {shard}: {reason}")]
-    ShardStart { shard: usize, reason: String },
-}
-
 /// The CPUs this process may run on, in order: its affinity mask (`sched_getaffinity`, which
 /// a container's cpuset or `taskset` narrows).
 pub fn online_cores() -> Vec<usize> {
