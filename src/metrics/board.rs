@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::engine::metrics::EngineMetrics;
-use crate::producer::shared::BufferMemory;
+use crate::runtime::buffer_memory::BufferMemory;
 use crate::runtime::RuntimeCounters;
 
 use super::{ProducerMetrics, ShardMetrics};

@@ -4,13 +4,11 @@
 pub(crate) mod accumulator;
 mod async_wait;
 mod close;
-mod completion;
 pub(crate) mod delivery;
 mod on_shard;
 pub(crate) mod record;
 mod send_async;
 mod send_batch;
-pub(crate) mod shared;
 mod sticky;
 mod transaction;
 
@@ -28,8 +26,13 @@ use crate::error::{Error, ProduceError, RuntimeError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
+use crate::runtime::buffer_memory::BufferMemory;
 use crate::runtime::command::{CloseDeadline, Countdown, Latch, ShardCommand};
+use crate::runtime::completion::Outcome;
+use crate::runtime::delivery_handle::Callback;
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
+use crate::runtime::metadata_snapshot::MetadataSnapshot;
+use crate::runtime::partition_queue::BATCH_MEMORY_OVERHEAD;
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER};
@@ -40,9 +43,7 @@ pub use on_shard::{ShardTask, ShardTaskError};
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
 
-use accumulator::{Accumulator, Append, BATCH_MEMORY_OVERHEAD};
-use completion::Outcome;
-use shared::{BufferMemory, MetadataSnapshot};
+use accumulator::{Accumulator, Append};
 
 /// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
@@ -697,7 +698,7 @@ impl Inner {
 }
 
 /// Builds a record's callback once its partition is known (`send_with_callback`).
-type MakeCallback<'a> = &'a mut dyn FnMut(&Arc<str>, i32) -> delivery::Callback;
+type MakeCallback<'a> = &'a mut dyn FnMut(&Arc<str>, i32) -> Callback;
 
 /// How long a send may wait for metadata or memory.
 enum Block {

@@ -8,11 +8,16 @@
 //!
 //! [`Engine`]: crate::engine::Engine
 
+pub(crate) mod buffer_memory;
 pub(crate) mod command;
+pub(crate) mod completion;
 mod connection;
+pub(crate) mod delivery_handle;
 mod identity_replica;
 pub(crate) mod inbox;
 pub(crate) mod intake;
+pub(crate) mod metadata_snapshot;
+pub(crate) mod partition_queue;
 mod sendmsg;
 pub(crate) mod shard;
 mod stats;
@@ -20,6 +25,7 @@ pub mod ticket_ring;
 mod tls;
 pub(crate) mod txn_driver;
 mod uring;
+pub(crate) mod waiters;
 
 pub(crate) use stats::RuntimeCounters;
 pub use stats::{

@@ -16,10 +16,11 @@ use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{Action, Engine, EngineConfig, NodeId};
 use crate::error::{ProduceError, TransactionError};
 use crate::metrics::{MetricsBoard, ShardPublisher};
-use crate::producer::delivery::DeliveryHandle;
-use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot, TopicInfo};
 
+use super::buffer_memory::{release_sink, BufferMemory};
 use super::command::{CloseDeadline, Countdown, Latch, ShardCommand};
+use super::delivery_handle::DeliveryHandle;
+use super::metadata_snapshot::{MetadataSnapshot, TopicInfo};
 
 use super::connection::{spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks};
 use super::identity_replica::IdentityReplica;
