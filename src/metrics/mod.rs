@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::engine::metrics::{EngineMetrics, NodeCounters, Stat, TopicCounters};
 use crate::engine::NodeId;
 
-pub(crate) use board::{CallTimes, MetricsBoard, ShardPublisher};
+pub(crate) use board::{CallTimes, MetricsBoard, ReadSharedGauges, ShardPublisher, SharedGauges};
 pub use board::{ShardCounters, FACADE_INTERVAL, PUBLISH_INTERVAL};
 pub use names::{Metric, GROUP_NODE, GROUP_PRODUCER, GROUP_SHARD, GROUP_TOPIC};
 

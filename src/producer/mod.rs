@@ -200,8 +200,7 @@ impl Producer {
         let counters = RuntimeCounters::new(shard_count);
         let metrics = Arc::new(MetricsBoard::new(
             config.client_id.clone(),
-            memory.clone(),
-            counters.clone(),
+            runtime::shared_gauges(memory.clone(), counters.clone()),
             shard_count,
         ));
         let ctx = Arc::new(ShardContext {

@@ -27,7 +27,7 @@ pub(crate) mod txn_driver;
 mod uring;
 pub(crate) mod waiters;
 
-pub(crate) use stats::RuntimeCounters;
+pub(crate) use stats::{shared_gauges, RuntimeCounters};
 pub use stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, RuntimeWatch,
     ShardReport, RECENT_FAILURES,

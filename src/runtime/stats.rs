@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::sender::EngineStats;
 use crate::engine::{NodeId, ProducerIdAndEpoch};
+use crate::metrics::{ReadSharedGauges, SharedGauges};
 use crate::protocol::wire::WireError;
+
+use super::buffer_memory::BufferMemory;
 
 /// Why the runtime closed or lost a broker connection. Every one of these but
 /// [`ConnectionError::Tls`] closes that connection only; the engine treats it as a disconnect
@@ -212,6 +215,27 @@ impl RuntimeWatch {
     ) -> bool {
         self.0.wait_until(timeout, condition)
     }
+}
+
+/// How a metrics snapshot reads `memory` and the connection counts of `counters`.
+pub(crate) fn shared_gauges(
+    memory: Arc<BufferMemory>,
+    counters: Arc<RuntimeCounters>,
+) -> ReadSharedGauges {
+    Box::new(move || {
+        let (connection_count, connection_creation_total, connection_close_total) =
+            counters.connection_counts();
+        SharedGauges {
+            buffer_total_bytes: memory.limit() as u64,
+            buffer_available_bytes: memory.limit().saturating_sub(memory.used()) as u64,
+            bufferpool_wait_time_ns_total: memory.wait_ns(),
+            buffer_exhausted_total: memory.exhausted(),
+            waiting_threads: memory.waiting_threads(),
+            connection_count,
+            connection_creation_total,
+            connection_close_total,
+        }
+    })
 }
 
 /// How many failures [`RuntimeStats::recent_failures`] keeps.
