@@ -203,10 +203,11 @@ pub struct ProducerConfig {
     pub compression_lz4_level: i32,
     /// `compression.zstd.level`, default 3, from -131072 to 22.
     pub compression_zstd_level: i32,
-    /// `kacrab.shards`: shard threads, at least 1. `None`: one per CPU the process can spare,
-    /// on the last CPUs it may use, leaving the first to the threads that call `send`
-    /// ([`crate::runtime::default_shard_cores`]). Set to the length of `kacrab.cores` when only
-    /// that was given.
+    /// `kacrab.shards`: shard threads, at least 1. `None`: one per CPU the process can spare
+    /// (the CPUs of its affinity mask, no more than its cgroup's CPU quota, less one), on the
+    /// last CPUs it may use, leaving the first to the threads that call `send`
+    /// ([`Producer::shard_cores`](crate::Producer::shard_cores) says which it took). Set to the
+    /// length of `kacrab.cores` when only that was given.
     pub shards: Option<usize>,
     /// `kacrab.cores`: the CPU for each shard, e.g. `0,1`.
     pub cores: Option<Vec<usize>>,
