@@ -2,7 +2,7 @@
 //! with loom: std's in every normal build, loom's when built with `RUSTFLAGS="--cfg loom"`.
 //!
 //! Only the modules with a model import from here (`runtime::inbox`, `runtime::ticket_ring`,
-//! `producer::completion`, and `buffer.memory` in `producer::shared`); everything else keeps
+//! `runtime::completion` and `runtime::buffer_memory`); everything else keeps
 //! std's, and under loom nothing but the models runs (a loom object may only be touched inside
 //! `loom::model`). The models run with:
 //!

@@ -3,12 +3,11 @@
 //! whether the producer turned fatal or is closing, which ends every caller's wait for metadata.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
-use crate::sync::{Condvar, Mutex, Ordering};
 
 use super::waiters::TopicWaiters;
 
