@@ -41,7 +41,9 @@ pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
 
-use crate::protocol::compression::{self, Codec};
+use crate::protocol::compression;
+// What `ProducerConfig::compression_codec` gives: the codec and level batches are written with.
+pub use crate::protocol::compression::Codec;
 
 /// `acks`: how many replicas must have a batch before the broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub use stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, RuntimeWatch,
     ShardReport, RECENT_FAILURES,
 };
-pub use uring::{io_uring_preflight, memlock_needed, memlock_verdict, GLOMMIO_MIN_MEMLOCK};
+pub(crate) use uring::io_uring_preflight;
 
 /// The CPUs this process may run on, in order: its affinity mask (`sched_getaffinity`, which
 /// a container's cpuset or `taskset` narrows).

@@ -11,6 +11,10 @@
 //! attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27, maxTimestamp i64 @35,
 //! producerId i64 @43, producerEpoch i16 @51, baseSequence i32 @53, recordCount i32 @57.
 
+/// Reading back what the reference cluster stored: the records of one v2 batch, decompressed,
+/// with the crate's own decoder.
+pub use crate::protocol::record_batch::{decode_records, DecodedRecord, RecordBatchError};
+
 /// Size of the fixed v2 batch header, records start right after it.
 pub const HEADER_LEN: usize = 61;
 /// baseOffset + batchLength: the part of the header not counted in `batchLength`
