@@ -321,17 +321,28 @@ fn exponential_backoff(initial: u64, max: u64, exponent: u32, jitter_unit: f64) 
 pub enum ConfigError {
     /// A key that is neither a Java producer key kacrab knows nor a `kacrab.` key.
     #[error("unknown configuration key `{key}`{}", keys::unknown_key_hint(.key))]
-    UnknownKey { key: String },
+    UnknownKey {
+        /// The key as given.
+        key: String,
+    },
     /// A value that does not parse or is out of range; `rule` says what is allowed.
     #[error("invalid value `{value}` for `{key}`: {rule}")]
     InvalidValue {
+        /// The key.
         key: String,
+        /// The value as given (`[hidden]` for a value that holds a secret).
         value: String,
+        /// What the key allows.
         rule: String,
     },
     /// Values that are each valid but not together; `rule` names the keys and their values.
     #[error("conflicting configuration: {rule}")]
-    Conflict { keys: Vec<String>, rule: String },
+    Conflict {
+        /// The keys that conflict.
+        keys: Vec<String>,
+        /// The rule they break, with their values.
+        rule: String,
+    },
 }
 
 impl ConfigError {

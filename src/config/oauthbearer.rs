@@ -82,6 +82,7 @@ pub type TokenProviderFn = dyn Fn() -> Result<OAuthBearerToken, String> + Send +
 pub struct OAuthTokenProvider(Arc<TokenProviderFn>);
 
 impl OAuthTokenProvider {
+    /// Wraps the application's provider.
     pub fn new(
         provider: impl Fn() -> Result<OAuthBearerToken, String> + Send + Sync + 'static,
     ) -> Self {

@@ -80,9 +80,13 @@ const OAUTHBEARER_LOGIN_MODULE: &str =
 /// `username` and `password` are empty (the token is the credential).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslConfig {
+    /// `sasl.mechanism`.
     pub mechanism: SaslMechanism,
+    /// The `username` option of `sasl.jaas.config`.
     pub username: String,
+    /// The `password` option of `sasl.jaas.config`.
     pub password: Password,
+    /// The OAUTHBEARER token provider set in code.
     pub token_provider: Option<OAuthTokenProvider>,
 }
 

@@ -74,18 +74,22 @@ impl ProducerBuilder {
         self
     }
 
+    /// Sets `bootstrap.servers`: `host:port` pairs, separated by commas.
     pub fn bootstrap_servers(self, servers: impl Into<String>) -> Self {
         self.config(|c| c.bootstrap_servers(servers))
     }
 
+    /// Sets `linger.ms`: how long a batch waits for more records before it is sent.
     pub fn linger(self, linger: Duration) -> Self {
         self.config(|c| c.linger(linger))
     }
 
+    /// Sets `batch.size`: the bytes a batch holds before it is sent without waiting.
     pub fn batch_size(self, bytes: usize) -> Self {
         self.config(|c| c.batch_size(bytes))
     }
 
+    /// Sets `kacrab.shards`: how many shard threads the producer runs.
     pub fn shards(self, shards: usize) -> Self {
         self.config(|c| c.shards(shards))
     }
@@ -152,6 +156,7 @@ impl std::fmt::Debug for Producer {
 }
 
 impl Producer {
+    /// A builder with every configuration key at its default.
     pub fn builder() -> ProducerBuilder {
         ProducerBuilder::default()
     }

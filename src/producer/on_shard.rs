@@ -35,7 +35,12 @@ use super::{shard_for, Producer};
 pub enum ShardTaskError {
     /// No such shard: the producer has `shards` of them.
     #[error("shard {shard} does not exist; the producer has {shards} shards")]
-    NoSuchShard { shard: usize, shards: usize },
+    NoSuchShard {
+        /// The shard asked for.
+        shard: usize,
+        /// How many shards the producer has.
+        shards: usize,
+    },
     /// The shard stopped (the producer closed, or the shard died) before the task finished, or
     /// before it started.
     #[error("the shard stopped before the task finished")]

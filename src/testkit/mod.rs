@@ -50,6 +50,9 @@ pub fn panic_shard(producer: &crate::Producer, shard: usize, in_task: bool) -> b
 #[doc(hidden)]
 pub mod handoff;
 pub mod server;
+// The simulator is kacrab's own test machinery, not a stable API (as `internals` below):
+// exempt from `missing_docs`.
+#[allow(missing_docs)]
 pub mod sim;
 
 /// The crate's internal layers, for kacrab's own tests, benchmarks and simulator: the wire
