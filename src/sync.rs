@@ -79,21 +79,6 @@ mod model {
             }
         }
 
-        pub(crate) fn wait_timeout_while<'a, T>(
-            &self,
-            mut guard: MutexGuard<'a, T>,
-            _: Duration,
-            mut condition: impl FnMut(&mut T) -> bool,
-        ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
-            while condition(&mut *guard) {
-                guard = match self.0.wait(guard) {
-                    Ok(guard) => guard,
-                    Err(e) => return Err(PoisonError::new((e.into_inner(), WaitTimeoutResult))),
-                };
-            }
-            Ok((guard, WaitTimeoutResult))
-        }
-
         pub(crate) fn notify_all(&self) {
             self.0.notify_all();
         }
