@@ -23,8 +23,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use kacrab::engine::{Action, Delivery, Engine, EngineConfig, TopicPartition};
-use kacrab::protocol::wire::Frame;
+use kacrab::testkit::internals::engine::{Action, Delivery, Engine, EngineConfig, TopicPartition};
+use kacrab::testkit::internals::protocol::wire::Frame;
 use kacrab::{ProduceError, ProducerConfig, RecordMetadata};
 
 const TOPIC: &str = "bench";
@@ -389,7 +389,7 @@ fn bench_closed_batch_trip(c: &mut Criterion) {
     use std::io::{IoSlice, Read, Write};
     use std::net::{TcpListener, TcpStream};
 
-    use kacrab::engine::batch::ProducerBatch;
+    use kacrab::testkit::internals::engine::batch::ProducerBatch;
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("loopback");
     let mut socket = TcpStream::connect(listener.local_addr().unwrap()).expect("connect");
@@ -475,8 +475,8 @@ fn bench_response_decode(c: &mut Criterion) {
         b.iter_batched(
             || body.clone(),
             |buf| {
-                kacrab::protocol::wire::decode_response::<ProduceResponse>(
-                    kacrab::protocol::api::ApiKey::Produce,
+                kacrab::testkit::internals::protocol::wire::decode_response::<ProduceResponse>(
+                    kacrab::testkit::internals::protocol::api::ApiKey::Produce,
                     11,
                     buf,
                 )

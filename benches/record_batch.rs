@@ -8,9 +8,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kacrab::config::Codec;
 use kacrab::partitioner::murmur2;
-use kacrab::protocol::compression::Codec;
-use kacrab::protocol::record_batch::{write_producer_state, RecordBatchBuilder};
+use kacrab::testkit::internals::protocol::record_batch::{
+    write_producer_state, RecordBatchBuilder,
+};
 
 const BASE_TIMESTAMP: i64 = 1_700_000_000_000;
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use kacrab::protocol::record_batch::decode_records;
+use kacrab::testkit::batch::decode_records;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{Producer, ProducerRecord};

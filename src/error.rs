@@ -1,4 +1,5 @@
-//! The errors an application sees.
+//! The errors an application sees, each saying what it promises about the log where a record
+//! is concerned.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,33 +14,48 @@ pub enum ProduceError {
     /// and never will be.
     #[error("{topic}-{partition}: broker rejected the batch with {name} ({code}){}; the record is not in the log", message.as_deref().map(|m| format!(": {m}")).unwrap_or_default())]
     Rejected {
+        /// The record's topic.
         topic: Arc<str>,
+        /// The record's partition.
         partition: i32,
+        /// The broker's error code.
         code: i16,
+        /// The error code's name, as Kafka's `Errors` enum spells it.
         name: String,
+        /// The broker's error message, when it sent one.
         message: Option<String>,
     },
     /// An attempt's outcome was never learned before the batch failed: the record is in the
     /// log at most once, in order, or not at all.
     #[error("{topic}-{partition}: {reason}; outcome unknown: the record may be in the log (at most once, in order)")]
     OutcomeUnknown {
+        /// The record's topic.
         topic: Arc<str>,
+        /// The record's partition.
         partition: i32,
+        /// Why the outcome is unknown (the connection that carried the attempt closed, the
+        /// request timed out, the batch expired with an attempt in flight, ...).
         reason: String,
     },
     /// `delivery.timeout.ms` passed before any attempt could have been appended: the record is
     /// not in the log and never will be.
     #[error("{topic}-{partition}: delivery.timeout.ms ({timeout:?}) passed before the record was sent; it is not in the log")]
     TimedOut {
+        /// The record's topic.
         topic: Arc<str>,
+        /// The record's partition.
         partition: i32,
+        /// `delivery.timeout.ms`.
         timeout: Duration,
     },
     /// The record is larger than a configured limit; it failed alone, before being queued.
     #[error("record of {size} bytes is larger than {key} ({limit})")]
     RecordTooLarge {
+        /// The record's encoded size bound, in bytes.
         size: usize,
+        /// The limit's value, in bytes.
         limit: usize,
+        /// The limit's configuration key (`max.request.size` or `buffer.memory`).
         key: &'static str,
     },
     /// The partition does not exist in the topic.
@@ -47,21 +63,30 @@ pub enum ProduceError {
         "partition {partition} does not exist in topic {topic} ({partition_count} partitions)"
     )]
     InvalidPartition {
+        /// The record's topic.
         topic: Arc<str>,
+        /// The partition the record named.
         partition: i32,
+        /// How many partitions the topic has.
         partition_count: i32,
     },
     /// The topic was not found in the cluster metadata within `max.block.ms`.
     #[error("topic {topic} not present in metadata after {waited:?} (max.block.ms){}", last_error.as_deref().map(|e| format!(": {e}")).unwrap_or_default())]
     MetadataTimeout {
+        /// The record's topic.
         topic: Arc<str>,
+        /// How long the send waited.
         waited: Duration,
+        /// The error the last metadata answer gave for the topic, if any.
         last_error: Option<String>,
     },
-    /// `buffer.memory` stayed full for `max.block.ms`.
+    /// `buffer.memory` stayed full for `max.block.ms`; the record was not queued and is not in
+    /// the log.
     #[error("buffer.memory ({buffer_memory} bytes) stayed full for max.block.ms ({waited:?})")]
     BufferExhausted {
+        /// `buffer.memory`, in bytes.
         buffer_memory: usize,
+        /// How long the send waited for room.
         waited: Duration,
     },
     /// The producer hit a fatal error (fenced, unauthorized, unsupported version, ...); every
@@ -77,7 +102,9 @@ pub enum ProduceError {
     Authentication {
         /// The broker, by id and address (or the bootstrap address).
         broker: String,
+        /// The SASL mechanism (`sasl.mechanism`).
         mechanism: String,
+        /// What failed: the broker's message, or the check the producer made.
         reason: String,
     },
     /// The TLS handshake with a broker was refused (`security.protocol=SSL` or `SASL_SSL`):
@@ -89,6 +116,7 @@ pub enum ProduceError {
     Tls {
         /// The broker, by id and address (or the bootstrap address).
         broker: String,
+        /// What the TLS library refused, and why.
         reason: String,
     },
     /// A shard of the producer stopped on a bug of its own (a panic, with its message): the
@@ -96,7 +124,12 @@ pub enum ProduceError {
     /// never sent by that shard and is not in the log; one of its records that an attempt may
     /// have carried fails as [`ProduceError::OutcomeUnknown`] instead.
     #[error("shard {shard} of the producer panicked ({message}); the producer is stopped and the record is not in the log")]
-    ShardPanicked { shard: usize, message: String },
+    ShardPanicked {
+        /// The shard's index.
+        shard: usize,
+        /// The panic's message.
+        message: String,
+    },
     /// The producer was closed before the record could be sent; it is not in the log.
     #[error("producer closed before the record was sent")]
     Closed,
@@ -160,20 +193,30 @@ impl ProduceError {
 pub enum ErrorCause {
     /// A broker answered `request` (the API's name, `"InitProducerId"`) with the error `code`.
     #[error("{request} failed: {}", error_code::name(*code))]
-    Response { request: &'static str, code: i16 },
+    Response {
+        /// The API's name.
+        request: &'static str,
+        /// The Kafka error code it answered with.
+        code: i16,
+    },
     /// A broker answered a produce to `topic`-`partition` with the error `code`.
     #[error("{} on produce to {topic}-{partition}", error_code::name(*code))]
     Produce {
+        /// The topic produced to.
         topic: Arc<str>,
+        /// The partition produced to.
         partition: i32,
+        /// The Kafka error code of the partition's answer.
         code: i16,
     },
     /// The broker `broker` (its node id) lacks a version of an API the producer needs
     /// (Java's `UnsupportedVersionException`, code UNSUPPORTED_VERSION).
     #[error("broker {broker}: {error}")]
     UnsupportedVersion {
+        /// The broker's node id.
         broker: i32,
-        error: crate::protocol::api::VersionError,
+        /// Which API and versions were missing (the protocol layer's `VersionError`, as text).
+        error: String,
     },
     /// A record's error: a batch's failure that the transaction, or the whole producer, takes
     /// as its own.
@@ -191,7 +234,12 @@ pub enum ErrorCause {
     /// when there is one (UNSUPPORTED_VERSION for a broker that lacks a version the producer
     /// needs, TOPIC_AUTHORIZATION_FAILED for topics AddPartitionsToTxn refused, ...).
     #[error("{reason}")]
-    Other { code: Option<i16>, reason: String },
+    Other {
+        /// The Kafka error code behind it, if any.
+        code: Option<i16>,
+        /// What failed.
+        reason: String,
+    },
 }
 
 impl ErrorCause {
@@ -229,14 +277,18 @@ pub enum TransactionError {
     /// `IllegalStateException`); nothing changed.
     #[error("{operation} is not allowed in state {state}")]
     InvalidState {
+        /// The call refused (Java's method name).
         operation: &'static str,
+        /// The transaction manager's state (Java's `State` name).
         state: &'static str,
     },
     /// An earlier call timed out and its operation is still in progress: only that same call
     /// may be repeated until its result has been taken (`TransactionManager.throwIfPendingState`).
     #[error("{operation} is not allowed while {pending} is pending; call {pending} again")]
     PendingOperation {
+        /// The call refused.
         operation: &'static str,
+        /// The call whose result is still to be taken.
         pending: &'static str,
     },
     /// The transaction cannot commit; abort it and start again (Java's
@@ -256,14 +308,19 @@ pub enum TransactionError {
     /// `TimeoutException` on a transactional call).
     #[error("{operation} did not complete within {waited:?}; call it again for its result")]
     Timeout {
+        /// The call that timed out.
         operation: &'static str,
+        /// How long it waited.
         waited: Duration,
     },
     /// The call was made on a shard thread (from a delivery callback, or a token provider),
     /// where waiting for its result would wait for the shard that runs the caller: refused at
     /// once, and nothing changed. Make it from another thread.
     #[error("{operation} cannot be called on a shard thread (from a callback): it would wait for the shard that runs it")]
-    OnShardThread { operation: &'static str },
+    OnShardThread {
+        /// The call refused.
+        operation: &'static str,
+    },
     /// The producer was closed.
     #[error("the producer is closed")]
     Closed,
@@ -294,31 +351,64 @@ impl TransactionError {
     }
 }
 
+/// Why the runtime could not start or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The kernel refused io_uring (`EPERM` under seccomp or `kernel.io_uring_disabled`,
+    /// `ENOSYS` before Linux 5.1): no shard can run.
+    #[error("io_uring is unavailable: {reason}")]
+    IoUringUnavailable {
+        /// The error `io_uring_setup` returned.
+        reason: String,
+    },
+    /// `needed` is what `shards` executors lock (glommio's floor of 524288 bytes, and without
+    /// CAP_IPC_LOCK about 48 KiB of rings plus 3 × `kacrab.io.memory.bytes` per shard).
+    #[error("RLIMIT_MEMLOCK is {limit} bytes; {shards} shard(s) need {needed} (raise LimitMEMLOCK / ulimit -l, or lower kacrab.shards or kacrab.io.memory.bytes)")]
+    MemlockTooLow {
+        /// RLIMIT_MEMLOCK's soft limit, in bytes.
+        limit: u64,
+        /// What the shards need, in bytes.
+        needed: u64,
+        /// How many shards were to start.
+        shards: usize,
+    },
+    /// `kacrab.cores` names a CPU outside this process's affinity mask.
+    #[error("kacrab.cores names CPU {cpu}, which this process may not run on (its affinity mask: {online:?})")]
+    CoreNotOnline {
+        /// The CPU named.
+        cpu: usize,
+        /// The CPUs of the affinity mask.
+        online: Vec<usize>,
+    },
+    /// A shard's executor did not start (glommio refused it).
+    #[error("failed to start shard {shard}: {reason}")]
+    ShardStart {
+        /// The shard's index.
+        shard: usize,
+        /// glommio's error.
+        reason: String,
+    },
+}
+
 /// Errors building or running the producer itself.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The configuration is invalid; no producer was started.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    /// The shards could not start; no producer was started.
     #[error(transparent)]
-    Runtime(#[from] crate::runtime::RuntimeError),
+    Runtime(#[from] RuntimeError),
+    /// A record's send failed, with what [`ProduceError`] promises about the log (for `?` on
+    /// a delivery's result in a function that returns this error).
     #[error(transparent)]
     Produce(#[from] ProduceError),
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
 }
 
-/// The message a panic carried (`panic!` with a literal or a formatted string), for the error
-/// or log line that reports it.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = panic.downcast_ref::<&'static str>() {
-        (*message).to_string()
-    } else if let Some(message) = panic.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
-}
+// The runtime's shards report their panics through this path.
+pub(crate) use crate::panics::panic_message;
 
 #[cfg(test)]
 mod tests {
@@ -369,7 +459,8 @@ mod tests {
             error: crate::protocol::api::VersionError::Missing {
                 api: crate::protocol::api::ApiKey::InitProducerId,
                 ours: crate::protocol::api::ApiKey::InitProducerId.supported(),
-            },
+            }
+            .to_string(),
         };
         assert_eq!(version.code(), Some(code::UNSUPPORTED_VERSION));
         assert!(version.to_string().starts_with("broker 1: "), "{version}");

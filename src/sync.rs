@@ -2,7 +2,7 @@
 //! with loom: std's in every normal build, loom's when built with `RUSTFLAGS="--cfg loom"`.
 //!
 //! Only the modules with a model import from here (`runtime::inbox`, `runtime::ticket_ring`,
-//! `producer::completion`, and `buffer.memory` in `producer::shared`); everything else keeps
+//! `runtime::completion` and `runtime::buffer_memory`); everything else keeps
 //! std's, and under loom nothing but the models runs (a loom object may only be touched inside
 //! `loom::model`). The models run with:
 //!
@@ -77,21 +77,6 @@ mod model {
                 Ok(guard) => Ok((guard, WaitTimeoutResult)),
                 Err(e) => Err(PoisonError::new((e.into_inner(), WaitTimeoutResult))),
             }
-        }
-
-        pub(crate) fn wait_timeout_while<'a, T>(
-            &self,
-            mut guard: MutexGuard<'a, T>,
-            _: Duration,
-            mut condition: impl FnMut(&mut T) -> bool,
-        ) -> LockResult<(MutexGuard<'a, T>, WaitTimeoutResult)> {
-            while condition(&mut *guard) {
-                guard = match self.0.wait(guard) {
-                    Ok(guard) => guard,
-                    Err(e) => return Err(PoisonError::new((e.into_inner(), WaitTimeoutResult))),
-                };
-            }
-            Ok((guard, WaitTimeoutResult))
         }
 
         pub(crate) fn notify_all(&self) {

@@ -1,9 +1,10 @@
 //! Compressed record batches: the codec in the attributes, the header uncompressed, the records
 //! compressed once when the batch closes, stamps that touch only the header, and a reader that
 //! refuses corrupt or oversized compressed records with an error instead of a panic.
+#![cfg(feature = "testkit")]
 
-use kacrab::protocol::compression::{Codec, DecompressError};
-use kacrab::protocol::record_batch::{
+use kacrab::testkit::internals::protocol::compression::{Codec, DecompressError};
+use kacrab::testkit::internals::protocol::record_batch::{
     decode_records, decode_records_with_limit, write_producer_state, Header, RecordBatchBuilder,
     RecordBatchError, RecordBatchHeader, RECORD_BATCH_OVERHEAD,
 };

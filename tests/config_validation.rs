@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use kacrab::config::{keys, Acks, Compression, ConfigError, ProducerConfig, ProducerConfigBuilder};
-use kacrab::protocol::compression::Codec;
+use kacrab::config::{
+    keys, Acks, Codec, Compression, ConfigError, ProducerConfig, ProducerConfigBuilder,
+};
 
 fn base() -> ProducerConfigBuilder {
     ProducerConfigBuilder::new().set("bootstrap.servers", "localhost:9092")

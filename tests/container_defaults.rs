@@ -5,10 +5,17 @@
 
 use std::process::Command;
 
-use kacrab::runtime::RuntimeError;
+use kacrab::error::RuntimeError;
 use kacrab::{Error, Producer};
 
 const CHILD: &str = "KACRAB_AFFINITY_CHILD";
+
+/// The CPUs of this process's affinity mask, in order, as the producer reads them.
+fn online_cores() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .unwrap_or_else(|| vec![0])
+}
 
 /// Runs this test binary's `test` alone under `taskset -c cpus`, with `CHILD` set to the list.
 fn run_pinned(cpus: &[usize], test: &str) {
@@ -46,7 +53,7 @@ fn under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu()
             producer.close(std::time::Duration::from_secs(1));
         }
         Err(_) => {
-            let last = *kacrab::runtime::online_cores().last().expect("a cpu");
+            let last = *online_cores().last().expect("a cpu");
             run_pinned(
                 &[last],
                 "under_an_affinity_mask_of_one_cpu_the_producer_starts_one_shard_on_that_cpu",
@@ -74,7 +81,7 @@ fn kacrab_cores_outside_the_affinity_mask_is_refused_with_the_mask() {
             }
         }
         Err(_) => {
-            let online = kacrab::runtime::online_cores();
+            let online = online_cores();
             if online.len() < 2 {
                 eprintln!("one CPU only: no CPU outside a one-CPU mask to name");
                 return;
@@ -98,7 +105,7 @@ fn under_an_affinity_mask_of_two_cpus_the_producer_starts_one_shard_on_the_secon
             producer.close(std::time::Duration::from_secs(1));
         }
         Err(_) => {
-            let online = kacrab::runtime::online_cores();
+            let online = online_cores();
             if online.len() < 2 {
                 eprintln!("one CPU only: no mask of two CPUs to run under");
                 return;
@@ -125,7 +132,7 @@ fn kacrab_shards_alone_still_places_its_shards_from_the_first_cpu_of_the_mask() 
             producer.close(std::time::Duration::from_secs(1));
         }
         Err(_) => {
-            let online = kacrab::runtime::online_cores();
+            let online = online_cores();
             if online.len() < 2 {
                 eprintln!("one CPU only: no mask of two CPUs to run under");
                 return;

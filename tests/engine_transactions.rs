@@ -4,6 +4,7 @@
 //! coordinator implementation. Errors are injected per API; answers of one API can be held.
 //! The engine's transactional actions are looped back to the same engine, as a one-engine
 //! driver does (`engine/transaction.rs`).
+#![cfg(feature = "testkit")]
 
 #[path = "engine_transactions/group_metadata.rs"]
 mod group_metadata;
@@ -20,10 +21,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::Decodable;
 
-use kacrab::engine::{
+use kacrab::testkit::internals::engine::{
     Engine, GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState, TxnAction,
 };
-use kacrab::protocol::error_code::code;
+use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::{ProduceError, RecordMetadata, TransactionError};
 use rig::{config, Record, Rig, MS};
 

@@ -12,7 +12,7 @@ mod harness;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use kacrab::runtime::RuntimeStats;
+use kacrab::stats::RuntimeStats;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{ProduceError, Producer};
 use kafka_protocol::messages::ApiKey;
@@ -587,7 +587,7 @@ fn a_request_timeout_closes_the_connection_and_the_retry_is_recognised() {
         "the engine closed the held connection: {stats:?}"
     );
     assert!(stats.recent_failures.iter().any(|f| f.node == 3
-        && f.error == kacrab::runtime::ConnectionError::Abandoned { established: true }));
+        && f.error == kacrab::stats::ConnectionError::Abandoned { established: true }));
     let verdict = verify(&cluster, &ledger);
     println!("{verdict:?}");
     assert_eq!(verdict.acked, ledger.len(), "every record acknowledged");

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kacrab::runtime::{ConnectionError, FramePart, RuntimeStats};
+use kacrab::stats::{ConnectionError, FramePart, RuntimeStats};
 use kacrab::{GroupMetadata, OffsetAndMetadata, Producer, ProducerRecord, TopicPartition};
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -548,7 +548,7 @@ fn a_two_gib_frame_length_is_refused_without_allocating_it() {
     assert!(
         errors.iter().any(|e| matches!(
             e,
-            ConnectionError::Frame(kacrab::protocol::wire::WireError::FrameTooLarge {
+            ConnectionError::Frame(kacrab::stats::WireError::FrameTooLarge {
                 size: 0x7fff_ffff,
                 ..
             })
@@ -558,7 +558,7 @@ fn a_two_gib_frame_length_is_refused_without_allocating_it() {
     assert!(
         errors.iter().any(|e| matches!(
             e,
-            ConnectionError::Frame(kacrab::protocol::wire::WireError::NegativeFrameLength(_))
+            ConnectionError::Frame(kacrab::stats::WireError::NegativeFrameLength(_))
         )),
         "{errors:?}"
     );

@@ -668,8 +668,8 @@ fn a_topic_in_one_codec(bootstrap: &str, topic: &str, codec: &str) {
 
 #[test]
 fn every_codec_produced_to_the_reference_cluster_reads_back_byte_for_byte_with_librdkafka() {
-    use kacrab::protocol::record_batch::RecordBatchHeader;
     use kacrab::testkit::broker::BrokerRules;
+    use kacrab::testkit::internals::protocol::record_batch::RecordBatchHeader;
     use kacrab::testkit::server::ReferenceCluster;
 
     let cluster = ReferenceCluster::start(3, BrokerRules::default());

@@ -1,9 +1,10 @@
 //! Record batch v2 checked against things kacrab did not write: byte vectors derived by hand
 //! from the format description, and the `kafka-protocol` crate's independent encoder and decoder.
+#![cfg(feature = "testkit")]
 
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
-use kacrab::protocol::record_batch::{
+use kacrab::testkit::internals::protocol::record_batch::{
     decode_records, split_batches, write_base_offset, write_partition_leader_epoch,
     write_producer_state, Header, RecordBatchBuilder, RecordBatchError, RecordBatchHeader,
     RECORD_BATCH_OVERHEAD,

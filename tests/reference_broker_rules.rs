@@ -3,8 +3,7 @@
 //! names the Kafka class and, where there is one, Kafka's own test that pins the same rule.
 #![cfg(feature = "testkit")]
 
-use kacrab::protocol::compression::Codec;
-use kacrab::protocol::record_batch::{decode_records, RecordBatchBuilder};
+use kacrab::config::Codec;
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::error_codes::*;
 use kacrab::testkit::broker::{
@@ -13,6 +12,7 @@ use kacrab::testkit::broker::{
     TxnOffsetCommitInput, CONSUMER_OFFSETS_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
     READ_COMMITTED, READ_UNCOMMITTED,
 };
+use kacrab::testkit::internals::protocol::record_batch::{decode_records, RecordBatchBuilder};
 
 const NOW: i64 = 1_700_000_000_000;
 const TOPIC: &str = "t";

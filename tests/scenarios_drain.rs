@@ -3,9 +3,9 @@
 //! round-robin, one shard, a 1 ms network and a virtual clock.
 #![cfg(feature = "testkit")]
 
-use kacrab::engine::TopicPartition;
-use kacrab::protocol::record_batch::RecordBatchBuilder;
+use kacrab::testkit::internals::protocol::record_batch::RecordBatchBuilder;
 use kacrab::testkit::sim::{RecordId, Sim, SimSetup, MS, SECOND};
+use kacrab::TopicPartition;
 
 const PAD: usize = 1_000;
 

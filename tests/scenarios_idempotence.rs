@@ -8,13 +8,13 @@
 //! `batch.size` that holds exactly ten of the test's records, max.in.flight 5.
 #![cfg(feature = "testkit")]
 
-use kacrab::engine::{EngineConfig, ProducerIdAndEpoch, TopicPartition};
+use kacrab::config::Codec;
 use kacrab::error::ProduceError;
-use kacrab::protocol::compression::Codec;
-use kacrab::protocol::error_code::code;
-use kacrab::protocol::record_batch::{RecordBatchBuilder, RecordBatchHeader};
 use kacrab::testkit::batch::TestBatch;
 use kacrab::testkit::broker::{BrokerRules, Cluster};
+use kacrab::testkit::internals::engine::{EngineConfig, ProducerIdAndEpoch, TopicPartition};
+use kacrab::testkit::internals::protocol::error_code::code;
+use kacrab::testkit::internals::protocol::record_batch::{RecordBatchBuilder, RecordBatchHeader};
 use kacrab::testkit::sim::{
     Fault, FaultRule, ProduceTrace, RecordId, RequestMatch, Sim, SimSetup, Verdict, EPOCH_MS, MS,
     SECOND,

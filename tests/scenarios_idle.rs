@@ -4,7 +4,7 @@
 //! duplicate, no reorder, acks at their offsets, definite failures never in the log).
 #![cfg(feature = "testkit")]
 
-use kacrab::engine::{EngineConfig, TopicPartition};
+use kacrab::testkit::internals::engine::{EngineConfig, TopicPartition};
 use kacrab::testkit::sim::{RecordId, Sim, SimSetup, Verdict, MS, SECOND};
 
 const PAD: usize = 24;

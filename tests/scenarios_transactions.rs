@@ -10,9 +10,9 @@
 //! produce error followed by an abort with an epoch bump, a timed-out commit picked up again).
 #![cfg(feature = "testkit")]
 
-use kacrab::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
 use kacrab::error::{ProduceError, TransactionError};
-use kacrab::protocol::error_code::code;
+use kacrab::testkit::internals::engine::{ProducerIdAndEpoch, TopicPartition, TransactionState};
+use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RecordId, RequestMatch, Sim, SimSetup, MS, SECOND};
 use kafka_protocol::messages::ApiKey;
 

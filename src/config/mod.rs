@@ -41,7 +41,9 @@ pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
 
-use crate::protocol::compression::{self, Codec};
+use crate::protocol::compression;
+// What `ProducerConfig::compression_codec` gives: the codec and level batches are written with.
+pub use crate::protocol::compression::Codec;
 
 /// `acks`: how many replicas must have a batch before the broker answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,10 +205,11 @@ pub struct ProducerConfig {
     pub compression_lz4_level: i32,
     /// `compression.zstd.level`, default 3, from -131072 to 22.
     pub compression_zstd_level: i32,
-    /// `kacrab.shards`: shard threads, at least 1. `None`: one per CPU the process can spare,
-    /// on the last CPUs it may use, leaving the first to the threads that call `send`
-    /// ([`crate::runtime::default_shard_cores`]). Set to the length of `kacrab.cores` when only
-    /// that was given.
+    /// `kacrab.shards`: shard threads, at least 1. `None`: one per CPU the process can spare
+    /// (the CPUs of its affinity mask, no more than its cgroup's CPU quota, less one), on the
+    /// last CPUs it may use, leaving the first to the threads that call `send`
+    /// ([`Producer::shard_cores`](crate::Producer::shard_cores) says which it took). Set to the
+    /// length of `kacrab.cores` when only that was given.
     pub shards: Option<usize>,
     /// `kacrab.cores`: the CPU for each shard, e.g. `0,1`.
     pub cores: Option<Vec<usize>>,
@@ -318,17 +321,28 @@ fn exponential_backoff(initial: u64, max: u64, exponent: u32, jitter_unit: f64) 
 pub enum ConfigError {
     /// A key that is neither a Java producer key kacrab knows nor a `kacrab.` key.
     #[error("unknown configuration key `{key}`{}", keys::unknown_key_hint(.key))]
-    UnknownKey { key: String },
+    UnknownKey {
+        /// The key as given.
+        key: String,
+    },
     /// A value that does not parse or is out of range; `rule` says what is allowed.
     #[error("invalid value `{value}` for `{key}`: {rule}")]
     InvalidValue {
+        /// The key.
         key: String,
+        /// The value as given (`[hidden]` for a value that holds a secret).
         value: String,
+        /// What the key allows.
         rule: String,
     },
     /// Values that are each valid but not together; `rule` names the keys and their values.
     #[error("conflicting configuration: {rule}")]
-    Conflict { keys: Vec<String>, rule: String },
+    Conflict {
+        /// The keys that conflict.
+        keys: Vec<String>,
+        /// The rule they break, with their values.
+        rule: String,
+    },
 }
 
 impl ConfigError {

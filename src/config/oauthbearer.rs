@@ -82,6 +82,7 @@ pub type TokenProviderFn = dyn Fn() -> Result<OAuthBearerToken, String> + Send +
 pub struct OAuthTokenProvider(Arc<TokenProviderFn>);
 
 impl OAuthTokenProvider {
+    /// Wraps the application's provider.
     pub fn new(
         provider: impl Fn() -> Result<OAuthBearerToken, String> + Send + Sync + 'static,
     ) -> Self {
@@ -101,7 +102,7 @@ impl OAuthTokenProvider {
             Ok(Ok(token)) => Ok(token),
             Ok(Err(reason)) => Err(format!("the token provider failed: {reason}")),
             Err(panic) => {
-                let message = crate::error::panic_message(panic.as_ref());
+                let message = crate::panics::panic_message(panic.as_ref());
                 tracing::error!(
                     target: "kacrab::producer",
                     thread = std::thread::current().name().unwrap_or("?"),

@@ -10,14 +10,13 @@
 //! (see [`super::oauthbearer`]); its `sasl.jaas.config` may be left out or name
 //! `OAuthBearerLoginModule` with no options.
 
-use std::fmt;
+// The mechanism and the password are the SASL exchange's own types (the protocol layer takes
+// them as they are); what `sasl.mechanism` and `sasl.jaas.config` add to them is here.
+pub use crate::protocol::sasl::{Password, SaslMechanism, HIDDEN_VALUE};
 
 use super::oauthbearer::OAuthTokenProvider;
 use super::tls::{ExplicitTls, TlsConfig};
 use super::{keys, parse, ConfigError};
-
-/// What an error shows in place of a `sasl.jaas.config` value: it holds a password.
-pub const HIDDEN_VALUE: &str = "[hidden]";
 
 /// `security.protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,31 +58,7 @@ impl SecurityProtocol {
     }
 }
 
-/// `sasl.mechanism`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SaslMechanism {
-    /// `PLAIN` (RFC 4616): the password travels as it is.
-    Plain,
-    /// `SCRAM-SHA-256` (RFC 5802, RFC 7677).
-    ScramSha256,
-    /// `SCRAM-SHA-512`.
-    ScramSha512,
-    /// `OAUTHBEARER` (RFC 7628, KIP-255): a bearer token from the application's provider.
-    OAuthBearer,
-}
-
 impl SaslMechanism {
-    /// The mechanism's name, as sent in SaslHandshake.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SaslMechanism::Plain => "PLAIN",
-            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
-            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
-            SaslMechanism::OAuthBearer => "OAUTHBEARER",
-        }
-    }
-
     /// The login module Java pairs with the mechanism.
     pub fn login_module(self) -> &'static str {
         match self {
@@ -94,37 +69,10 @@ impl SaslMechanism {
     }
 }
 
-impl fmt::Display for SaslMechanism {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 const PLAIN_LOGIN_MODULE: &str = "org.apache.kafka.common.security.plain.PlainLoginModule";
 const SCRAM_LOGIN_MODULE: &str = "org.apache.kafka.common.security.scram.ScramLoginModule";
 const OAUTHBEARER_LOGIN_MODULE: &str =
     "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule";
-
-/// A password: shown as `[hidden]` by `Debug`, read only through [`Password::expose`].
-#[derive(Clone, PartialEq, Eq)]
-pub struct Password(String);
-
-impl Password {
-    pub fn new(password: impl Into<String>) -> Self {
-        Password(password.into())
-    }
-
-    /// The password itself, for the authentication exchange.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Password {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(HIDDEN_VALUE)
-    }
-}
 
 /// The SASL settings of a `SASL_PLAINTEXT` or `SASL_SSL` producer.
 ///
@@ -132,9 +80,13 @@ impl fmt::Debug for Password {
 /// `username` and `password` are empty (the token is the credential).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslConfig {
+    /// `sasl.mechanism`.
     pub mechanism: SaslMechanism,
+    /// The `username` option of `sasl.jaas.config`.
     pub username: String,
+    /// The `password` option of `sasl.jaas.config`.
     pub password: Password,
+    /// The OAUTHBEARER token provider set in code.
     pub token_provider: Option<OAuthTokenProvider>,
 }
 
@@ -409,7 +361,7 @@ fn jaas_config(key: &str, raw: &str) -> Result<JaasEntry, ConfigError> {
     for (name, value) in entry.options {
         match name.as_str() {
             "username" => username = Some(value),
-            "password" => password = Some(Password(value)),
+            "password" => password = Some(Password::new(value)),
             // Other options (`serviceName`, `tokenauth`, ...) mean nothing to these modules.
             _ => {}
         }

@@ -60,7 +60,10 @@ pub enum TrustSource {
     /// No truststore set: the Mozilla root program's roots compiled into the producer.
     SystemRoots,
     /// `ssl.truststore.certificates` or `ssl.truststore.location`, with this many certificates.
-    Truststore { certificates: usize },
+    Truststore {
+        /// How many certificates the truststore holds.
+        certificates: usize,
+    },
 }
 
 /// The `ssl.*` keys as set; turned into a [`TlsConfig`] by [`ExplicitTls::build`].

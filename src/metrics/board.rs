@@ -12,8 +12,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::engine::metrics::EngineMetrics;
-use crate::producer::shared::BufferMemory;
-use crate::runtime::RuntimeCounters;
 
 use super::{ProducerMetrics, ShardMetrics};
 
@@ -70,28 +68,40 @@ pub(crate) struct ShardSlot {
     pub shard: ShardCounters,
 }
 
+/// What a snapshot reads, as it is taken, from counters kept outside the shards' slots:
+/// `buffer.memory` and the runtime's connection counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SharedGauges {
+    pub buffer_total_bytes: u64,
+    pub buffer_available_bytes: u64,
+    pub bufferpool_wait_time_ns_total: u64,
+    pub buffer_exhausted_total: u64,
+    pub waiting_threads: u64,
+    pub connection_count: u64,
+    pub connection_creation_total: u64,
+    pub connection_close_total: u64,
+}
+
+/// Reads the [`SharedGauges`]. A function, given by whoever builds the board, because the
+/// counters it reads belong to the runtime, which publishes into this board and so sits above
+/// it.
+pub(crate) type ReadSharedGauges = Box<dyn Fn() -> SharedGauges + Send + Sync>;
+
 /// Every shard's published counters, and what the producer counts outside the shards.
 pub(crate) struct MetricsBoard {
     pub client_id: String,
     pub started: Instant,
-    pub memory: Arc<BufferMemory>,
-    pub counters: Arc<RuntimeCounters>,
+    shared: ReadSharedGauges,
     pub calls: CallTimes,
     shards: Vec<Mutex<ShardSlot>>,
 }
 
 impl MetricsBoard {
-    pub(crate) fn new(
-        client_id: String,
-        memory: Arc<BufferMemory>,
-        counters: Arc<RuntimeCounters>,
-        shards: usize,
-    ) -> Self {
+    pub(crate) fn new(client_id: String, shared: ReadSharedGauges, shards: usize) -> Self {
         MetricsBoard {
             client_id,
             started: Instant::now(),
-            memory,
-            counters,
+            shared,
             calls: CallTimes::default(),
             shards: (0..shards).map(|_| Mutex::default()).collect(),
         }
@@ -119,23 +129,21 @@ impl MetricsBoard {
             });
         }
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let (connection_count, connection_creation_total, connection_close_total) =
-            self.counters.connection_counts();
+        let shared = (self.shared)();
         ProducerMetrics::build(
             self.client_id.clone(),
             elapsed,
             engine,
             shards,
             super::ProducerCounters {
-                buffer_total_bytes: self.memory.limit() as u64,
-                buffer_available_bytes: self.memory.limit().saturating_sub(self.memory.used())
-                    as u64,
-                bufferpool_wait_time_ns_total: self.memory.wait_ns(),
-                buffer_exhausted_total: self.memory.exhausted(),
-                waiting_threads: self.memory.waiting_threads(),
-                connection_count,
-                connection_creation_total,
-                connection_close_total,
+                buffer_total_bytes: shared.buffer_total_bytes,
+                buffer_available_bytes: shared.buffer_available_bytes,
+                bufferpool_wait_time_ns_total: shared.bufferpool_wait_time_ns_total,
+                buffer_exhausted_total: shared.buffer_exhausted_total,
+                waiting_threads: shared.waiting_threads,
+                connection_count: shared.connection_count,
+                connection_creation_total: shared.connection_creation_total,
+                connection_close_total: shared.connection_close_total,
                 txn_init_time_ns_total: load(&self.calls.init),
                 txn_begin_time_ns_total: load(&self.calls.begin),
                 txn_send_offsets_time_ns_total: load(&self.calls.send_offsets),

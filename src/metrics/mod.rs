@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::engine::metrics::{EngineMetrics, NodeCounters, Stat, TopicCounters};
 use crate::engine::NodeId;
 
-pub(crate) use board::{CallTimes, MetricsBoard, ShardPublisher};
+pub(crate) use board::{CallTimes, MetricsBoard, ReadSharedGauges, ShardPublisher, SharedGauges};
 pub use board::{ShardCounters, FACADE_INTERVAL, PUBLISH_INTERVAL};
 pub use names::{Metric, GROUP_NODE, GROUP_PRODUCER, GROUP_SHARD, GROUP_TOPIC};
 
@@ -66,8 +66,11 @@ pub struct ProducerMetrics {
     /// `request-total`, `response-total`, `outgoing-byte-total`, `incoming-byte-total`:
     /// requests of every API and their answers, over every broker (sums of [`nodes`](Self::nodes)).
     pub request_total: u64,
+    /// `response-total`.
     pub response_total: u64,
+    /// `outgoing-byte-total`.
     pub outgoing_byte_total: u64,
+    /// `incoming-byte-total`.
     pub incoming_byte_total: u64,
     /// `connection-count`: broker sockets open now.
     pub connection_count: u64,
@@ -78,18 +81,22 @@ pub struct ProducerMetrics {
     pub connection_close_total: u64,
     /// `batch-size-avg` / `batch-size-max`: bytes per batch sent.
     pub batch_size_avg: f64,
+    /// `batch-size-max`.
     pub batch_size_max: f64,
     /// `records-per-request-avg`.
     pub records_per_request_avg: f64,
     /// `record-queue-time-avg` / `-max`: milliseconds from a batch's first record to each of
     /// its drains.
     pub record_queue_time_avg: f64,
+    /// `record-queue-time-max`.
     pub record_queue_time_max: f64,
     /// `request-latency-avg` / `-max`: milliseconds from a produce request to its answer.
     pub request_latency_avg: f64,
+    /// `request-latency-max`.
     pub request_latency_max: f64,
     /// `produce-throttle-time-avg` / `-max`: the brokers' `throttle_time_ms`, milliseconds.
     pub produce_throttle_time_avg: f64,
+    /// `produce-throttle-time-max`.
     pub produce_throttle_time_max: f64,
     /// `buffer-total-bytes`: `buffer.memory`.
     pub buffer_total_bytes: u64,
@@ -104,10 +111,15 @@ pub struct ProducerMetrics {
     /// `txn-init-time-ns-total` ... `txn-abort-time-ns-total`, `flush-time-ns-total`: time
     /// spent in those calls, whatever their result.
     pub txn_init_time_ns_total: u64,
+    /// `txn-begin-time-ns-total`.
     pub txn_begin_time_ns_total: u64,
+    /// `txn-send-offsets-time-ns-total`.
     pub txn_send_offsets_time_ns_total: u64,
+    /// `txn-commit-time-ns-total`.
     pub txn_commit_time_ns_total: u64,
+    /// `txn-abort-time-ns-total`.
     pub txn_abort_time_ns_total: u64,
+    /// `flush-time-ns-total`.
     pub flush_time_ns_total: u64,
     /// `producer-topic-metrics`, by topic, in the order the shards first saw them.
     pub topics: Vec<TopicMetrics>,
@@ -120,6 +132,7 @@ pub struct ProducerMetrics {
 /// One topic's `producer-topic-metrics`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetrics {
+    /// The topic (the `topic` tag).
     pub topic: Arc<str>,
     /// `record-send-total`.
     pub record_send_total: u64,
@@ -134,6 +147,7 @@ pub struct TopicMetrics {
 /// One broker's `producer-node-metrics` (tag `node-id` = `node-<id>`, as Java's).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeMetrics {
+    /// The broker's node id (negative: a bootstrap address).
     pub node: NodeId,
     /// `request-total`: requests of every API written to the node.
     pub request_total: u64,
@@ -141,6 +155,7 @@ pub struct NodeMetrics {
     pub outgoing_byte_total: u64,
     /// `request-size-avg` / `-max`, bytes.
     pub request_size_avg: f64,
+    /// `request-size-max`.
     pub request_size_max: f64,
     /// `response-total`.
     pub response_total: u64,
@@ -148,13 +163,16 @@ pub struct NodeMetrics {
     pub incoming_byte_total: u64,
     /// `request-latency-avg` / `-max` of produce requests, milliseconds.
     pub request_latency_avg: f64,
+    /// `request-latency-max`.
     pub request_latency_max: f64,
 }
 
 /// One shard's `kacrab-shard-metrics` (tag `shard`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardMetrics {
+    /// The shard's index (the `shard` tag).
     pub shard: usize,
+    /// What the shard counted.
     pub counters: ShardCounters,
 }
 

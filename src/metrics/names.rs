@@ -14,10 +14,13 @@ pub const GROUP_SHARD: &str = "kacrab-shard-metrics";
 /// One metric: Kafka's group and name, its tags, its value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
+    /// The group ([`GROUP_PRODUCER`], [`GROUP_TOPIC`], [`GROUP_NODE`] or [`GROUP_SHARD`]).
     pub group: &'static str,
+    /// Kafka's name for it, e.g. `record-send-total`.
     pub name: &'static str,
     /// `client-id` first, then the group's own tag, if any.
     pub tags: Vec<(&'static str, String)>,
+    /// Its value (`NaN` for an average or a maximum of no samples, as Java reports it).
     pub value: f64,
 }
 

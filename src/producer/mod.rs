@@ -4,13 +4,11 @@
 pub(crate) mod accumulator;
 mod async_wait;
 mod close;
-mod completion;
 pub(crate) mod delivery;
 mod on_shard;
 pub(crate) mod record;
 mod send_async;
 mod send_batch;
-pub(crate) mod shared;
 mod sticky;
 mod transaction;
 
@@ -24,25 +22,28 @@ use crate::config::{ProducerConfig, ProducerConfigBuilder};
 use crate::engine::batch::record_size_upper_bound;
 use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
-use crate::error::{Error, ProduceError};
+use crate::error::{Error, ProduceError, RuntimeError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
 use crate::partitioner::partition_for_key;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
+use crate::runtime::buffer_memory::BufferMemory;
 use crate::runtime::command::{CloseDeadline, Countdown, Latch, ShardCommand};
+use crate::runtime::completion::Outcome;
+use crate::runtime::delivery_handle::Callback;
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
+use crate::runtime::metadata_snapshot::MetadataSnapshot;
+use crate::runtime::partition_queue::BATCH_MEMORY_OVERHEAD;
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
 use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER};
-use crate::runtime::{self, RuntimeCounters, RuntimeError, RuntimeStats};
+use crate::runtime::{self, RuntimeCounters, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
 pub use on_shard::{ShardTask, ShardTaskError};
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
 
-use accumulator::{Accumulator, Append, BATCH_MEMORY_OVERHEAD};
-use completion::Outcome;
-use shared::{BufferMemory, MetadataSnapshot};
+use accumulator::{Accumulator, Append};
 
 /// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
@@ -73,18 +74,22 @@ impl ProducerBuilder {
         self
     }
 
+    /// Sets `bootstrap.servers`: `host:port` pairs, separated by commas.
     pub fn bootstrap_servers(self, servers: impl Into<String>) -> Self {
         self.config(|c| c.bootstrap_servers(servers))
     }
 
+    /// Sets `linger.ms`: how long a batch waits for more records before it is sent.
     pub fn linger(self, linger: Duration) -> Self {
         self.config(|c| c.linger(linger))
     }
 
+    /// Sets `batch.size`: the bytes a batch holds before it is sent without waiting.
     pub fn batch_size(self, bytes: usize) -> Self {
         self.config(|c| c.batch_size(bytes))
     }
 
+    /// Sets `kacrab.shards`: how many shard threads the producer runs.
     pub fn shards(self, shards: usize) -> Self {
         self.config(|c| c.shards(shards))
     }
@@ -151,6 +156,7 @@ impl std::fmt::Debug for Producer {
 }
 
 impl Producer {
+    /// A builder with every configuration key at its default.
     pub fn builder() -> ProducerBuilder {
         ProducerBuilder::default()
     }
@@ -199,8 +205,7 @@ impl Producer {
         let counters = RuntimeCounters::new(shard_count);
         let metrics = Arc::new(MetricsBoard::new(
             config.client_id.clone(),
-            memory.clone(),
-            counters.clone(),
+            runtime::shared_gauges(memory.clone(), counters.clone()),
             shard_count,
         ));
         let ctx = Arc::new(ShardContext {
@@ -697,7 +702,7 @@ impl Inner {
 }
 
 /// Builds a record's callback once its partition is known (`send_with_callback`).
-type MakeCallback<'a> = &'a mut dyn FnMut(&Arc<str>, i32) -> delivery::Callback;
+type MakeCallback<'a> = &'a mut dyn FnMut(&Arc<str>, i32) -> Callback;
 
 /// How long a send may wait for metadata or memory.
 enum Block {

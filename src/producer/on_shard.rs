@@ -35,7 +35,12 @@ use super::{shard_for, Producer};
 pub enum ShardTaskError {
     /// No such shard: the producer has `shards` of them.
     #[error("shard {shard} does not exist; the producer has {shards} shards")]
-    NoSuchShard { shard: usize, shards: usize },
+    NoSuchShard {
+        /// The shard asked for.
+        shard: usize,
+        /// How many shards the producer has.
+        shards: usize,
+    },
     /// The shard stopped (the producer closed, or the shard died) before the task finished, or
     /// before it started.
     #[error("the shard stopped before the task finished")]
@@ -192,7 +197,7 @@ impl Producer {
             let task = glommio::spawn_local(async move {
                 let run = MarkedPoll(Box::pin(async move { task().await }));
                 let result = AssertUnwindSafe(run).catch_unwind().await.map_err(|panic| {
-                    ShardTaskError::Panicked(crate::error::panic_message(panic.as_ref()))
+                    ShardTaskError::Panicked(crate::panics::panic_message(panic.as_ref()))
                 });
                 finished.set(true);
                 guard.0.finish(result);

@@ -1,11 +1,12 @@
 //! The async send: [`Producer::send_async`] waits for room in `buffer.memory` or for a topic's
-//! metadata on the wait lists and deadline timer of `async_wait`, without blocking the
-//! calling thread, then sends as `try_send` does.
+//! metadata on the runtime's wait lists (`runtime::waiters`) and the deadline timer of
+//! `async_wait`, without blocking the calling thread, then sends as `try_send` does.
 
 use std::time::Instant;
 
 use crate::error::ProduceError;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
+use crate::runtime::waiters::{RoomWait, TopicWait};
 
 use super::{
     async_wait, record_size_upper_bound_of, DeliveryFuture, Producer, ProducerRecord, TrySendError,
@@ -54,7 +55,7 @@ impl Producer {
                     .inner
                     .accumulator
                     .batch_reservation(RECORD_BATCH_OVERHEAD + record_size_upper_bound_of(&record));
-                let room = async_wait::RoomWait {
+                let room = RoomWait {
                     waiters: &memory.async_waiters,
                     bytes,
                     ready: move || ended() || memory.used() + bytes <= memory.limit(),
@@ -65,7 +66,7 @@ impl Producer {
                 memory.add_wait(wait_started.elapsed());
             } else {
                 let topic = record.topic.clone();
-                let known = async_wait::TopicWait {
+                let known = TopicWait {
                     waiters: &metadata.async_waiters,
                     topic: record.topic.clone(),
                     ready: move || ended() || metadata.topic_partition_count(&topic).is_some(),

@@ -191,7 +191,7 @@ impl Gather {
                 tracing::error!(
                     target: "kacrab::producer",
                     thread = std::thread::current().name().unwrap_or("?"),
-                    panic = %crate::error::panic_message(panic.as_ref()),
+                    panic = %crate::panics::panic_message(panic.as_ref()),
                     "a batch's delivery callback panicked"
                 );
             }

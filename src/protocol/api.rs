@@ -13,20 +13,32 @@ use kafka_protocol::messages::ApiVersionsResponse;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(i16)]
 pub enum ApiKey {
+    /// Produce (0): record batches to partition leaders.
     Produce = 0,
+    /// Metadata (3): brokers, topics and partition leaders.
     Metadata = 3,
+    /// FindCoordinator (10): the transaction coordinator of a `transactional.id`.
     FindCoordinator = 10,
+    /// SaslHandshake (17): the SASL mechanism of a connection.
     SaslHandshake = 17,
+    /// ApiVersions (18): the versions a broker speaks, asked first on every connection.
     ApiVersions = 18,
+    /// InitProducerId (22): a producer id and epoch.
     InitProducerId = 22,
+    /// AddPartitionsToTxn (24): partitions joining the current transaction.
     AddPartitionsToTxn = 24,
+    /// AddOffsetsToTxn (25): a consumer group joining the current transaction.
     AddOffsetsToTxn = 25,
+    /// EndTxn (26): commit or abort.
     EndTxn = 26,
+    /// TxnOffsetCommit (28): consumer offsets committed in the transaction.
     TxnOffsetCommit = 28,
+    /// SaslAuthenticate (36): the SASL exchange's messages.
     SaslAuthenticate = 36,
 }
 
 impl ApiKey {
+    /// Every API the producer speaks.
     pub const ALL: [ApiKey; 11] = [
         ApiKey::Produce,
         ApiKey::Metadata,
@@ -41,6 +53,7 @@ impl ApiKey {
         ApiKey::SaslAuthenticate,
     ];
 
+    /// The key's number on the wire.
     pub fn code(self) -> i16 {
         self as i16
     }
@@ -81,7 +94,9 @@ impl fmt::Display for ApiKey {
 /// An inclusive range of API versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionRange {
+    /// The lowest version.
     pub min: i16,
+    /// The highest version.
     pub max: i16,
 }
 

@@ -59,17 +59,21 @@ pub enum Codec {
     /// Records written as they are.
     #[default]
     None,
-    /// `level` -1 (zlib's default, 6) or 1..=9.
+    /// gzip (`compression.gzip.level`).
     Gzip {
+        /// -1 (zlib's default, 6) or 1..=9.
         level: i32,
     },
+    /// Snappy, in snappy-java's stream framing, as Kafka writes it; it has no level.
     Snappy,
-    /// `level` 1..=17; see the module doc for what the level changes.
+    /// LZ4 frames (`compression.lz4.level`).
     Lz4 {
+        /// 1..=17; LZ4's fast compressor at every level.
         level: i32,
     },
-    /// `level` -131072..=22.
+    /// Zstandard (`compression.zstd.level`).
     Zstd {
+        /// -131072..=22.
         level: i32,
     },
 }

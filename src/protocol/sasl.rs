@@ -6,12 +6,70 @@
 //! no SASLprep of the password (its UTF-8 bytes are used as they are), `=` and `,` in the user
 //! name escaped as `=3D` and `=2C`, and at least 4096 iterations.
 
+use std::fmt;
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
-use crate::config::{Password, SaslMechanism};
+/// What `Debug` output and errors show in place of a secret (a password, or a
+/// `sasl.jaas.config` value that holds one).
+pub const HIDDEN_VALUE: &str = "[hidden]";
+
+/// A SASL mechanism kacrab speaks (`sasl.mechanism`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// `PLAIN` (RFC 4616): the password travels as it is.
+    Plain,
+    /// `SCRAM-SHA-256` (RFC 5802, RFC 7677).
+    ScramSha256,
+    /// `SCRAM-SHA-512`.
+    ScramSha512,
+    /// `OAUTHBEARER` (RFC 7628, KIP-255): a bearer token from the application's provider.
+    OAuthBearer,
+}
+
+impl SaslMechanism {
+    /// The mechanism's name, as sent in SaslHandshake.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::OAuthBearer => "OAUTHBEARER",
+        }
+    }
+}
+
+impl fmt::Display for SaslMechanism {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A password: shown as `[hidden]` by `Debug`, read only through [`Password::expose`].
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Wraps a password.
+    pub fn new(password: impl Into<String>) -> Self {
+        Password(password.into())
+    }
+
+    /// The password itself, for the authentication exchange.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(HIDDEN_VALUE)
+    }
+}
 
 /// Kafka's `ScramMechanism` minimum: fewer iterations from a server is refused.
 pub const SCRAM_MIN_ITERATIONS: u32 = 4096;

@@ -15,22 +15,39 @@ use super::response::{self, ResponseBody};
 /// A broker frame that could not be used. Each closes the connection it came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
+    /// The length prefix announced more than the producer reads in one frame
+    /// (`kacrab.max.response.bytes`).
     #[error("frame of {size} bytes exceeds the {limit}-byte limit")]
-    FrameTooLarge { size: i64, limit: usize },
+    FrameTooLarge {
+        /// The announced length.
+        size: i64,
+        /// The limit.
+        limit: usize,
+    },
+    /// The length prefix was negative.
     #[error("negative frame length {0}")]
     NegativeFrameLength(i32),
+    /// A response did not decode as the API and version it answers.
     #[error("malformed {api} v{version} response: {reason}")]
     Malformed {
+        /// The request's API.
         api: ApiKey,
+        /// The request's version.
         version: i16,
+        /// What did not decode.
         reason: String,
     },
+    /// A response was shorter than its header (the correlation id).
     #[error("response is shorter than its header")]
     Truncated,
+    /// A request could not be encoded (a value its version cannot carry).
     #[error("failed to encode {api} v{version}: {reason}")]
     Encode {
+        /// The request's API.
         api: ApiKey,
+        /// The request's version.
         version: i16,
+        /// What could not be encoded.
         reason: String,
     },
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
-use crate::producer::accumulator::PartitionQueue;
+
+use super::partition_queue::PartitionQueue;
 
 /// A partition queue the shard did not know of has a batch (`producer::accumulator`). Dropped
 /// without being taken (the shard stopped before it got to it), it shuts the queue: its

@@ -17,9 +17,9 @@ use std::sync::Arc;
 
 use crate::engine::{Engine, Micros};
 use crate::error::ProduceError;
-use crate::producer::accumulator::{fail_batch, ClosedBatch, PartitionQueue};
-use crate::producer::delivery::DeliveryHandle;
 
+use super::delivery_handle::DeliveryHandle;
+use super::partition_queue::{fail_batch, ClosedBatch, PartitionQueue};
 use super::txn_driver::TxnDriver;
 
 pub(crate) struct Intake {

@@ -8,11 +8,16 @@
 //!
 //! [`Engine`]: crate::engine::Engine
 
+pub(crate) mod buffer_memory;
 pub(crate) mod command;
+pub(crate) mod completion;
 mod connection;
+pub(crate) mod delivery_handle;
 mod identity_replica;
 pub(crate) mod inbox;
 pub(crate) mod intake;
+pub(crate) mod metadata_snapshot;
+pub(crate) mod partition_queue;
 mod sendmsg;
 pub(crate) mod shard;
 mod stats;
@@ -20,33 +25,14 @@ pub mod ticket_ring;
 mod tls;
 pub(crate) mod txn_driver;
 mod uring;
+pub(crate) mod waiters;
 
-pub(crate) use stats::RuntimeCounters;
+pub(crate) use stats::{shared_gauges, RuntimeCounters};
 pub use stats::{
     ConnectionError, ConnectionFailure, ConnectionReport, FramePart, RuntimeStats, RuntimeWatch,
     ShardReport, RECENT_FAILURES,
 };
-pub use uring::{io_uring_preflight, memlock_needed, memlock_verdict, GLOMMIO_MIN_MEMLOCK};
-
-/// Why the runtime could not start or run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RuntimeError {
-    #[error("io_uring is unavailable: {reason}")]
-    IoUringUnavailable { reason: String },
-    /// `needed` is what `shards` executors lock (glommio's floor of 524288 bytes, and without
-    /// CAP_IPC_LOCK about 48 KiB of rings plus 3 × `kacrab.io.memory.bytes` per shard).
-    #[error("RLIMIT_MEMLOCK is {limit} bytes; {shards} shard(s) need {needed} (raise LimitMEMLOCK / ulimit -l, or lower kacrab.shards or kacrab.io.memory.bytes)")]
-    MemlockTooLow {
-        limit: u64,
-        needed: u64,
-        shards: usize,
-    },
-    #[error("kacrab.cores names CPU {cpu}, which this process may not run on (its affinity mask: {online:?})")]
-    CoreNotOnline { cpu: usize, online: Vec<usize> },
-    #[error("failed to start shard {shard}: {reason}")]
-    ShardStart { shard: usize, reason: String },
-}
+pub(crate) use uring::io_uring_preflight;
 
 /// The CPUs this process may run on, in order: its affinity mask (`sched_getaffinity`, which
 /// a container's cpuset or `taskset` narrows).

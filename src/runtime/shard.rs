@@ -23,12 +23,13 @@ use futures_lite::FutureExt;
 use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{Engine, EngineConfig};
 use crate::metrics::{MetricsBoard, ShardPublisher};
-use crate::producer::delivery::DeliveryHandle;
-use crate::producer::shared::{release_sink, BufferMemory, MetadataSnapshot};
+use crate::runtime::buffer_memory::{release_sink, BufferMemory};
 use crate::runtime::command::{CloseDeadline, Countdown, Latch, ShardCommand};
+use crate::runtime::delivery_handle::DeliveryHandle;
 use crate::runtime::identity_replica::IdentityReplica;
 use crate::runtime::inbox::ShardInbox;
 use crate::runtime::intake::Intake;
+use crate::runtime::metadata_snapshot::MetadataSnapshot;
 use crate::runtime::stats::{RuntimeCounters, ShardReport};
 use crate::runtime::ticket_ring::{Attachment, TicketRing};
 use crate::runtime::txn_driver::{

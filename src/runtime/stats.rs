@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::engine::sender::EngineStats;
 use crate::engine::{NodeId, ProducerIdAndEpoch};
+use crate::metrics::{ReadSharedGauges, SharedGauges};
 use crate::protocol::wire::WireError;
+
+use super::buffer_memory::BufferMemory;
 
 /// Why the runtime closed or lost a broker connection. Every one of these but
 /// [`ConnectionError::Tls`] closes that connection only; the engine treats it as a disconnect
@@ -22,12 +25,21 @@ use crate::protocol::wire::WireError;
 pub enum ConnectionError {
     /// The broker address did not resolve.
     #[error("resolving {address}: {message}")]
-    Resolve { address: String, message: String },
+    Resolve {
+        /// The address, `host:port`.
+        address: String,
+        /// The resolver's error.
+        message: String,
+    },
     /// The TCP connect failed or timed out (`socket.connection.setup.timeout.ms`).
     #[error("connecting to {address}: {message}")]
     Connect {
+        /// The broker's address as configured or advertised, `host:port` (the addresses it
+        /// resolves to are tried in turn, within the setup timeout).
         address: String,
+        /// The last error's kind.
         kind: io::ErrorKind,
+        /// The last error.
         message: String,
     },
     /// The broker closed the connection between frames.
@@ -36,8 +48,11 @@ pub enum ConnectionError {
     /// The connection ended inside a frame: `received` of `expected` bytes had arrived.
     #[error("the connection ended {received} bytes into a {expected}-byte {part}")]
     Truncated {
+        /// The part of the frame that was cut.
         part: FramePart,
+        /// The part's length, in bytes.
         expected: usize,
+        /// The bytes of it that arrived.
         received: usize,
     },
     /// The length prefix was refused before anything was allocated for it (negative, or
@@ -49,15 +64,25 @@ pub enum ConnectionError {
     /// (`request.timeout.ms`) or the broker broke the protocol (an answer that does not
     /// decode or does not match the oldest request).
     #[error("closed by the producer {}", if *.established { "(a request timed out or the broker broke the protocol)" } else { "(socket.connection.setup.timeout.ms passed)" })]
-    Abandoned { established: bool },
+    Abandoned {
+        /// The connection was up (a request timed out, or the broker broke the protocol);
+        /// false: it was still being set up.
+        established: bool,
+    },
+    /// Reading from the socket failed.
     #[error("read failed: {message}")]
     Read {
+        /// The error's kind.
         kind: io::ErrorKind,
+        /// The error.
         message: String,
     },
+    /// Writing to the socket failed.
     #[error("write failed: {message}")]
     Write {
+        /// The error's kind.
         kind: io::ErrorKind,
+        /// The error.
         message: String,
     },
     /// The TLS handshake was refused: the broker's certificate did not verify (unknown
@@ -65,13 +90,18 @@ pub enum ConnectionError {
     /// certificate or its absence, or the two share no TLS version. Unlike the others, the
     /// engine treats this one as fatal: no retry changes it.
     #[error("TLS failed: {reason}")]
-    Tls { reason: String },
+    Tls {
+        /// What the TLS library refused, and why.
+        reason: String,
+    },
 }
 
 /// Which part of a frame a truncation cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FramePart {
+    /// The 4-byte length prefix.
     LengthPrefix,
+    /// The bytes the prefix announced.
     Body,
 }
 
@@ -87,16 +117,24 @@ impl std::fmt::Display for FramePart {
 /// One connection failure, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionFailure {
+    /// The shard whose connection it was.
     pub shard: usize,
+    /// The broker's node id (negative: a bootstrap address).
     pub node: NodeId,
+    /// Which of the shard's connections to that node it was: each new one gets the next
+    /// number.
     pub generation: u64,
+    /// Why the connection failed or ended.
     pub error: ConnectionError,
 }
 
 /// One connection of one shard, as the driver sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionReport {
+    /// The broker's node id (negative: a bootstrap address).
     pub node: NodeId,
+    /// Which of the shard's connections to that node this is: each new one gets the next
+    /// number.
     pub generation: u64,
     /// The TCP connection is up (false while connecting).
     pub established: bool,
@@ -116,12 +154,14 @@ impl ConnectionReport {
 /// A shard's view, published by the shard whenever it changes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShardReport {
+    /// The shard's engine's counters.
     pub engine: EngineStats,
     /// The identity the shard's engine is on.
     pub identity: Option<ProducerIdAndEpoch>,
     /// Identity tickets (installs, bump requests) the shard has read from the ticket ring,
     /// its own included; every live shard reads the same tickets in the same order.
     pub identity_tickets: u64,
+    /// The shard's connections, by node.
     pub connections: Vec<ConnectionReport>,
 }
 
@@ -136,15 +176,22 @@ pub struct RuntimeStats {
     pub sockets_open: u64,
     /// Connect, reader and writer tasks currently alive, every shard.
     pub connection_tasks: u64,
+    /// Connections begun (resolve and connect), in all.
     pub connects_started: u64,
+    /// Connections whose TCP connect succeeded, in all.
     pub connections_established: u64,
+    /// Connections that did not resolve or connect ([`ConnectionError::Resolve`],
+    /// [`ConnectionError::Connect`]).
     pub connect_failures: u64,
+    /// Connections the broker closed between frames ([`ConnectionError::ClosedByPeer`]).
     pub closed_by_peer: u64,
     /// Connections the engine closed ([`ConnectionError::Abandoned`]).
     pub abandoned: u64,
+    /// Connections that ended inside a frame ([`ConnectionError::Truncated`]).
     pub truncated_frames: u64,
     /// Frames refused by their length prefix.
     pub refused_frames: u64,
+    /// Reads and writes that failed ([`ConnectionError::Read`], [`ConnectionError::Write`]).
     pub io_errors: u64,
     /// TLS handshakes refused ([`ConnectionError::Tls`]).
     pub tls_failures: u64,
@@ -199,6 +246,7 @@ impl std::fmt::Debug for RuntimeWatch {
 }
 
 impl RuntimeWatch {
+    /// A snapshot of the counters now.
     pub fn stats(&self) -> RuntimeStats {
         self.0.snapshot()
     }
@@ -212,6 +260,27 @@ impl RuntimeWatch {
     ) -> bool {
         self.0.wait_until(timeout, condition)
     }
+}
+
+/// How a metrics snapshot reads `memory` and the connection counts of `counters`.
+pub(crate) fn shared_gauges(
+    memory: Arc<BufferMemory>,
+    counters: Arc<RuntimeCounters>,
+) -> ReadSharedGauges {
+    Box::new(move || {
+        let (connection_count, connection_creation_total, connection_close_total) =
+            counters.connection_counts();
+        SharedGauges {
+            buffer_total_bytes: memory.limit() as u64,
+            buffer_available_bytes: memory.limit().saturating_sub(memory.used()) as u64,
+            bufferpool_wait_time_ns_total: memory.wait_ns(),
+            buffer_exhausted_total: memory.exhausted(),
+            waiting_threads: memory.waiting_threads(),
+            connection_count,
+            connection_creation_total,
+            connection_close_total,
+        }
+    })
 }
 
 /// How many failures [`RuntimeStats::recent_failures`] keeps.

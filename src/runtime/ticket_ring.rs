@@ -176,10 +176,6 @@ impl TicketRing {
             consumer,
         }
     }
-
-    pub fn consumers(&self) -> usize {
-        self.cursors.len()
-    }
 }
 
 /// A consumer's hold on the ring (a shard holds its own for as long as it runs). Dropping

@@ -33,7 +33,8 @@ use crate::engine::{
     TxnHandle,
 };
 use crate::error::{ProduceError, TransactionError};
-use crate::producer::delivery::DeliveryHandle;
+
+use super::delivery_handle::DeliveryHandle;
 
 /// The shard whose engine owns the identity and the transaction manager.
 pub(crate) const OWNER: usize = 0;

@@ -2,7 +2,7 @@
 //! when io_uring is unavailable, so the producer probes the syscall itself first and turns the
 //! failure into a typed error.
 
-use super::RuntimeError;
+use crate::error::RuntimeError;
 
 /// Calls `io_uring_setup(4, ...)` and closes the ring. `EPERM` (seccomp, as under Docker's
 /// default profile, or `kernel.io_uring_disabled`) and `ENOSYS` (kernels before 5.1) mean

@@ -11,6 +11,10 @@
 //! attributes i16 @21, lastOffsetDelta i32 @23, baseTimestamp i64 @27, maxTimestamp i64 @35,
 //! producerId i64 @43, producerEpoch i16 @51, baseSequence i32 @53, recordCount i32 @57.
 
+/// Reading back what the reference cluster stored: the records of one v2 batch, decompressed,
+/// with the crate's own decoder.
+pub use crate::protocol::record_batch::{decode_records, DecodedRecord, RecordBatchError};
+
 /// Size of the fixed v2 batch header, records start right after it.
 pub const HEADER_LEN: usize = 61;
 /// baseOffset + batchLength: the part of the header not counted in `batchLength`
@@ -49,18 +53,32 @@ pub enum BatchError {
 /// The fixed part of a v2 batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchHeader {
+    /// The offset of the batch's first record (0 as a producer sends it).
     pub base_offset: i64,
+    /// The batch's length after this field, in bytes.
     pub batch_length: i32,
+    /// The leader epoch of the partition when the batch was appended.
     pub partition_leader_epoch: i32,
+    /// The record format: 2.
     pub magic: i8,
+    /// CRC-32C of the bytes from `attributes` to the batch's end.
     pub crc: u32,
+    /// Compression (bits 0-2), timestamp type (bit 3), transactional (bit 4), control
+    /// (bit 5).
     pub attributes: i16,
+    /// The last record's offset delta.
     pub last_offset_delta: i32,
+    /// The first record's timestamp.
     pub base_timestamp: i64,
+    /// The greatest record timestamp.
     pub max_timestamp: i64,
+    /// The producer id (-1 without idempotence).
     pub producer_id: i64,
+    /// The producer epoch.
     pub producer_epoch: i16,
+    /// The first record's sequence number.
     pub base_sequence: i32,
+    /// How many records the batch declares.
     pub record_count: i32,
 }
 
@@ -138,10 +156,12 @@ impl BatchHeader {
         self.attributes & TIMESTAMP_TYPE_MASK != 0
     }
 
+    /// The batch belongs to a transaction (attribute bit 4).
     pub fn is_transactional(&self) -> bool {
         self.attributes & TRANSACTIONAL_FLAG != 0
     }
 
+    /// The batch holds a control record, a transaction marker (attribute bit 5).
     pub fn is_control(&self) -> bool {
         self.attributes & CONTROL_FLAG != 0
     }
@@ -301,10 +321,15 @@ pub type TestRecord = (Option<Vec<u8>>, Option<Vec<u8>>);
 /// records (no headers, no compression).
 #[derive(Debug, Clone)]
 pub struct TestBatch {
+    /// The producer id stamped in the header.
     pub producer_id: i64,
+    /// The producer epoch stamped in the header.
     pub producer_epoch: i16,
+    /// The first record's sequence number.
     pub base_sequence: i32,
+    /// Sets the transactional attribute bit.
     pub transactional: bool,
+    /// The first record's timestamp.
     pub base_timestamp: i64,
     /// (key, value) per record; record `i` gets offset delta `i` and timestamp
     /// `base_timestamp + i`.
@@ -374,6 +399,7 @@ impl TestBatch {
 /// Control record type of a transaction marker (Kafka `ControlRecordType`): the key's second
 /// int16. Types 2-6 belong to KRaft and never mark a transaction.
 pub const CONTROL_TYPE_ABORT: i16 = 0;
+/// Control record type of a commit marker.
 pub const CONTROL_TYPE_COMMIT: i16 = 1;
 
 /// Encodes a transaction marker as the coordinator has it written (Kafka

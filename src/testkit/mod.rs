@@ -15,7 +15,7 @@
 //!   the append, reset a connection, delay an answer, answer an error, append then answer an
 //!   error), counted per broker and API;
 //! - read back: `with_cluster(|c| c.partition_log(topic, partition))` gives the stored batches
-//!   (decode them with [`crate::protocol::record_batch::decode_records`]), `high_watermark`,
+//!   (decode them with [`batch::decode_records`]), `high_watermark`,
 //!   `last_stable_offset`, `producer_state`;
 //! - the coordinator's view: `with_cluster(|c| c.transaction_metadata(id))`;
 //! - what the brokers saw: `stats()` (requests per API, version and broker; connections).
@@ -50,4 +50,28 @@ pub fn panic_shard(producer: &crate::Producer, shard: usize, in_task: bool) -> b
 #[doc(hidden)]
 pub mod handoff;
 pub mod server;
+// The simulator is kacrab's own test machinery, not a stable API (as `internals` below):
+// exempt from `missing_docs`.
+#[allow(missing_docs)]
 pub mod sim;
+
+/// The crate's internal layers, for kacrab's own tests, benchmarks and simulator: the wire
+/// codec, the sans-IO engine and the runtime, as they are inside the crate.
+///
+/// **Not a stable API.** Anything here may change or go in any release, patch releases
+/// included; the producer's public API is what the crate root and its public modules export.
+#[allow(missing_docs)]
+pub mod internals {
+    /// The sans-IO producer engine (`src/engine`).
+    pub mod engine {
+        pub use crate::engine::*;
+    }
+    /// The synchronous wire codec (`src/protocol`).
+    pub mod protocol {
+        pub use crate::protocol::*;
+    }
+    /// The shards' runtime (`src/runtime`).
+    pub mod runtime {
+        pub use crate::runtime::*;
+    }
+}

@@ -411,6 +411,7 @@ pub fn send_expecting_failures(
         .collect()
 }
 
+#[cfg(feature = "testkit")]
 /// Produces ids in rounds of 30 on `topic`'s `partitions` (id modulo), each round
 /// acknowledged, until `renewed()` has grown by `renewals` since the first round (SASL
 /// sessions ended and new ones began), failing at a 60 s deadline; returns how many ids were

@@ -13,8 +13,8 @@ use std::time::Duration;
 use kafka_protocol::messages::{ApiKey, TxnOffsetCommitRequest};
 use kafka_protocol::protocol::Decodable;
 
-use kacrab::engine::{GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState};
 use kacrab::TransactionError;
+use kacrab::{GroupMetadata, OffsetAndMetadata, TopicPartition, TransactionState};
 
 use super::rig::Rig;
 

@@ -20,7 +20,7 @@ fn an_init_producer_id_authorization_failure_returns_to_uninitialized_and_init_c
         code::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         code::CLUSTER_AUTHORIZATION_FAILED,
     ] {
-        let name = kacrab::protocol::error_code::name(error);
+        let name = kacrab::testkit::internals::protocol::error_code::name(error);
         let mut rig = Rig::new(Duration::ZERO);
         rig.inject
             .insert(ApiKey::InitProducerId, VecDeque::from([error]));

@@ -27,10 +27,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use kacrab::engine::{
+use kacrab::testkit::internals::engine::{
     Action, Delivery, Engine, EngineConfig, TopicPartition, TransactionState, TxnAction, TxnHandle,
 };
-use kacrab::protocol::error_code::code;
+use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::{ProduceError, ProducerConfig, RecordMetadata, TransactionError};
 
 pub const TOPIC: &str = "t";

@@ -7,9 +7,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kacrab::protocol::record_batch::RecordBatchHeader;
-use kacrab::runtime::RuntimeStats;
+use kacrab::stats::RuntimeStats;
 use kacrab::testkit::broker::BrokerRules;
+use kacrab::testkit::internals::protocol::record_batch::RecordBatchHeader;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{DeliveryFuture, ProduceError, Producer, ProducerRecord, RecordMetadata};
 use kafka_protocol::messages::ApiKey;

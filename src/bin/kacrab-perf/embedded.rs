@@ -80,7 +80,7 @@ pub fn broker_process_main(
     brokers: usize,
     retention: Option<usize>,
 ) -> Result<()> {
-    use kacrab::protocol::record_batch::decode_records;
+    use kacrab::testkit::batch::decode_records;
     use kacrab::testkit::broker::BrokerRules;
     use kacrab::testkit::server::ReferenceCluster;
 

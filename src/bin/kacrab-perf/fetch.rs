@@ -1,6 +1,7 @@
 //! A small blocking reader for `--verify` against an external cluster: Metadata v1 for the
 //! partition leaders, ListOffsets v1 for each partition's end before the run, then Fetch v4
-//! from there to the high watermark, decoding every record batch with the crate's own decoder.
+//! from there to the high watermark, decoding every record batch with the crate's own decoder
+//! (feature `testkit`).
 //! Only this run's records are checked, so a topic that already holds records can be reused.
 //!
 //! These versions predate flexible encodings and are served by every broker since Kafka 0.11,
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::{BufMut, Bytes, BytesMut};
-use kacrab::protocol::record_batch::{decode_records, split_batches};
+use kacrab::testkit::internals::protocol::record_batch::{decode_records, split_batches};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;

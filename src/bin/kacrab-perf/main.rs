@@ -7,14 +7,46 @@
 //!   sending thread, the shard threads and glommio's helper threads. The broker's CPU is asked
 //!   from the child and reported apart.
 //! - `--verify` reads the embedded cluster's log directly (in the child); against an external
-//!   cluster it reads the run's records back with Fetch requests (`fetch.rs`).
+//!   cluster it reads the run's records back with Fetch requests (`fetch.rs`). Both decode the
+//!   batches with the crate's own decoder, reached through `testkit::internals`: builds without
+//!   the `testkit` feature cannot verify.
 //! - Latency is per record, from just before `send` to the moment the record's delivery is
 //!   completed: the waker registered on its `DeliveryFuture` takes the timestamp on the thread
 //!   that completes it.
 
 mod args;
 mod embedded;
+#[cfg(feature = "testkit")]
 mod fetch;
+#[cfg(not(feature = "testkit"))]
+mod fetch {
+    //! Without the `testkit` feature the crate's record batch decoder is out of reach, so there
+    //! is no reader: `connect` refuses, and no `TopicReader` ever exists.
+
+    use anyhow::{bail, Result};
+
+    use super::embedded::Verification;
+
+    pub enum TopicReader {}
+
+    impl TopicReader {
+        pub fn connect(_bootstrap: &str, _topic: &str) -> Result<TopicReader> {
+            bail!(
+                "--verify against an external cluster decodes what it reads back with kacrab's \
+                 own decoder, which this build (without the `testkit` feature) does not have: \
+                 build with --features perf"
+            )
+        }
+
+        pub fn end_offsets(&mut self) -> Result<Vec<i64>> {
+            match *self {}
+        }
+
+        pub fn verify(&mut self, _start: &[i64], _expected: u64) -> Result<Verification> {
+            match *self {}
+        }
+    }
+}
 mod latency;
 mod load;
 mod procstat;

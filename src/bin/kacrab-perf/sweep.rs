@@ -248,7 +248,10 @@ pub fn run(sweep: &SweepArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating this executable")?;
     std::fs::create_dir_all(&sweep.dir)
         .with_context(|| format!("creating {}", sweep.dir.display()))?;
-    let online = kacrab::runtime::online_cores();
+    // The CPUs of this process's affinity mask, as the producer reads them.
+    let online: Vec<usize> = core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .unwrap_or_else(|| vec![0]);
     let mut csv = String::from(
         "scenario,axis,value,rep,records_per_sec,client_cpu_s_per_million,client_cpu_s,\
          p50_ms,p99_ms,p999_ms,peak_rss_mib,errors\n",

@@ -210,7 +210,7 @@ impl<D: Delivery> Engine<D> {
             if let Err(error) = versions.version(api) {
                 self.become_fatal(ProduceError::Fatal(ErrorCause::UnsupportedVersion {
                     broker: node,
-                    error,
+                    error: error.to_string(),
                 }));
                 return Ok(());
             }

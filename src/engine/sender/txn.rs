@@ -418,7 +418,7 @@ impl<D: Delivery> Engine<D> {
                     &request,
                     TransactionError::Fatal(ErrorCause::UnsupportedVersion {
                         broker: node,
-                        error,
+                        error: error.to_string(),
                     }),
                 );
                 return;

@@ -13,11 +13,11 @@ use glommio::channels::local_channel::{self, LocalReceiver};
 use glommio::Task;
 
 use crate::engine::{Engine, NodeId};
-use crate::producer::delivery::DeliveryHandle;
 use crate::protocol::wire::Frame;
 use crate::runtime::connection::{
     spawn_connect, ConnectionEvent, ConnectionSetup, ConnectionTasks,
 };
+use crate::runtime::delivery_handle::DeliveryHandle;
 use crate::runtime::stats::{ConnectionError, ConnectionFailure, ConnectionReport};
 
 use super::ShardContext;

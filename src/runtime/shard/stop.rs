@@ -4,7 +4,7 @@
 use std::panic::AssertUnwindSafe;
 
 use crate::error::{ProduceError, TransactionError};
-use crate::producer::shared::release_sink;
+use crate::runtime::buffer_memory::release_sink;
 use crate::runtime::inbox::ShardInbox;
 
 use super::thread::abandon_application_tasks;

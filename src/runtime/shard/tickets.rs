@@ -2,7 +2,7 @@
 //! and adopting every shard's, in ring order, through its [`IdentityReplica`].
 
 use crate::engine::Engine;
-use crate::producer::delivery::DeliveryHandle;
+use crate::runtime::delivery_handle::DeliveryHandle;
 use crate::runtime::identity_replica::IdentityReplica;
 use crate::runtime::ticket_ring::{Ticket, TicketRing};
 

@@ -3,8 +3,9 @@
 //! publishes.
 
 use crate::engine::{Action, ProducerIdAndEpoch};
-use crate::producer::shared::{release_sink, TopicInfo};
+use crate::runtime::buffer_memory::release_sink;
 use crate::runtime::command::ShardCommand;
+use crate::runtime::metadata_snapshot::TopicInfo;
 use crate::runtime::ticket_ring::Ticket;
 use crate::runtime::txn_driver::TxnCommand;
 

@@ -47,29 +47,44 @@ impl ProducerIdManager {
 /// Kafka `TransactionState`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransactionState {
+    /// No transaction open.
     Empty,
+    /// A transaction is open.
     Ongoing,
+    /// EndTxn(commit) accepted; the commit markers are being written.
     PrepareCommit,
+    /// EndTxn(abort), a timeout or a fence; the abort markers are being written.
     PrepareAbort,
+    /// The commit markers are written.
     CompleteCommit,
+    /// The abort markers are written.
     CompleteAbort,
+    /// The transactional id expired.
     Dead,
+    /// An InitProducerId fences the open transaction: it is aborted with the epoch raised.
     PrepareEpochFence,
 }
 
 /// Kafka `TransactionMetadata`, the fields the coordinator keeps per transactional id.
 #[derive(Debug, Clone)]
 pub struct TransactionMetadata {
+    /// The producer id in use.
     pub producer_id: i64,
     /// `lastProducerId` in Kafka: the id before the last rotation.
     pub prev_producer_id: i64,
+    /// The epoch in use.
     pub producer_epoch: i16,
+    /// `lastProducerEpoch` in Kafka: the epoch before the last bump.
     pub last_producer_epoch: i16,
+    /// The transaction timeout the producer asked for.
     pub txn_timeout_ms: i32,
+    /// The transaction's state.
     pub state: TransactionState,
+    /// The partitions added to the open transaction.
     pub topic_partitions: BTreeSet<(String, i32)>,
     /// When the transaction went Ongoing; -1 when none is open. Starts the timeout clock.
     pub txn_start_ms: i64,
+    /// When the metadata last changed.
     pub txn_last_update_ms: i64,
 }
 
@@ -78,11 +93,17 @@ pub struct TransactionMetadata {
 /// coordinator epoch (`TransactionMarkerChannelManager.addTxnMarkersToSend`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkerJob {
+    /// The transaction's id.
     pub transactional_id: String,
+    /// The producer id the markers carry.
     pub producer_id: i64,
+    /// The epoch the markers carry.
     pub producer_epoch: i16,
+    /// The coordinator's epoch.
     pub coordinator_epoch: i32,
+    /// Commit markers; false: abort markers.
     pub commit: bool,
+    /// The partitions still to mark.
     pub partitions: Vec<(String, i32)>,
 }
 

@@ -9,9 +9,13 @@ use super::{Cluster, READ_COMMITTED};
 /// One partition's answer to a fetch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchPartitionResult {
+    /// The error code (0: none).
     pub error_code: i16,
+    /// The partition's high watermark.
     pub high_watermark: i64,
+    /// The partition's last stable offset.
     pub last_stable_offset: i64,
+    /// The partition's first stored offset.
     pub log_start_offset: i64,
     /// `Some` (possibly empty) for read_committed, `None` for read_uncommitted.
     pub aborted_transactions: Option<Vec<(i64, i64)>>,

@@ -8,15 +8,23 @@ use crate::testkit::batch::{self, BatchHeader};
 /// One partition's answer to ListOffsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListOffsetsResult {
+    /// The error code (0: none).
     pub error_code: i16,
+    /// The offset found (-1: none).
     pub offset: i64,
+    /// The timestamp of the record at `offset` (-1 for the special timestamps but
+    /// [`MAX_TIMESTAMP`]).
     pub timestamp: i64,
+    /// The leader epoch.
     pub leader_epoch: i32,
 }
 
-/// `ListOffsets` special timestamps.
+/// `ListOffsets` special timestamp: the log start offset.
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// `ListOffsets` special timestamp: the end offset (the high watermark, or the last stable
+/// offset for read_committed).
 pub const LATEST_TIMESTAMP: i64 = -1;
+/// `ListOffsets` special timestamp: the record with the greatest timestamp (KIP-734).
 pub const MAX_TIMESTAMP: i64 = -3;
 
 impl Cluster {

@@ -68,6 +68,7 @@ pub enum KafkaBehaviour {
 /// Broker configuration that changes verdicts.
 #[derive(Debug, Clone)]
 pub struct BrokerRules {
+    /// Which Kafka versions' producer-state rules the broker follows.
     pub kafka_version: KafkaBehaviour,
     /// Batches retained per producer for de-duplication (Kafka: 5).
     pub producer_state_window: usize,
@@ -107,8 +108,11 @@ impl Default for BrokerRules {
 /// InitProducerId's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InitProducerIdResult {
+    /// The error code (0: none).
     pub error_code: i16,
+    /// The producer id given (-1 on an error).
     pub producer_id: i64,
+    /// Its epoch (-1 on an error).
     pub producer_epoch: i16,
 }
 
@@ -133,21 +137,27 @@ impl InitProducerIdResult {
 /// A partition as Metadata shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionMetadata {
+    /// The leader's broker id.
     pub leader: i32,
+    /// The leader epoch, raised by every leader change.
     pub leader_epoch: i32,
 }
 
 /// A topic as Metadata shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMetadata {
+    /// The topic's name.
     pub name: String,
     /// The topic id (a UUID as 128 bits).
     pub topic_id: u128,
+    /// Its partitions, by index.
     pub partitions: Vec<PartitionMetadata>,
 }
 
-/// Fetch/ListOffsets isolation levels.
+/// Fetch/ListOffsets isolation level: every appended record, up to the high watermark.
 pub const READ_UNCOMMITTED: i8 = 0;
+/// Fetch/ListOffsets isolation level: records up to the last stable offset, aborted ones
+/// left out.
 pub const READ_COMMITTED: i8 = 1;
 
 /// An error code, with the current (leader, epoch) when the error is NOT_LEADER_OR_FOLLOWER.
@@ -182,6 +192,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A cluster of the brokers `broker_ids`, all up, with no topic, under `rules`.
     pub fn new(broker_ids: &[i32], rules: BrokerRules) -> Self {
         assert!(!broker_ids.is_empty(), "a cluster needs a broker");
         Cluster {
@@ -200,10 +211,12 @@ impl Cluster {
         }
     }
 
+    /// The rules the cluster follows.
     pub fn rules(&self) -> &BrokerRules {
         &self.rules
     }
 
+    /// Every broker's id, in order.
     pub fn broker_ids(&self) -> Vec<i32> {
         self.brokers.keys().copied().collect()
     }
@@ -258,6 +271,7 @@ impl Cluster {
         p.leader_epoch += 1;
     }
 
+    /// The partition's (leader, leader epoch); `None` for an unknown partition.
     pub fn leader(&self, topic: &str, partition: i32) -> Option<(i32, i32)> {
         self.partition(topic, partition)
             .map(|p| (p.leader, p.leader_epoch))
@@ -272,16 +286,19 @@ impl Cluster {
         }
     }
 
+    /// Whether `broker` exists and is up.
     pub fn is_broker_up(&self, broker: i32) -> bool {
         self.brokers.get(&broker).copied().unwrap_or(false)
     }
 
+    /// Every topic's name, sorted.
     pub fn topic_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.topics.keys().cloned().collect();
         names.sort();
         names
     }
 
+    /// The topic as Metadata shows it; `None` for an unknown topic.
     pub fn topic_metadata(&self, name: &str) -> Option<TopicMetadata> {
         self.topics.get(name).map(|t| TopicMetadata {
             name: name.to_string(),
@@ -297,6 +314,7 @@ impl Cluster {
         })
     }
 
+    /// The name of the topic with this id.
     pub fn topic_name_by_id(&self, topic_id: u128) -> Option<&str> {
         self.topics
             .iter()
@@ -343,6 +361,7 @@ impl Cluster {
         result
     }
 
+    /// The coordinator's state of `transactional_id`.
     pub fn transaction_metadata(&self, transactional_id: &str) -> Option<&TransactionMetadata> {
         self.coordinator.metadata(transactional_id)
     }
@@ -379,15 +398,20 @@ impl Cluster {
             .map_or(&[][..], Partition::log)
     }
 
+    /// The partition's high watermark: the offset after its last record (every partition is
+    /// fully replicated on its leader).
     pub fn high_watermark(&self, topic: &str, partition: i32) -> Option<i64> {
         self.partition(topic, partition)
             .map(Partition::high_watermark)
     }
 
+    /// The partition's first offset still stored (raised by retention and truncation).
     pub fn log_start_offset(&self, topic: &str, partition: i32) -> Option<i64> {
         self.partition(topic, partition).map(|p| p.log_start_offset)
     }
 
+    /// The partition's last stable offset: the first offset of its earliest open
+    /// transaction, else the high watermark.
     pub fn last_stable_offset(&self, topic: &str, partition: i32) -> Option<i64> {
         self.partition(topic, partition)
             .map(Partition::last_stable_offset)
@@ -442,6 +466,7 @@ impl Cluster {
             .sum()
     }
 
+    /// The bytes of the partition's stored batches (0 for an unknown partition).
     pub fn partition_log_bytes(&self, topic: &str, partition: i32) -> usize {
         self.partition(topic, partition).map_or(0, |p| p.log_bytes)
     }

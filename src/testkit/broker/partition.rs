@@ -15,16 +15,28 @@ use crate::testkit::batch::{self, BatchHeader};
 /// leader epoch written in, plus the header fields checkers want.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredBatch {
+    /// The offset assigned to its first record.
     pub base_offset: i64,
+    /// The offset of its last record.
     pub last_offset: i64,
+    /// The producer id it was written with.
     pub producer_id: i64,
+    /// The producer epoch it was written with.
     pub producer_epoch: i16,
+    /// Its first record's sequence number.
     pub base_sequence: i32,
+    /// Its last record's sequence number.
     pub last_sequence: i32,
+    /// How many records it holds.
     pub record_count: i32,
+    /// Its greatest record timestamp (the append time under LogAppendTime).
     pub max_timestamp: i64,
+    /// It belongs to a transaction.
     pub transactional: bool,
+    /// It is a transaction marker.
     pub control: bool,
+    /// The whole batch as stored (decode its records with
+    /// [`decode_records`](crate::testkit::batch::decode_records)).
     pub bytes: Bytes,
 }
 
@@ -32,8 +44,11 @@ pub struct StoredBatch {
 /// its data lies in `first_offset..last_offset`, `last_offset` being the ABORT marker's offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AbortedTxn {
+    /// The transaction's producer id.
     pub producer_id: i64,
+    /// The transaction's first offset in the partition.
     pub first_offset: i64,
+    /// The ABORT marker's offset.
     pub last_offset: i64,
     /// The last stable offset once the marker was written.
     pub last_stable_offset: i64,

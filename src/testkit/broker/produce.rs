@@ -12,11 +12,15 @@ use crate::testkit::batch::{BatchError, BatchHeader};
 /// One partition's answer to a produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducePartitionResult {
+    /// The error code (0: none).
     pub error_code: i16,
     /// First offset assigned, the original first offset for a duplicate, -1 on error.
     pub base_offset: i64,
+    /// The append time under LogAppendTime, else -1.
     pub log_append_time_ms: i64,
+    /// The partition's first stored offset.
     pub log_start_offset: i64,
+    /// The error's message, where Kafka sends one.
     pub error_message: Option<String>,
     /// On NOT_LEADER_OR_FOLLOWER: the current (leader, leader epoch), for Produce v10+
     /// (KIP-951 `CurrentLeader`).
@@ -26,6 +30,7 @@ pub struct ProducePartitionResult {
 }
 
 impl ProducePartitionResult {
+    /// The answer of an error, with nothing appended.
     pub fn error(error_code: i16) -> Self {
         ProducePartitionResult {
             error_code,
@@ -47,7 +52,9 @@ impl ProducePartitionResult {
 /// One partition of a produce request.
 #[derive(Debug, Clone, Copy)]
 pub struct ProduceInput<'a> {
+    /// The topic.
     pub topic: &'a str,
+    /// The partition.
     pub partition: i32,
     /// `None` for a null records field.
     pub records: Option<&'a [u8]>,

@@ -16,7 +16,9 @@ use crate::testkit::batch::decrement_sequence;
 /// Metadata of one appended batch (Kafka `BatchMetadata`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchMetadata {
+    /// The batch's last sequence number.
     pub last_seq: i32,
+    /// The batch's last offset.
     pub last_offset: i64,
     /// `last_offset - first_offset`, which equals `last_seq - first_seq` for a client batch.
     pub offset_delta: i32,
@@ -30,6 +32,7 @@ impl BatchMetadata {
         decrement_sequence(self.last_seq, self.offset_delta)
     }
 
+    /// The batch's first offset.
     pub fn first_offset(&self) -> i64 {
         self.last_offset - i64::from(self.offset_delta)
     }
@@ -38,6 +41,7 @@ impl BatchMetadata {
 /// What a partition remembers about one producer id (Kafka `ProducerStateEntry`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerStateEntry {
+    /// The producer id.
     pub producer_id: i64,
     /// -1 only for a placeholder that was never stored.
     pub producer_epoch: i16,

@@ -14,39 +14,55 @@ use super::group_offsets::{
 };
 use super::{AbortedTxn, Cluster, InitProducerIdResult};
 
-/// FindCoordinator key types.
+/// FindCoordinator key type of a consumer group.
 pub const COORDINATOR_KEY_GROUP: i8 = 0;
+/// FindCoordinator key type of a transactional id.
 pub const COORDINATOR_KEY_TRANSACTION: i8 = 1;
 
 /// One partition of a TxnOffsetCommit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TxnOffsetCommitInput {
+    /// The topic.
     pub topic: String,
+    /// The partition.
     pub partition: i32,
+    /// The offset to commit.
     pub offset: i64,
+    /// The leader epoch of the consumed record (-1: unknown).
     pub leader_epoch: i32,
+    /// The offset's metadata string.
     pub metadata: Option<String>,
 }
 
 /// The group-level fields of a TxnOffsetCommit.
 #[derive(Debug, Clone, Copy)]
 pub struct TxnOffsetCommitGroup<'a> {
+    /// The transaction's id.
     pub transactional_id: &'a str,
+    /// The consumer group.
     pub group_id: &'a str,
+    /// The producer id.
     pub producer_id: i64,
+    /// The producer epoch.
     pub producer_epoch: i16,
+    /// The group's generation (negative: not checked).
     pub generation_id: i32,
 }
 
 /// One partition of an OffsetFetch answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetFetchPartition {
+    /// The topic.
     pub topic: String,
+    /// The partition.
     pub partition: i32,
+    /// The error code (0: none).
     pub error_code: i16,
     /// -1 when nothing is committed (or on error).
     pub offset: i64,
+    /// The committed leader epoch (-1: none).
     pub leader_epoch: i32,
+    /// The committed metadata string.
     pub metadata: Option<String>,
 }
 
@@ -71,10 +87,12 @@ impl Cluster {
         ids[(key_hash(key) % ids.len() as u64) as usize]
     }
 
+    /// The broker that coordinates `transactional_id`.
     pub fn transaction_coordinator(&self, transactional_id: &str) -> i32 {
         self.coordinator_for(COORDINATOR_KEY_TRANSACTION, transactional_id)
     }
 
+    /// The broker that coordinates `group_id`.
     pub fn group_coordinator(&self, group_id: &str) -> i32 {
         self.coordinator_for(COORDINATOR_KEY_GROUP, group_id)
     }

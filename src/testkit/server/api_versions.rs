@@ -86,10 +86,12 @@ impl ApiVersionTable {
         }
     }
 
+    /// The versions advertised for `api_key`, inclusive; `None` when it is not advertised.
     pub fn range(&self, api_key: i16) -> Option<(i16, i16)> {
         self.ranges.get(&api_key).copied()
     }
 
+    /// Whether `version` of `api_key` is advertised.
     pub fn supports(&self, api_key: i16, version: i16) -> bool {
         self.range(api_key)
             .is_some_and(|(min, max)| (min..=max).contains(&version))

@@ -22,7 +22,10 @@ pub enum FaultAction {
     DropResponseAfterAppend,
     /// Close the connection before processing; `mid_frame` first writes half a response
     /// frame, so the client sees a torn frame.
-    ResetConnection { mid_frame: bool },
+    ResetConnection {
+        /// Write half a response frame before closing.
+        mid_frame: bool,
+    },
     /// Process the request, then hold its answer (and everything after it on the connection,
     /// since answers stay in order).
     DelayResponse(Duration),
@@ -76,6 +79,8 @@ impl Drop for TakenFault<'_> {
 }
 
 impl FaultPlan {
+    /// Applies `action` to the next `n` requests of `api` that `broker` (or any, with
+    /// [`ANY_BROKER`]) reads.
     pub fn add(&self, broker: i32, api: ApiKey, n: usize, action: FaultAction) {
         if n == 0 {
             return;
@@ -88,22 +93,27 @@ impl FaultPlan {
         });
     }
 
+    /// [`add`](Self::add) of [`FaultAction::DropResponseAfterAppend`].
     pub fn drop_response_after_append(&self, broker: i32, api: ApiKey, n: usize) {
         self.add(broker, api, n, FaultAction::DropResponseAfterAppend);
     }
 
+    /// [`add`](Self::add) of [`FaultAction::ResetConnection`].
     pub fn reset_connection(&self, broker: i32, api: ApiKey, n: usize, mid_frame: bool) {
         self.add(broker, api, n, FaultAction::ResetConnection { mid_frame });
     }
 
+    /// [`add`](Self::add) of [`FaultAction::DelayResponse`].
     pub fn delay_response(&self, broker: i32, api: ApiKey, n: usize, delay: Duration) {
         self.add(broker, api, n, FaultAction::DelayResponse(delay));
     }
 
+    /// [`add`](Self::add) of [`FaultAction::InjectError`].
     pub fn inject_error(&self, broker: i32, api: ApiKey, error_code: i16, n: usize) {
         self.add(broker, api, n, FaultAction::InjectError(error_code));
     }
 
+    /// [`add`](Self::add) of [`FaultAction::AppendThenAnswer`].
     pub fn append_then_answer(&self, broker: i32, api: ApiKey, error_code: i16, n: usize) {
         self.add(broker, api, n, FaultAction::AppendThenAnswer(error_code));
     }

@@ -360,10 +360,13 @@ impl ReferenceCluster {
             .join(",")
     }
 
+    /// The plaintext listener's address of `broker` (panics for an unknown broker).
     pub fn broker_address(&self, broker: i32) -> SocketAddr {
         self.shared.broker_addr(broker).expect("unknown broker")
     }
 
+    /// Creates topic `name` with one partition per entry of `leaders`, led by that broker
+    /// (panics if the topic exists).
     pub fn create_topic(&self, name: &str, leaders: &[i32]) {
         assert!(
             self.shared.cluster().create_topic(name, leaders),
@@ -371,6 +374,7 @@ impl ReferenceCluster {
         );
     }
 
+    /// Moves the leadership of `topic`-`partition` to broker `leader`.
     pub fn set_leader(&self, topic: &str, partition: i32, leader: i32) {
         self.shared.cluster().set_leader(topic, partition, leader);
     }
@@ -402,10 +406,12 @@ impl ReferenceCluster {
         true
     }
 
+    /// The fault plan the brokers apply to the requests they read.
     pub fn faults(&self) -> &FaultPlan {
         &self.shared.faults
     }
 
+    /// What the brokers saw: requests, connections and bytes.
     pub fn stats(&self) -> &ServerStats {
         &self.shared.stats
     }

@@ -19,7 +19,9 @@ use base64::Engine as _;
 /// A token the validator accepted: whose it is and until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidatedToken {
+    /// The principal the token authenticates.
     pub principal: String,
+    /// When the token expires: the session ends then, as KIP-368 has it.
     pub expires_at: SystemTime,
 }
 
@@ -33,6 +35,7 @@ type ValidatorFn = dyn Fn(&str) -> Result<ValidatedToken, String> + Send + Sync;
 pub struct OAuthBearerValidator(Arc<ValidatorFn>);
 
 impl OAuthBearerValidator {
+    /// Wraps `validate`: the token's principal and expiry, or the error status to answer.
     pub fn new(
         validate: impl Fn(&str) -> Result<ValidatedToken, String> + Send + Sync + 'static,
     ) -> Self {

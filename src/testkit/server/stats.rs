@@ -10,6 +10,8 @@ use kafka_protocol::messages::ApiKey;
 
 use super::tls::TlsVersion;
 
+/// What the reference cluster's brokers saw: requests by broker, API and version,
+/// connections, bytes.
 #[derive(Debug, Default)]
 pub struct ServerStats {
     /// (broker, api key, version) → requests read.
@@ -293,10 +295,12 @@ impl ServerStats {
         versions
     }
 
+    /// Connections accepted, every broker, in all.
     pub fn connections_accepted(&self) -> u64 {
         self.connections_accepted.load(Ordering::Relaxed)
     }
 
+    /// Connections open now, every broker.
     pub fn connections_open(&self) -> u64 {
         self.connections_open.load(Ordering::Relaxed)
     }
@@ -306,10 +310,12 @@ impl ServerStats {
         self.unsupported_closed.load(Ordering::Relaxed)
     }
 
+    /// Bytes of the requests counted, every broker.
     pub fn bytes_in(&self) -> u64 {
         self.bytes_in.load(Ordering::Relaxed)
     }
 
+    /// Bytes written to clients, every broker.
     pub fn bytes_out(&self) -> u64 {
         self.bytes_out.load(Ordering::Relaxed)
     }

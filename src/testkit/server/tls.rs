@@ -119,7 +119,9 @@ pub struct TlsListener {
 /// A TLS version a listener may speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TlsVersion {
+    /// TLS 1.2.
     Tls12,
+    /// TLS 1.3.
     Tls13,
 }
 
