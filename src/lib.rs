@@ -15,13 +15,8 @@
 // (test-only accessors, invariant checks, the codec functions the reference broker needs)
 // looks unused to the compiler: the engine and the codec allow that then. Builds with the
 // feature still report their unused private items and imports.
-//
-// Some fields and variants of the engine's types that the crate root re-exports
-// (`RecordMetadata`, `TopicPartition`, `GroupMetadata`, `OffsetAndMetadata`, `TransactionState`)
-// and that `stats` re-exports (`ProducerIdAndEpoch`, `EngineStats`) have no documentation yet:
-// until they do, the engine is exempt from `missing_docs` in every build.
 #[cfg_attr(not(feature = "testkit"), allow(dead_code, unused_imports))]
-#[allow(missing_docs)]
+#[cfg_attr(feature = "testkit", allow(missing_docs))]
 mod engine;
 #[cfg_attr(not(feature = "testkit"), allow(dead_code, unused_imports))]
 #[cfg_attr(feature = "testkit", allow(missing_docs))]

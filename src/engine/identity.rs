@@ -3,20 +3,25 @@
 /// Java's `ProducerIdAndEpoch`. `NONE` is (-1, -1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProducerIdAndEpoch {
+    /// The producer id the broker assigned (-1: none).
     pub producer_id: i64,
+    /// Its epoch (-1: none).
     pub epoch: i16,
 }
 
 impl ProducerIdAndEpoch {
+    /// No producer id yet.
     pub const NONE: ProducerIdAndEpoch = ProducerIdAndEpoch {
         producer_id: -1,
         epoch: -1,
     };
 
+    /// `producer_id` at `epoch`.
     pub fn new(producer_id: i64, epoch: i16) -> Self {
         ProducerIdAndEpoch { producer_id, epoch }
     }
 
+    /// A producer id was assigned (Java's `isValid`).
     pub fn is_valid(self) -> bool {
         self.producer_id > -1
     }

@@ -41,7 +41,9 @@ pub type NodeId = i32;
 /// Where a record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
+    /// The record's topic.
     pub topic: Arc<str>,
+    /// The partition it was written to.
     pub partition: i32,
     /// The record's offset; -1 when the broker answered DUPLICATE_SEQUENCE_NUMBER (it no longer
     /// knew the original offset) or `acks=0`.

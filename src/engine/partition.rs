@@ -17,11 +17,14 @@ use super::{Micros, NodeId};
 /// A topic and partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
+    /// The topic's name.
     pub topic: Arc<str>,
+    /// The partition's index.
     pub partition: i32,
 }
 
 impl TopicPartition {
+    /// `topic`-`partition`.
     pub fn new(topic: impl Into<Arc<str>>, partition: i32) -> Self {
         TopicPartition {
             topic: topic.into(),

@@ -94,14 +94,21 @@ enum RequestBody<D> {
 /// Counters for tests, the simulator and the perf tool.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Produce requests sent.
     pub produce_requests: u64,
+    /// Batch attempts sent (a retry counts again).
     pub batches_sent: u64,
+    /// Batches re-enqueued for another attempt.
     pub retries: u64,
+    /// Epoch bumps this engine asked for (KIP-360).
     pub epoch_bumps_requested: u64,
+    /// Partitions whose sequences were rewritten after a bump (`startSequencesAtBeginning`).
     pub sequence_rewrites: u64,
+    /// Connections lost or closed on an error.
     pub disconnects: u64,
     /// Connections closed for idling past `connections.max.idle.ms` (not in `disconnects`).
     pub idle_disconnects: u64,
+    /// Connections closed for an answer that broke the protocol (hostile or broken broker).
     pub protocol_errors: u64,
     /// Times the broker list was replaced by `bootstrap.servers` (KIP-899, KIP-1102).
     pub rebootstraps: u64,

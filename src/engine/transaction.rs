@@ -99,9 +99,13 @@ impl TxnOperation {
 /// `ConsumerGroupMetadata`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMetadata {
+    /// The consumer group's id.
     pub group_id: String,
+    /// The group's generation (-1: unknown, as `new` gives).
     pub generation_id: i32,
+    /// This member's id (empty: unknown).
     pub member_id: String,
+    /// The static member's instance id, if any.
     pub group_instance_id: Option<String>,
 }
 
@@ -120,12 +124,16 @@ impl GroupMetadata {
 /// One offset to commit with the transaction (Java's `OffsetAndMetadata`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffsetAndMetadata {
+    /// The offset to commit (the next record the group will read).
     pub offset: i64,
+    /// The leader epoch of the last record consumed (-1: unknown).
     pub leader_epoch: i32,
+    /// Free-form metadata committed with the offset.
     pub metadata: Option<String>,
 }
 
 impl OffsetAndMetadata {
+    /// `offset`, with no leader epoch and no metadata.
     pub fn new(offset: i64) -> Self {
         OffsetAndMetadata {
             offset,

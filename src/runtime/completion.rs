@@ -275,3 +275,64 @@ mod tests {
         assert_eq!(offset_of(completion.outcome(5)), Some(-1));
     }
 }
+
+/// Model checks of the completion's hand-off (built with `--cfg loom`, see `crate::sync`):
+/// every interleaving, up to a bound on preemptions, of a shard completing a batch while a
+/// caller waits on one of its records. A lost wake is a deadlock loom reports.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::task::Poll;
+
+    use loom::sync::Arc;
+    use loom::thread;
+
+    use super::*;
+    use crate::sync::check;
+
+    fn appended() -> Outcome {
+        Outcome::Appended {
+            base_offset: 7,
+            log_append_time: -1,
+        }
+    }
+
+    /// A record's future awaited while its batch completes is woken: either its registration,
+    /// under the lock, finds the outcome, or the completion, which takes the lock after writing
+    /// the outcome, finds the registration.
+    #[test]
+    fn loom_a_record_awaited_while_its_batch_completes_is_never_stranded() {
+        check(|| {
+            let completion = Arc::new(BatchCompletion::new());
+            let shard = {
+                let completion = completion.clone();
+                thread::spawn(move || completion.complete(appended()))
+            };
+            let outcome = loom::future::block_on(std::future::poll_fn(|cx| {
+                if let Some(outcome) = completion.outcome(2) {
+                    return Poll::Ready(outcome);
+                }
+                if completion.register_waker(2, cx.waker()) {
+                    Poll::Pending
+                } else {
+                    Poll::Ready(completion.outcome(2).expect("written"))
+                }
+            }));
+            assert!(matches!(outcome, Outcome::Appended { base_offset: 9, .. }));
+            shard.join().expect("shard");
+        });
+    }
+
+    /// A thread blocked on a record is woken by its batch's completion.
+    #[test]
+    fn loom_a_thread_blocked_on_a_record_is_woken_by_its_batchs_completion() {
+        check(|| {
+            let completion = Arc::new(BatchCompletion::new());
+            let shard = {
+                let completion = completion.clone();
+                thread::spawn(move || completion.complete(appended()))
+            };
+            assert!(completion.wait(0, None).is_some());
+            shard.join().expect("shard");
+        });
+    }
+}

@@ -9,17 +9,26 @@ use super::{TransactionManager, TxnAction};
 /// Java's `TransactionManager.State` (TV1; no PREPARED_TRANSACTION, no 2PC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransactionState {
+    /// `init_transactions` has not been called.
     Uninitialized,
+    /// `init_transactions` is under way (InitProducerId).
     Initializing,
+    /// Ready to begin a transaction.
     Ready,
+    /// A transaction is open.
     InTransaction,
+    /// `commit_transaction` is under way.
     CommittingTransaction,
+    /// `abort_transaction` is under way.
     AbortingTransaction,
+    /// The transaction failed and can only be aborted.
     AbortableError,
+    /// The producer can do nothing more (fenced, or a fatal error).
     FatalError,
 }
 
 impl TransactionState {
+    /// Java's name of the state (`IN_TRANSACTION`, ...).
     pub fn name(self) -> &'static str {
         match self {
             TransactionState::Uninitialized => "UNINITIALIZED",
