@@ -136,10 +136,8 @@ fn a_task_that_cannot_run_or_is_cut_short_says_why() {
                 shards: 1
             })
         );
-        // Waits on a timer far longer than the close takes.
-        let waiting = producer.spawn_on_shard(0, || async {
-            glommio::timer::sleep(Duration::from_secs(600)).await;
-        });
+        // Never finishes: only the shard's stop ends it.
+        let waiting = producer.spawn_on_shard(0, std::future::pending::<()>);
         producer.close(Duration::from_secs(10));
         assert_eq!(waiting.join(), Err(ShardTaskError::Stopped));
         assert_eq!(
@@ -160,17 +158,13 @@ fn inside_a_task_joining_does_not_block_and_awaiting_does() {
             common::kacrab_producer(&cluster.bootstrap_servers(), &[("kacrab.shards", "1")]);
         let inner_producer = producer.clone();
         let outer = producer.spawn_on_shard(0, move || async move {
-            let slow = inner_producer.spawn_on_shard(0, || async {
-                glommio::timer::sleep(Duration::from_millis(200)).await;
-                41
-            });
+            // Neither task can start before this one awaits: they share its thread.
+            let answer = inner_producer.spawn_on_shard(0, || async { 41 });
             let joined = inner_producer
-                .spawn_on_shard(0, || async {
-                    glommio::timer::sleep(Duration::from_millis(200)).await;
-                })
+                .spawn_on_shard(0, std::future::pending::<()>)
                 .join();
             inner_producer.flush();
-            let awaited = slow.await;
+            let awaited = answer.await;
             (joined, awaited)
         });
         let (joined, awaited) = outer.join().expect("the outer task finishes");
