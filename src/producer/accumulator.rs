@@ -188,6 +188,7 @@ impl Accumulator {
                 shard,
                 self.memory.id(),
                 self.pools[shard].clone(),
+                compression.clone(),
             )));
         }
         let queues = Arc::new(TopicQueues {
@@ -197,17 +198,6 @@ impl Accumulator {
         });
         topics.insert(topic.clone(), queues.clone());
         queues
-    }
-
-    fn compression_of(&self, topic: &Arc<str>) -> Option<BatchCompression> {
-        if self.codec == Codec::None {
-            return None;
-        }
-        self.topics
-            .read()
-            .expect("queues lock")
-            .get(topic)
-            .and_then(|q| q.compression.clone())
     }
 
     /// Appends `record` to `queue`'s open batch, opening a new one (and reserving its buffer
@@ -295,7 +285,7 @@ impl Accumulator {
             };
             let created = inbox.epoch().elapsed().as_micros() as u64;
             let max_size = self.batch_size.max(record.upper_bound);
-            let compression = self.compression_of(&queue.tp.topic);
+            let compression = queue.compression.clone();
             let mut batch = ProducerBatch::with_buffer(
                 buffer,
                 created,

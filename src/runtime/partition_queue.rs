@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::engine::batch::ProducerBatch;
+use crate::engine::batch::{BatchCompression, ProducerBatch};
 use crate::engine::buffer_pool::BufferPool;
 use crate::engine::TopicPartition;
 use crate::error::ProduceError;
@@ -30,6 +30,9 @@ pub(crate) struct PartitionQueue {
     memory: MemoryId,
     /// Its shard's batch buffers (a compressed batch takes a second one as it closes).
     pool: Arc<BufferPool>,
+    /// How its batches are compressed: the codec and its topic's ratio estimate (`None`:
+    /// uncompressed).
+    pub compression: Option<BatchCompression>,
     state: Mutex<QueueState>,
 }
 
@@ -90,19 +93,21 @@ pub(crate) struct QueueState {
 }
 
 impl PartitionQueue {
-    /// The empty queue of `tp`, owned by `shard`, whose batches reserve from `memory` and take
-    /// their buffers from `pool`.
+    /// The empty queue of `tp`, owned by `shard`, whose batches reserve from `memory`, take
+    /// their buffers from `pool` and are compressed as `compression` says.
     pub(crate) fn new(
         tp: TopicPartition,
         shard: usize,
         memory: MemoryId,
         pool: Arc<BufferPool>,
+        compression: Option<BatchCompression>,
     ) -> PartitionQueue {
         PartitionQueue {
             tp,
             shard,
             memory,
             pool,
+            compression,
             state: Mutex::default(),
         }
     }
