@@ -154,31 +154,11 @@ impl Drop for Deadline {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::Wake;
     use std::time::Duration;
 
     use super::*;
+    use crate::runtime::waiters::test_waker::{poll, waker};
 
-    /// Counts its wakes.
-    #[derive(Default)]
-    struct Wakes(AtomicUsize);
-
-    impl Wake for Wakes {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn waker() -> (Arc<Wakes>, Waker) {
-        let wakes = Arc::new(Wakes::default());
-        (wakes.clone(), Waker::from(wakes))
-    }
-
-    fn poll<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
-        Pin::new(future).poll(&mut Context::from_waker(waker))
-    }
     #[test]
     fn a_deadline_polled_many_times_holds_one_timer_entry_removed_when_it_is_dropped() {
         let timer: &'static Timer = Box::leak(Box::new(Timer::new()));

@@ -263,16 +263,19 @@ impl<F: Fn() -> bool> Drop for TopicWait<'_, F> {
     }
 }
 
+/// Wakers that count their wakes, and a one-shot poll, for the tests of the wait lists here and
+/// of the deadline timer (`producer::async_wait`).
 #[cfg(test)]
-mod tests {
-    use std::sync::atomic::AtomicBool;
-    use std::task::Wake;
-
-    use super::*;
+pub(crate) mod test_waker {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
 
     /// Counts its wakes.
     #[derive(Default)]
-    struct Wakes(AtomicUsize);
+    pub(crate) struct Wakes(pub AtomicUsize);
 
     impl Wake for Wakes {
         fn wake(self: Arc<Self>) {
@@ -280,14 +283,25 @@ mod tests {
         }
     }
 
-    fn waker() -> (Arc<Wakes>, Waker) {
+    /// A waker and the count of its wakes.
+    pub(crate) fn waker() -> (Arc<Wakes>, Waker) {
         let wakes = Arc::new(Wakes::default());
         (wakes.clone(), Waker::from(wakes))
     }
 
-    fn poll<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
+    /// Polls `future` once with `waker`.
+    pub(crate) fn poll<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
         Pin::new(future).poll(&mut Context::from_waker(waker))
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    use test_waker::{poll, waker};
 
     #[test]
     fn a_release_wakes_only_the_waiters_its_room_fits_oldest_first() {
