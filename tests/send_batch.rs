@@ -95,6 +95,20 @@ fn by_partition(
     out
 }
 
+/// librdkafka reads back `topic` with exactly `ids`, each on the partition `partition_of`
+/// gives, in the order given, and each at the offset it was acknowledged at (`acked_at`).
+fn assert_log_holds(
+    cluster: &ReferenceCluster,
+    topic: &str,
+    ids: impl IntoIterator<Item = u64>,
+    partition_of: impl Fn(u64) -> i32,
+    acked_at: &[(u64, i32, i64)],
+) {
+    let (log_ids, log) = read_ids(cluster, topic, PARTITIONS);
+    assert_eq!(log_ids, by_partition(ids, PARTITIONS, partition_of));
+    check_acked_offsets(&log, acked_at);
+}
+
 /// Checks that `results` are the acknowledgements of `ids` in the given order: each on the
 /// partition `partition_of` names; returns `(id, partition, offset)` for each.
 fn acknowledged(
@@ -224,9 +238,7 @@ fn a_record_too_large_in_the_middle_of_a_batch_fails_alone_and_the_others_land()
         }
         let landed: Vec<u64> = (0..21).filter(|&id| id != large).collect();
         let acked_at = acknowledged(&results, &landed, TOPIC, partition_of);
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(landed, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, landed, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -274,9 +286,7 @@ fn an_invalid_explicit_partition_in_a_batch_fails_alone_and_the_others_land() {
             .map(|&id| results[id as usize].clone())
             .collect();
         let acked_at = acknowledged(&landed_results, &landed, TOPIC, partition_of);
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(landed, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, landed, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -451,9 +461,7 @@ fn a_batch_sent_after_close_fails_every_record_closed_in_both_forms() {
             "the callback ran on the calling thread, before the call returned"
         );
 
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(before, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, before, partition_of, &acked_at);
     });
 }
 
@@ -531,9 +539,7 @@ fn a_batch_awaited_on_tokio_or_futures_lite_gives_what_wait_gives() {
             acked_at.extend(acknowledged(&results, &ids, TOPIC, partition_of));
             landed.extend(ids);
         }
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(landed, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, landed, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -583,9 +589,7 @@ fn a_pending_batch_is_woken_when_its_records_complete() {
         let results = block_on_timeout(batch, WAIT).expect("the batch resolves");
         assert!(flusher.join().expect("the flusher"), "the flush completed");
         let acked_at = acknowledged(&results, &ids, TOPIC, partition_of);
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(ids, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, ids, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -635,9 +639,7 @@ fn wait_after_a_poll_that_read_some_results_still_gives_every_result_in_order() 
         );
         let ids: Vec<u64> = (1..31).collect();
         let acked_at = acknowledged(&results, &ids, TOPIC, partition_of);
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(ids, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, ids, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -726,9 +728,7 @@ fn batches_and_single_sends_from_one_thread_land_in_call_order_per_partition() {
             acked_at.extend(acknowledged(&results, &ids, TOPIC, partition_of));
         }
         assert_eq!(acked_at.len() as u64, next, "every record acknowledged");
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(0..next, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, 0..next, partition_of, &acked_at);
         producer.close(Duration::from_secs(10));
     });
 }
@@ -746,9 +746,7 @@ fn a_batch_larger_than_buffer_memory_lands_whole_as_room_frees() {
         let ids: Vec<u64> = (0..3000).collect();
         let batch = producer.send_batch(ids.iter().map(|&id| record(TOPIC, partition_of(id), id)));
         let acked_at = acknowledged(&results_of(batch), &ids, TOPIC, partition_of);
-        let (log_ids, log) = read_ids(&cluster, TOPIC, PARTITIONS);
-        assert_eq!(log_ids, by_partition(ids, PARTITIONS, partition_of));
-        check_acked_offsets(&log, &acked_at);
+        assert_log_holds(&cluster, TOPIC, ids, partition_of, &acked_at);
         assert!(
             producer.metrics().bufferpool_wait_time_ns_total > 0,
             "the batch waited for room in buffer.memory"
