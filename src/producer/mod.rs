@@ -11,6 +11,7 @@ mod send_async;
 mod send_batch;
 mod sticky;
 mod transaction;
+mod try_send_error;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,7 @@ pub use delivery::DeliveryFuture;
 pub use on_shard::{ShardTask, ShardTaskError};
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
+pub use try_send_error::TrySendError;
 
 use accumulator::{Accumulator, Append};
 
@@ -722,43 +724,6 @@ enum WouldBlock {
     BufferFull,
     MetadataPending,
 }
-
-/// A record [`Producer::try_send`] did not queue, given back unchanged.
-#[derive(Debug)]
-pub enum TrySendError {
-    /// `buffer.memory` has no room for it now.
-    BufferFull(Box<ProducerRecord>),
-    /// Its topic's partition count is not known yet (it has been asked for).
-    MetadataPending(Box<ProducerRecord>),
-}
-
-impl TrySendError {
-    /// The record, to send again later.
-    pub fn into_record(self) -> ProducerRecord {
-        match self {
-            TrySendError::BufferFull(record) | TrySendError::MetadataPending(record) => *record,
-        }
-    }
-}
-
-impl std::fmt::Display for TrySendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TrySendError::BufferFull(r) => write!(
-                f,
-                "buffer.memory has no room for a record of {} now; nothing was queued",
-                r.topic
-            ),
-            TrySendError::MetadataPending(r) => write!(
-                f,
-                "the partition count of {} is not known yet; nothing was queued",
-                r.topic
-            ),
-        }
-    }
-}
-
-impl std::error::Error for TrySendError {}
 
 /// The shard of `shards` that owns a partition: stable for the producer's life.
 fn shard_for(tp: &TopicPartition, shards: usize) -> usize {
