@@ -185,8 +185,6 @@ impl Producer {
         runtime::io_uring_preflight(shard_count, config.io_memory)?;
         let wake = WakePolicy {
             linger_us: config.linger.as_micros().try_into().unwrap_or(u64::MAX),
-            batch_bytes: config.batch_size,
-            reserved_bytes: config.buffer_memory / 2,
         };
         let inboxes: Vec<Arc<ShardInbox>> = (0..shard_count)
             .map(|_| Arc::new(ShardInbox::new(wake)))

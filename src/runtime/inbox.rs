@@ -62,25 +62,16 @@ pub(crate) struct ShardInbox {
     wake: WakePolicy,
 }
 
-/// When a record pushed to a parked shard wakes it (see the module documentation).
+/// When a notice pushed to a parked shard wakes it (see the module documentation).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct WakePolicy {
-    /// `linger.ms` in µs. 0: the first record of every burst wakes the shard.
+    /// `linger.ms` in µs. 0: the first notice of every burst wakes the shard.
     pub linger_us: u64,
-    /// Encoded record bytes queued since the last take that wake the shard: `batch.size`.
-    pub batch_bytes: usize,
-    /// `buffer.memory` reserved by records queued since the last take that wakes the shard:
-    /// half of `buffer.memory`.
-    pub reserved_bytes: usize,
 }
 
 impl WakePolicy {
     /// Every burst wakes the shard at once.
-    pub(crate) const EAGER: WakePolicy = WakePolicy {
-        linger_us: 0,
-        batch_bytes: usize::MAX,
-        reserved_bytes: usize::MAX,
-    };
+    pub(crate) const EAGER: WakePolicy = WakePolicy { linger_us: 0 };
 }
 
 struct Queue {
@@ -90,11 +81,6 @@ struct Queue {
     /// When the oldest queued command arrived (µs since `epoch`), or `NOT_TIMED` when the
     /// policy does not linger in the inbox. Meaningful while `commands` is not empty.
     oldest_us: u64,
-    /// Encoded bytes and reservations of the records pushed since the last take.
-    bytes: usize,
-    reserved: usize,
-    /// A push since the last take woke the shard (or found it awake) for its bytes.
-    woken_for_bytes: bool,
 }
 
 /// `Queue::oldest_us` when arrivals are not timed.
@@ -123,9 +109,6 @@ impl ShardInbox {
                 commands: VecDeque::new(),
                 closed: false,
                 oldest_us: NOT_TIMED,
-                bytes: 0,
-                reserved: 0,
-                woken_for_bytes: false,
             }),
             parked: AtomicBool::new(false),
             parked_until: AtomicU64::new(0),
@@ -166,15 +149,12 @@ impl ShardInbox {
         Ok(())
     }
 
-    /// Queues a record's `command` behind everything pushed before it: `encoded` bytes of
-    /// batch, `reserved` bytes of `buffer.memory`. Wakes the shard as the [`WakePolicy`] says.
+    /// Queues a partition queue's notice (its first batch the shard does not know of) behind
+    /// everything pushed before it. With `now`, or `linger.ms` 0, it wakes a parked shard;
+    /// else only if the shard's own timer fires after the new batch's linger has run out (the
+    /// first notice of a burst decides; a later one finds the shard woken or timed already).
     #[allow(clippy::result_large_err)]
-    pub(crate) fn push_record(
-        &self,
-        command: ShardCommand,
-        encoded: usize,
-        reserved: usize,
-    ) -> Result<(), ShardCommand> {
+    pub(crate) fn push_notice(&self, command: ShardCommand, now: bool) -> Result<(), ShardCommand> {
         let wake = {
             let mut queue = self.queue.lock().expect("inbox lock");
             if queue.closed {
@@ -184,15 +164,8 @@ impl ShardInbox {
             let first = queue.commands.len() == 1;
             if first {
                 queue.oldest_us = self.arrival_us();
-                queue.woken_for_bytes = false;
             }
-            queue.bytes += encoded;
-            queue.reserved += reserved;
-            if !queue.woken_for_bytes
-                && (queue.bytes >= self.wake.batch_bytes
-                    || queue.reserved >= self.wake.reserved_bytes)
-            {
-                queue.woken_for_bytes = true;
+            if now {
                 Wake::Now
             } else if first {
                 Wake::Unless(queue.oldest_us)
@@ -206,18 +179,6 @@ impl ShardInbox {
             Wake::Unless(arrived) => self.wake_shard_unless_due(arrived),
         }
         Ok(())
-    }
-
-    /// Queues a partition queue's notice (its first batch the shard does not know of). With
-    /// `now`, or `linger.ms` 0, it wakes a parked shard; else only if the shard's own timer
-    /// fires after the new batch's linger has run out.
-    #[allow(clippy::result_large_err)]
-    pub(crate) fn push_notice(&self, command: ShardCommand, now: bool) -> Result<(), ShardCommand> {
-        if now {
-            self.push(command)
-        } else {
-            self.push_record(command, 0, 0)
-        }
     }
 
     /// The arrival time of a burst's first command, read only when records may wait.
@@ -298,9 +259,6 @@ impl ShardInbox {
         let oldest = {
             let mut queue = self.queue.lock().expect("inbox lock");
             std::mem::swap(&mut queue.commands, into);
-            queue.bytes = 0;
-            queue.reserved = 0;
-            queue.woken_for_bytes = false;
             std::mem::replace(&mut queue.oldest_us, NOT_TIMED)
         };
         let oldest = (oldest != NOT_TIMED && !into.is_empty()).then_some(oldest);
@@ -456,26 +414,23 @@ mod tests {
         (parked, wakes)
     }
 
-    const LINGER_5_MS: WakePolicy = WakePolicy {
-        linger_us: 5_000,
-        batch_bytes: 1_000,
-        reserved_bytes: 100_000,
-    };
+    const LINGER_5_MS: WakePolicy = WakePolicy { linger_us: 5_000 };
 
-    fn record(inbox: &ShardInbox, topic: &Arc<str>, encoded: usize, reserved: usize) {
+    /// A lazy notice (a new batch lingering), stood for by a command of the same weight.
+    fn notice(inbox: &ShardInbox, topic: &Arc<str>) {
         let command = ShardCommand::RequestTopic(topic.clone());
-        assert!(inbox.push_record(command, encoded, reserved).is_ok());
+        assert!(inbox.push_notice(command, false).is_ok());
     }
 
     #[test]
-    fn a_record_lingering_past_the_shards_own_timer_does_not_wake_it_and_is_taken_as_of_its_arrival(
+    fn a_notice_lingering_past_the_shards_own_timer_does_not_wake_it_and_is_taken_as_of_its_arrival(
     ) {
         let inbox = ShardInbox::new(LINGER_5_MS);
         let topic: Arc<str> = Arc::from("t");
         let before = inbox.now_us();
         let (_parked, wakes) = parked_for(&inbox, 1_000);
-        record(&inbox, &topic, 10, 100);
-        record(&inbox, &topic, 10, 100);
+        notice(&inbox, &topic);
+        notice(&inbox, &topic);
         assert_eq!(
             wakes.count(),
             0,
@@ -498,16 +453,16 @@ mod tests {
             std::hint::spin_loop();
         }
         let mut local = VecDeque::new();
-        for first_is_a_record in [true, false] {
+        for first_is_a_notice in [true, false] {
             let before = inbox.epoch().elapsed().as_micros() as u64;
-            if first_is_a_record {
-                record(&inbox, &topic, 10, 100);
+            if first_is_a_notice {
+                notice(&inbox, &topic);
             } else {
                 assert!(inbox
                     .push(ShardCommand::RequestTopic(topic.clone()))
                     .is_ok());
             }
-            record(&inbox, &topic, 10, 100);
+            notice(&inbox, &topic);
             let after = inbox.epoch().elapsed().as_micros() as u64;
             let arrived = inbox.take_all(&mut local).expect("timed arrival");
             assert!(
@@ -519,45 +474,20 @@ mod tests {
     }
 
     #[test]
-    fn a_record_whose_linger_ends_before_the_shards_timer_wakes_it() {
+    fn a_notice_whose_linger_ends_before_the_shards_timer_wakes_it() {
         let inbox = ShardInbox::new(LINGER_5_MS);
         let topic: Arc<str> = Arc::from("t");
         let (_parked, wakes) = parked_for(&inbox, 60_000_000);
-        record(&inbox, &topic, 10, 100);
+        notice(&inbox, &topic);
         assert_eq!(wakes.count(), 1);
     }
 
     #[test]
-    fn records_adding_up_to_a_batch_or_to_half_the_buffer_wake_the_shard() {
-        let inbox = ShardInbox::new(LINGER_5_MS);
-        let topic: Arc<str> = Arc::from("t");
-        let mut local = VecDeque::new();
-        // Two bursts: a take starts the count again.
-        for _ in 0..2 {
-            let (parked, wakes) = parked_for(&inbox, 1_000);
-            for _ in 0..99 {
-                record(&inbox, &topic, 10, 100);
-            }
-            assert_eq!(wakes.count(), 0, "990 bytes: under a batch");
-            record(&inbox, &topic, 10, 100);
-            assert_eq!(wakes.count(), 1, "1,000 bytes: a batch's worth");
-            drop(parked);
-            inbox.take_all(&mut local);
-            local.clear();
-        }
-        let (_parked, wakes) = parked_for(&inbox, 1_000);
-        record(&inbox, &topic, 10, 60_000);
-        assert_eq!(wakes.count(), 0);
-        record(&inbox, &topic, 10, 40_000);
-        assert_eq!(wakes.count(), 1, "half of buffer.memory reserved");
-    }
-
-    #[test]
-    fn a_command_behind_lingering_records_wakes_the_shard() {
+    fn a_command_behind_lingering_notices_wakes_the_shard() {
         let inbox = ShardInbox::new(LINGER_5_MS);
         let topic: Arc<str> = Arc::from("t");
         let (_parked, wakes) = parked_for(&inbox, 1_000);
-        record(&inbox, &topic, 10, 100);
+        notice(&inbox, &topic);
         assert_eq!(wakes.count(), 0);
         assert!(inbox
             .push(ShardCommand::RequestTopic(topic.clone()))
@@ -566,12 +496,12 @@ mod tests {
     }
 
     #[test]
-    fn without_linger_the_first_record_of_a_burst_wakes_the_shard_and_arrivals_are_not_timed() {
+    fn without_linger_the_first_notice_of_a_burst_wakes_the_shard_and_arrivals_are_not_timed() {
         let inbox = ShardInbox::new(WakePolicy::EAGER);
         let topic: Arc<str> = Arc::from("t");
         let (_parked, wakes) = parked_for(&inbox, 1_000);
-        record(&inbox, &topic, 10, 100);
-        record(&inbox, &topic, 10, 100);
+        notice(&inbox, &topic);
+        notice(&inbox, &topic);
         assert_eq!(wakes.count(), 1);
         let mut local = VecDeque::new();
         assert_eq!(inbox.take_all(&mut local), None);
@@ -739,7 +669,7 @@ mod loom_tests {
             };
             let recorder = {
                 let inbox = inbox.clone();
-                thread::spawn(move || assert!(inbox.push_record(command(), 10, 10).is_ok()))
+                thread::spawn(move || assert!(inbox.push_notice(command(), false).is_ok()))
             };
             shard(&inbox, &ring, 2, 0, false);
             pusher.join().unwrap();
