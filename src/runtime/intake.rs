@@ -8,6 +8,15 @@
 //! before it. A queue left with nothing leaves the list; its next batch notices the shard again.
 //! The shard's sleep is bounded by the earliest open batch's linger (`next_due`).
 //!
+//! A due open batch whose partition still has a batch in the engine waiting for the wire (all
+//! of the connection's requests in flight, say) is *held*: it stays open, and the records sent
+//! meanwhile join it instead of each opening a batch of its own. This is Java's accumulator,
+//! whose last batch of a partition takes records until a drain takes it. Without it, a
+//! producer at `linger.ms=0` that the network holds up turns each record into a batch, each
+//! with its buffer, request share and completion, just when it is behind. A held batch sets no
+//! timer (it is past due); the shard takes it in the same turn, after the engine has drained
+//! (`take_held`), or at the next turn.
+//!
 //! Invariant: a queue is on the list exactly while its `listed` flag is raised, and a queue
 //! whose batches the shard must take is either listed or has its notice in the inbox. A shard
 //! that stops shuts every listed queue (`shut_all`), and a notice dropped unread shuts its queue,
@@ -19,7 +28,7 @@ use crate::engine::{Engine, Micros};
 use crate::error::ProduceError;
 
 use super::delivery_handle::DeliveryHandle;
-use super::partition_queue::{fail_batch, ClosedBatch, PartitionQueue};
+use super::partition_queue::{fail_batch, ClosedBatch, Left, PartitionQueue};
 use super::txn_driver::TxnDriver;
 
 pub(crate) struct Intake {
@@ -27,6 +36,8 @@ pub(crate) struct Intake {
     linger_us: u64,
     /// The earliest linger expiry of an open batch left behind by the last take.
     next_due: Option<u64>,
+    /// The last take held a due open batch back (its partition had a batch to drain).
+    held: bool,
     /// Reused between takes.
     taken: Vec<ClosedBatch>,
 }
@@ -37,6 +48,7 @@ impl Intake {
             listed: Vec::new(),
             linger_us,
             next_due: None,
+            held: false,
             taken: Vec::new(),
         }
     }
@@ -57,6 +69,12 @@ impl Intake {
         self.next_due
     }
 
+    /// Whether the last take held a due open batch back: the shard takes again once the
+    /// engine has drained.
+    pub(crate) fn held(&self) -> bool {
+        self.held
+    }
+
     /// True when no queue is listed.
     pub(crate) fn is_empty(&self) -> bool {
         self.listed.is_empty()
@@ -73,10 +91,12 @@ impl Intake {
         take_open: bool,
     ) {
         let mut next_due: Option<u64> = None;
+        let mut held = false;
         let mut taken = std::mem::take(&mut self.taken);
         let linger_us = self.linger_us;
         self.listed.retain(|queue| {
-            let open_due = queue.take(now, linger_us, take_open, &mut taken);
+            let undrained = !take_open && engine.has_undrained(&queue.tp);
+            let left = queue.take(now, linger_us, take_open, undrained, &mut taken);
             for mut closed in taken.drain(..) {
                 if let Err(err) = txn.admit(closed.txn_barrier) {
                     fail_batch(closed.batch, &err);
@@ -87,13 +107,21 @@ impl Intake {
                 }
                 engine.append_batch(now, &queue.tp, closed.batch);
             }
-            if let Some(due) = open_due {
-                next_due = Some(next_due.map_or(due, |d| d.min(due)));
+            match left {
+                Left::Nothing => false,
+                Left::DueAt(due) => {
+                    next_due = Some(next_due.map_or(due, |d| d.min(due)));
+                    true
+                }
+                Left::Held => {
+                    held = true;
+                    true
+                }
             }
-            open_due.is_some()
         });
         self.taken = taken;
         self.next_due = next_due;
+        self.held = held;
     }
 
     /// The shard is stopping: every listed queue is shut, its batches fail with `error` (none
@@ -103,6 +131,7 @@ impl Intake {
             queue.shut(error.clone());
         }
         self.next_due = None;
+        self.held = false;
     }
 }
 

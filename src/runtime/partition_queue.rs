@@ -36,6 +36,17 @@ pub(crate) struct PartitionQueue {
     state: Mutex<QueueState>,
 }
 
+/// What a take left in a queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Left {
+    /// Nothing: the queue left the shard's list (its next batch notices the shard again).
+    Nothing,
+    /// An open batch due at this time (µs on the shard's clock).
+    DueAt(u64),
+    /// An open batch that is due but held (its partition has a batch still to drain).
+    Held,
+}
+
 /// A batch that stopped taking records, with the transaction barrier its records were checked
 /// under (`TxnStatus::check_send`; 0 without a transactional id).
 pub(crate) struct ClosedBatch {
@@ -123,36 +134,43 @@ impl PartitionQueue {
         !std::mem::replace(&mut self.lock().listed, true)
     }
 
-    /// The shard's side: takes every closed batch, and the open one if it is due at `now`
-    /// (`linger_us` after it was created) or `take_open` says so. Returns when the open batch
-    /// left behind is due (µs on the shard's clock); `None`: nothing is left, and the queue
-    /// left the shard's list (its next batch notices the shard again).
+    /// The shard's side: takes every closed batch, and the open one if `take_open` says so or
+    /// it is due at `now` (`linger_us` after it was created) and not `held`. A held batch
+    /// stays open, so the records sent while its partition waits for the wire join it (the
+    /// engine has an earlier batch of the partition still to drain: Java's last batch of a
+    /// partition's deque is likewise appendable until a drain takes it).
     pub(crate) fn take(
         &self,
         now: u64,
         linger_us: u64,
         take_open: bool,
+        held: bool,
         into: &mut Vec<ClosedBatch>,
-    ) -> Option<u64> {
+    ) -> Left {
         let mut state = self.lock();
+        // Closed batches taken now are ahead of the open one in the engine too.
+        let held = held || !state.ready.is_empty();
         into.extend(state.ready.drain(..));
         let due = state
             .open
             .as_ref()
             .map(|open| open.batch.created.saturating_add(linger_us));
-        let open_due = match due {
-            Some(at) if take_open || at <= now => {
-                let open = state.open.take().expect("an open batch");
-                into.push(open.close(self.memory, &self.pool));
-                None
-            }
-            other => other,
+        let left = match due {
+            None => Left::Nothing,
+            Some(_) if take_open => Left::Nothing,
+            Some(at) if at > now => Left::DueAt(at),
+            Some(_) if held => Left::Held,
+            Some(_) => Left::Nothing,
         };
-        if open_due.is_none() {
+        if let (Some(_), Left::Nothing) = (due, &left) {
+            let open = state.open.take().expect("an open batch");
+            into.push(open.close(self.memory, &self.pool));
+        }
+        if left == Left::Nothing {
             state.listed = false;
             state.noticed = false;
         }
-        open_due
+        left
     }
 
     /// The shard stopped or will never take from this queue again: every batch in it, and
@@ -180,5 +198,102 @@ pub(crate) fn fail_batch(mut batch: ProducerBatch<DeliveryHandle>, error: &Produ
     use crate::engine::Delivery;
     for run in std::mem::take(&mut batch.records) {
         run.delivery.complete(Err(error.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::buffer_memory::BufferMemory;
+    use bytes::BytesMut;
+
+    fn queue(memory: &BufferMemory) -> PartitionQueue {
+        PartitionQueue::new(
+            TopicPartition {
+                topic: "t".into(),
+                partition: 0,
+            },
+            0,
+            memory.id(),
+            Arc::new(BufferPool::new(1024, 4096)),
+            None,
+        )
+    }
+
+    /// Appends one record to the queue's open batch, opening one created at `created`.
+    fn append(queue: &PartitionQueue, created: u64) {
+        let mut state = queue.lock();
+        let open = state.open.get_or_insert_with(|| OpenBatch {
+            batch: ProducerBatch::with_buffer(
+                BytesMut::with_capacity(1024),
+                created,
+                0,
+                1024,
+                None,
+            ),
+            completion: Arc::new(BatchCompletion::new()),
+            callbacks: Vec::new(),
+            txn_barrier: 0,
+            reserved: 0,
+        });
+        assert!(open.batch.try_append_encoded(0, None, Some(b"v"), &[]));
+    }
+
+    fn records(taken: &[ClosedBatch]) -> Vec<i32> {
+        taken.iter().map(|c| c.batch.record_count).collect()
+    }
+
+    #[test]
+    fn a_due_open_batch_is_held_while_its_partition_has_a_batch_to_drain_and_takes_later_records() {
+        let memory = BufferMemory::new(1 << 20);
+        let queue = queue(&memory);
+        let mut taken = Vec::new();
+        append(&queue, 100);
+        // Due (linger 0), but the engine still has an earlier batch of the partition.
+        assert_eq!(queue.take(100, 0, false, true, &mut taken), Left::Held);
+        assert!(taken.is_empty());
+        append(&queue, 101);
+        append(&queue, 102);
+        // Drained: the one open batch goes with all three records.
+        assert_eq!(queue.take(103, 0, false, false, &mut taken), Left::Nothing);
+        assert_eq!(records(&taken), vec![3]);
+    }
+
+    #[test]
+    fn a_due_open_batch_behind_closed_ones_is_held_and_a_flush_takes_it_regardless() {
+        let memory = BufferMemory::new(1 << 20);
+        let queue = queue(&memory);
+        let mut taken = Vec::new();
+        append(&queue, 0);
+        {
+            let mut state = queue.lock();
+            let open = state.open.take().expect("open");
+            let closed = open.close(memory.id(), &queue.pool);
+            state.ready.push_back(closed);
+        }
+        append(&queue, 1);
+        assert_eq!(queue.take(10, 0, false, false, &mut taken), Left::Held);
+        assert_eq!(records(&taken), vec![1], "the closed batch is taken");
+        taken.clear();
+        assert_eq!(queue.take(10, 0, true, true, &mut taken), Left::Nothing);
+        assert_eq!(records(&taken), vec![1], "a flush takes the held batch");
+    }
+
+    #[test]
+    fn an_open_batch_not_yet_due_is_left_with_its_due_time() {
+        let memory = BufferMemory::new(1 << 20);
+        let queue = queue(&memory);
+        let mut taken = Vec::new();
+        append(&queue, 100);
+        assert_eq!(
+            queue.take(150, 100, false, false, &mut taken),
+            Left::DueAt(200)
+        );
+        assert_eq!(queue.take(200, 100, false, true, &mut taken), Left::Held);
+        assert_eq!(
+            queue.take(200, 100, false, false, &mut taken),
+            Left::Nothing
+        );
+        assert_eq!(records(&taken), vec![1]);
     }
 }

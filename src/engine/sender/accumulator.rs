@@ -197,6 +197,15 @@ impl<D: Delivery> Engine<D> {
         self.incomplete_batches.is_empty()
     }
 
+    /// True when `tp` has a batch waiting to be drained (not on the wire). In Java's
+    /// accumulator the last batch of such a partition's deque is still open: later records
+    /// join it until a drain takes it. The runtime, whose open batches live outside the
+    /// engine, keeps a due open batch appendable while this holds (`runtime::intake`).
+    pub fn has_undrained(&self, tp: &TopicPartition) -> bool {
+        self.partition(tp)
+            .is_some_and(|slot| !slot.deque.is_empty())
+    }
+
     /// `RecordAccumulator.batchReady` for an unstamped head.
     pub(super) fn batch_ready(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
         let Some(head) = slot.deque.front() else {

@@ -62,6 +62,12 @@ pub(super) async fn drive(
         shard.take_batches();
         // 2. The engine and its actions, until it is quiet; then what the turn publishes.
         shard.drive_engine();
+        if shard.state.intake.held() {
+            // A due open batch waited for its partition's earlier batch, which the engine
+            // may just have drained: take it now rather than at the next wake.
+            shard.take_batches();
+            shard.drive_engine();
+        }
         shard.finish_turn();
         if shard.close_due() {
             shard.close();
