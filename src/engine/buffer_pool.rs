@@ -11,12 +11,20 @@
 //!   twice that (a larger one, from a record bigger than `batch.size`, is freed, not kept);
 //! - the pool holds at most `max_idle` buffers (the free list's capacity). It only ever holds buffers that were in use at
 //!   the same time before, so it never raises the peak number of buffers the engine had, and it
-//!   bounds what an engine keeps after a burst.
+//!   bounds what an engine keeps after a burst;
+//! - with a room check ([`BufferPool::with_room`]), a buffer is kept only while the check
+//!   says the idle buffers fit beside what is in use: the producer's one passes while
+//!   `buffer.memory`'s count plus this pool's idle bytes stays within `buffer.memory`, so that,
+//!   as in Java's `BufferPool` (whose free list is part of `totalMemory`), idle buffers are not
+//!   memory on top of the bound when the producer is at it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::BytesMut;
 use crossbeam::queue::ArrayQueue;
+
+/// Says whether the pool may hold this many idle bytes (see [`BufferPool::with_room`]).
+pub type RoomCheck = Box<dyn Fn(usize) -> bool + Send + Sync>;
 
 /// Shared by a shard's engine, which gives finished batches' buffers back, and the application
 /// threads that open batches for that shard's partitions, which take them. The free list is a
@@ -24,6 +32,8 @@ use crossbeam::queue::ArrayQueue;
 pub struct BufferPool {
     buffer_size: usize,
     free: ArrayQueue<BytesMut>,
+    /// Whether idle buffers of this many bytes in all still fit (`with_room`).
+    room: Option<RoomCheck>,
     /// Buffers taken from the free list, and buffers allocated; for tests and benchmarks.
     reused: AtomicU64,
     allocated: AtomicU64,
@@ -37,9 +47,17 @@ impl BufferPool {
         BufferPool {
             buffer_size,
             free: ArrayQueue::new((idle_bytes / buffer_size).max(1)),
+            room: None,
             reused: AtomicU64::new(0),
             allocated: AtomicU64::new(0),
         }
+    }
+
+    /// The pool keeps a returned buffer only if `room` accepts the idle bytes it would then
+    /// hold; otherwise the buffer is freed.
+    pub fn with_room(mut self, room: impl Fn(usize) -> bool + Send + Sync + 'static) -> Self {
+        self.room = Some(Box::new(room));
+        self
     }
 
     /// The size of the buffers the pool keeps.
@@ -68,6 +86,11 @@ impl BufferPool {
         if capacity < self.buffer_size || capacity > self.buffer_size.saturating_mul(2) {
             return;
         }
+        if let Some(room) = &self.room {
+            if !room((self.free.len() + 1).saturating_mul(capacity)) {
+                return;
+            }
+        }
         buf.clear();
         // A full free list drops the buffer: the bound on idle memory.
         let _ = self.free.push(buf);
@@ -90,6 +113,30 @@ impl BufferPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_returned_buffer_is_freed_not_kept_when_the_room_check_refuses_its_bytes() {
+        let in_use = Arc::new(AtomicUsize::new(0));
+        let limit = 10_000;
+        let pool = BufferPool::new(1000, 1 << 20).with_room({
+            let in_use = in_use.clone();
+            move |idle| in_use.load(Ordering::Relaxed) + idle <= limit
+        });
+        pool.deallocate(BytesMut::with_capacity(1000));
+        assert_eq!(pool.idle(), 1, "room for it: kept");
+        in_use.store(8_500, Ordering::Relaxed);
+        pool.deallocate(BytesMut::with_capacity(1000));
+        assert_eq!(
+            pool.idle(),
+            1,
+            "8,500 in use and 2,000 idle pass 10,000: freed"
+        );
+        in_use.store(8_000, Ordering::Relaxed);
+        pool.deallocate(BytesMut::with_capacity(1000));
+        assert_eq!(pool.idle(), 2, "8,000 and 2,000 fit: kept");
+    }
 
     #[test]
     fn a_returned_buffer_is_reused_for_the_next_batch_without_a_new_allocation() {

@@ -226,15 +226,19 @@ impl Producer {
         let engine_configs: Vec<EngineConfig> = (0..shard_count)
             .map(|index| EngineConfig::for_shard(&config, index, shard_count))
             .collect();
-        // Idle buffers are outside `buffer.memory`'s count, so their bound is part of the
-        // producer's memory bound (`tuning/README.md`).
+        // Idle buffers are outside `buffer.memory`'s count; a pool keeps one only while it
+        // fits beside that count, so that at the bound they are not memory on top of it
+        // (`tuning/README.md`).
         let pools: Vec<Arc<BufferPool>> = engine_configs
             .iter()
             .map(|c| {
-                Arc::new(BufferPool::new(
-                    c.batch_size.min(c.max_request_size),
-                    c.buffer_pool_idle,
-                ))
+                let memory = memory.clone();
+                Arc::new(
+                    BufferPool::new(c.batch_size.min(c.max_request_size), c.buffer_pool_idle)
+                        .with_room(move |idle| {
+                            memory.used().saturating_add(idle) <= memory.limit()
+                        }),
+                )
             })
             .collect();
         let accumulator = Accumulator::new(
