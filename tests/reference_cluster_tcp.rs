@@ -867,7 +867,7 @@ fn every_advertised_version_of_every_api_is_answered() {
             "ListOffsets v{version}"
         );
     }
-    for version in 0..=4 {
+    for version in 0..=5 {
         let sent = client.send(ApiKey::InitProducerId, version, &init_request());
         let (id, mut body) = client.receive(ApiKey::InitProducerId, version).unwrap();
         let response = InitProducerIdResponse::decode(&mut body, version).unwrap();

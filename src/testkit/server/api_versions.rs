@@ -30,7 +30,8 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::InitProducerId, 0, 4),
+    // v5 only tells the broker the client knows TRANSACTION_ABORTABLE (KIP-890).
+    (ApiKey::InitProducerId, 0, 5),
     // The client versions of the transaction APIs. TV2 starts at Produce v12, EndTxn v5 and
     // TxnOffsetCommit v5; Kafka 4.0 advertises these whatever its finalized
     // `transaction.version`, and picks the protocol by the request's version. AddPartitionsToTxn

@@ -1,5 +1,5 @@
-//! InitProducerId (v0-v4), at the transaction coordinator for a transactional id, at any
-//! broker for an idempotent producer. Below v4 a PRODUCER_FENCED verdict is sent as
+//! InitProducerId (v0-v5; v5 is v4 from a client that knows TRANSACTION_ABORTABLE), at the
+//! transaction coordinator for a transactional id, at any broker for an idempotent producer. Below v4 a PRODUCER_FENCED verdict is sent as
 //! INVALID_PRODUCER_EPOCH, which older clients know (`KafkaApis.handleInitProducerIdRequest`).
 
 use bytes::{Bytes, BytesMut};
