@@ -554,6 +554,32 @@ fn tv1_client_on_a_tv2_cluster_is_still_verified() {
     assert_eq!(send_at(&mut c, 11, 0, (p.pid, p.epoch), 1).error_code, NONE);
 }
 
+// TransactionCoordinator `handleVerifyPartitionsInTransaction` (AddPartitionsToTxn v4+ with
+// `verifyOnly`, what a leader asks before a TV1 transactional append): per partition NONE or
+// TRANSACTION_ABORTABLE, a fenced epoch PRODUCER_FENCED for all, and nothing is added.
+#[test]
+fn add_partitions_to_txn_verify_only_checks_without_adding() {
+    let mut c = cluster();
+    let p = txn_producer(&mut c);
+    let both = [(TOPIC.to_string(), 0), (TOPIC.to_string(), 1)];
+    c.add_partitions_to_txn(p.coordinator, TXN, p.pid, p.epoch, &both[..1], NOW);
+    assert_eq!(
+        c.verify_partitions_in_txn(p.coordinator, TXN, p.pid, p.epoch, &both),
+        vec![NONE, TRANSACTION_ABORTABLE]
+    );
+    assert_eq!(
+        c.verify_partitions_in_txn(p.coordinator, TXN, p.pid, p.epoch + 1, &both),
+        vec![PRODUCER_FENCED; 2]
+    );
+    let metadata = c.transaction_metadata(TXN).unwrap();
+    assert!(!metadata.topic_partitions.contains(&both[1]), "not added");
+    let unknown = [(TOPIC.to_string(), 0), ("nope".to_string(), 0)];
+    assert_eq!(
+        c.verify_partitions_in_txn(p.coordinator, TXN, p.pid, p.epoch, &unknown),
+        vec![OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC_OR_PARTITION]
+    );
+}
+
 // ApiVersionsResponse `finalizedFeatures` / `finalizedFeaturesEpoch`: the finalized level and
 // an epoch that rises when the level changes (`kafka-features.sh upgrade`).
 #[test]
@@ -563,183 +589,4 @@ fn finalized_transaction_version_changes_raise_the_features_epoch() {
     assert_eq!(level, 0);
     c.set_transaction_version(2);
     assert_eq!(c.finalized_transaction_version(), (2, epoch + 1));
-}
-
-// ---------------------------------------------------------------------------------------------
-// The TCP face: what a TV2 client negotiates and reads on the wire.
-
-mod wire {
-    use std::io::{Read, Write};
-    use std::net::TcpStream;
-    use std::time::Duration;
-
-    use bytes::{Bytes, BytesMut};
-    use kacrab::testkit::batch::TestBatch;
-    use kacrab::testkit::broker::error_codes::*;
-    use kacrab::testkit::broker::BrokerRules;
-    use kacrab::testkit::server::ReferenceCluster;
-    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-    use kafka_protocol::messages::{
-        ApiKey, ApiVersionsRequest, ApiVersionsResponse, EndTxnRequest, EndTxnResponse,
-        InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
-        RequestHeader, ResponseHeader, TopicName, TransactionalId,
-    };
-    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-
-    /// Sends one request on `stream` and decodes its answer.
-    fn call<R: Decodable>(
-        stream: &mut TcpStream,
-        api: ApiKey,
-        version: i16,
-        request: &impl Encodable,
-    ) -> R {
-        let mut body = BytesMut::new();
-        RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(7)
-            .with_client_id(Some(StrBytes::from_static_str("tv2")))
-            .encode(&mut body, api.request_header_version(version))
-            .unwrap();
-        request.encode(&mut body, version).unwrap();
-        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&body);
-        stream.write_all(&frame).unwrap();
-        let mut length = [0u8; 4];
-        stream.read_exact(&mut length).unwrap();
-        let mut answer = vec![0u8; i32::from_be_bytes(length) as usize];
-        stream.read_exact(&mut answer).unwrap();
-        let mut answer = Bytes::from(answer);
-        let header =
-            ResponseHeader::decode(&mut answer, api.response_header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, 7);
-        R::decode(&mut answer, version).unwrap()
-    }
-
-    fn connect(cluster: &ReferenceCluster, broker: i32) -> TcpStream {
-        let stream = TcpStream::connect(cluster.broker_address(broker)).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        stream
-    }
-
-    fn max_version(response: &ApiVersionsResponse, api: ApiKey) -> i16 {
-        response
-            .api_keys
-            .iter()
-            .find(|k| k.api_key == api as i16)
-            .map(|k| k.max_version)
-            .unwrap()
-    }
-
-    // ApiVersionsResponse (KIP-584 features): `transaction.version` is supported at 0..=2 and
-    // finalized at the cluster's level with the finalized-features epoch; a cluster at level 0
-    // finalizes nothing but still advertises Produce v12, EndTxn v5 and TxnOffsetCommit v5, as
-    // Kafka 4.0 does (clients choose the TV2 versions from the finalized level).
-    #[test]
-    fn api_versions_advertise_the_finalized_transaction_version() {
-        for level in [2, 0] {
-            let rules = BrokerRules {
-                transaction_version: level,
-                ..BrokerRules::default()
-            };
-            let cluster = ReferenceCluster::start(1, rules);
-            let mut stream = connect(&cluster, 1);
-            let response: ApiVersionsResponse = call(
-                &mut stream,
-                ApiKey::ApiVersions,
-                3,
-                &ApiVersionsRequest::default()
-                    .with_client_software_name(StrBytes::from_static_str("tv2"))
-                    .with_client_software_version(StrBytes::from_static_str("1")),
-            );
-            let supported = &response.supported_features[0];
-            assert_eq!(
-                (
-                    supported.name.as_str(),
-                    supported.min_version,
-                    supported.max_version
-                ),
-                ("transaction.version", 0, 2)
-            );
-            if level == 2 {
-                let finalized = &response.finalized_features[0];
-                assert_eq!(
-                    (
-                        finalized.name.as_str(),
-                        finalized.min_version_level,
-                        finalized.max_version_level
-                    ),
-                    ("transaction.version", 2, 2)
-                );
-                assert!(response.finalized_features_epoch >= 0);
-            } else {
-                assert!(response.finalized_features.is_empty(), "level 0");
-            }
-            assert_eq!(max_version(&response, ApiKey::Produce), 12);
-            assert_eq!(max_version(&response, ApiKey::EndTxn), 5);
-            assert_eq!(max_version(&response, ApiKey::TxnOffsetCommit), 5);
-        }
-    }
-
-    // The TV2 round trip on the wire: InitProducerId, Produce v12 of a partition never added,
-    // EndTxn v5 whose answer carries the producer id and the bumped epoch.
-    #[test]
-    fn tv2_transaction_over_the_wire_answers_the_bumped_epoch() {
-        let cluster = ReferenceCluster::start(1, BrokerRules::default());
-        cluster.create_topic("w", &[1]);
-        let mut stream = connect(&cluster, 1);
-        let txn = || Some(TransactionalId(StrBytes::from_static_str("wire-txn")));
-        let init: InitProducerIdResponse = call(
-            &mut stream,
-            ApiKey::InitProducerId,
-            5,
-            &InitProducerIdRequest::default()
-                .with_transactional_id(txn())
-                .with_transaction_timeout_ms(60_000)
-                .with_producer_id(ProducerId(-1))
-                .with_producer_epoch(-1),
-        );
-        assert_eq!(init.error_code, NONE);
-        let (pid, epoch) = (init.producer_id.0, init.producer_epoch);
-        let mut batch = TestBatch::idempotent(pid, epoch, 0, 2);
-        batch.transactional = true;
-        let produce: ProduceResponse = call(
-            &mut stream,
-            ApiKey::Produce,
-            12,
-            &ProduceRequest::default()
-                .with_transactional_id(txn())
-                .with_acks(-1)
-                .with_timeout_ms(30_000)
-                .with_topic_data(vec![TopicProduceData::default()
-                    .with_name(TopicName(StrBytes::from_static_str("w")))
-                    .with_partition_data(vec![PartitionProduceData::default()
-                        .with_index(0)
-                        .with_records(Some(Bytes::from(batch.encode())))])]),
-        );
-        assert_eq!(produce.responses[0].partition_responses[0].error_code, NONE);
-        let end: EndTxnResponse = call(
-            &mut stream,
-            ApiKey::EndTxn,
-            5,
-            &EndTxnRequest::default()
-                .with_transactional_id(txn().unwrap())
-                .with_producer_id(ProducerId(pid))
-                .with_producer_epoch(epoch)
-                .with_committed(true),
-        );
-        assert_eq!(
-            (end.error_code, end.producer_id.0, end.producer_epoch),
-            (NONE, pid, epoch + 1)
-        );
-        let marker_epoch = cluster.with_cluster(|c| {
-            c.partition_log("w", 0)
-                .iter()
-                .find(|b| b.control)
-                .map(|b| b.producer_epoch)
-        });
-        assert_eq!(marker_epoch, Some(epoch + 1));
-    }
 }

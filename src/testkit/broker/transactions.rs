@@ -248,6 +248,56 @@ impl Cluster {
         ))
     }
 
+    /// A `verifyOnly` transaction of AddPartitionsToTxn v4+ (KIP-890 part 1, what a partition
+    /// leader asks before a TV1 transactional append; `TransactionCoordinator
+    /// .handleVerifyPartitionsInTransaction`): one code per input partition, in order. The
+    /// per-partition checks of `KafkaApis` come first, as for the client versions; then a
+    /// coordinator error (unknown id or producer id, fenced epoch, markers being written)
+    /// applies to every partition, else each is NONE if it is in the transaction and
+    /// TRANSACTION_ABORTABLE if not. Nothing changes. (A transaction of v4+ without
+    /// `verifyOnly` is [`Self::add_partitions_to_txn`].)
+    pub fn verify_partitions_in_txn(
+        &self,
+        broker: i32,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Vec<i16> {
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
+            return vec![code; partitions.len()];
+        }
+        if partitions
+            .iter()
+            .any(|(topic, partition)| self.partition(topic, *partition).is_none())
+        {
+            return partitions
+                .iter()
+                .map(
+                    |(topic, partition)| match self.partition(topic, *partition) {
+                        None => UNKNOWN_TOPIC_OR_PARTITION,
+                        Some(_) => OPERATION_NOT_ATTEMPTED,
+                    },
+                )
+                .collect();
+        }
+        partitions
+            .iter()
+            .map(|(topic, partition)| {
+                match self.coordinator.check_in_transaction(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    topic,
+                    *partition,
+                ) {
+                    Ok(()) => NONE,
+                    Err(code) => code,
+                }
+            })
+            .collect()
+    }
+
     /// AddOffsetsToTxn v0-v4: adds the group's `__consumer_offsets` partition to the
     /// transaction, with AddPartitionsToTxn's coordinator rules (TV1 semantics always).
     pub fn add_offsets_to_txn(

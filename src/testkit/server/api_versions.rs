@@ -32,11 +32,11 @@ pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     // v5 only tells the broker the client knows TRANSACTION_ABORTABLE (KIP-890).
     (ApiKey::InitProducerId, 0, 5),
-    // The client versions of the transaction APIs. TV2 starts at Produce v12, EndTxn v5 and
-    // TxnOffsetCommit v5; Kafka 4.0 advertises these whatever its finalized
-    // `transaction.version`, and picks the protocol by the request's version. AddPartitionsToTxn
-    // v4+ is broker-to-broker (KIP-890 verification) and not implemented here.
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // The transaction APIs. TV2 starts at Produce v12, EndTxn v5 and TxnOffsetCommit v5; Kafka
+    // 4.0 advertises these whatever its finalized `transaction.version`, and picks the protocol
+    // by the request's version. AddPartitionsToTxn v4+ is what brokers send the coordinator
+    // (KIP-890), never a client.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
     (ApiKey::EndTxn, 0, 5),
     (ApiKey::TxnOffsetCommit, 0, 5),
