@@ -208,8 +208,16 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster of the brokers `broker_ids`, all up, with no topic, under `rules`.
+    ///
+    /// # Panics
+    /// With no broker, or a `transaction_version` outside 0..=2.
     pub fn new(broker_ids: &[i32], rules: BrokerRules) -> Self {
         assert!(!broker_ids.is_empty(), "a cluster needs a broker");
+        assert!(
+            (0..=MAX_TRANSACTION_VERSION_LEVEL).contains(&rules.transaction_version),
+            "transaction.version {} is not supported",
+            rules.transaction_version
+        );
         Cluster {
             producer_ids: ProducerIdManager::new(rules.first_producer_id),
             rules,
