@@ -1193,10 +1193,17 @@ fn concurrent_transactions_while_markers_are_pending() {
 // TransactionCoordinator `abortTimedOutTransactions` (TV1): a transaction open longer than its
 // timeout is fenced (epoch + 1, `lastProducerEpoch` -1) and aborted with markers at the new epoch;
 // its producer is fenced for good, also for KIP-360; TransactionCoordinatorTest
-// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`.
+// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`. The abort is the coordinator's, so
+// it follows the cluster's finalized transaction version: TV1 here (TV2 in
+// reference_broker_tv2.rs).
 #[test]
 fn timed_out_transaction_is_aborted_and_its_producer_fenced() {
-    let mut c = cluster();
+    let rules = BrokerRules {
+        transaction_version: 1,
+        ..BrokerRules::default()
+    };
+    let mut c = Cluster::new(&[1, 2, 3], rules);
+    assert!(c.create_topic(TOPIC, &[1, 2]));
     let p = txn_producer(&mut c);
     add_partitions(&mut c, p, &[0], NOW);
     txn_send(&mut c, 0, p.pid, p.epoch, 0, 1);

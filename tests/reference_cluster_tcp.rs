@@ -708,7 +708,7 @@ fn every_version_of_the_transaction_apis_is_answered(client: &mut RawClient, top
             "AddOffsetsToTxn v{version}"
         );
     }
-    for version in 0..=4 {
+    for version in 0..=5 {
         let request = EndTxnRequest::default()
             .with_transactional_id(txn())
             .with_producer_id(ProducerId(1))
@@ -722,7 +722,7 @@ fn every_version_of_the_transaction_apis_is_answered(client: &mut RawClient, top
             "EndTxn v{version}"
         );
     }
-    for version in 0..=4 {
+    for version in 0..=5 {
         let request = TxnOffsetCommitRequest::default()
             .with_transactional_id(txn())
             .with_group_id(group())
@@ -815,7 +815,7 @@ fn every_advertised_version_of_every_api_is_answered() {
             "Metadata v{version}"
         );
     }
-    for (seq, version) in (3..=11).enumerate() {
+    for (seq, version) in (3..=12).enumerate() {
         let request = produce_request(topic, pid, seq as i32, 1, -1);
         let sent = client.send(ApiKey::Produce, version, &request);
         let (id, mut body) = client.receive(ApiKey::Produce, version).unwrap();
@@ -844,7 +844,7 @@ fn every_advertised_version_of_every_api_is_answered() {
         let partition = &response.responses[0].partitions[0];
         assert_eq!(
             (id, partition.error_code, partition.high_watermark),
-            (sent, 0, 9),
+            (sent, 0, 10),
             "Fetch v{version}"
         );
         assert!(!partition.records.as_ref().unwrap().is_empty());
@@ -863,11 +863,11 @@ fn every_advertised_version_of_every_api_is_answered() {
         let partition = &response.topics[0].partitions[0];
         assert_eq!(
             (id, partition.error_code, partition.offset),
-            (sent, 0, 9),
+            (sent, 0, 10),
             "ListOffsets v{version}"
         );
     }
-    for version in 0..=4 {
+    for version in 0..=5 {
         let sent = client.send(ApiKey::InitProducerId, version, &init_request());
         let (id, mut body) = client.receive(ApiKey::InitProducerId, version).unwrap();
         let response = InitProducerIdResponse::decode(&mut body, version).unwrap();

@@ -21,6 +21,11 @@
 //! - `KACRAB_SIM_SEED=S` replays one seed (`-- replay`); add `KACRAB_SIM_DEBUG=1` to print
 //!   the engines' state and the request trace when it fails;
 //! - `KACRAB_SIM_THREADS=T` sets the worker threads (default: every core).
+//!
+//! The cluster's finalized `transaction.version`: by default even seeds run on a TV1 cluster
+//! (level 1, Kafka 3.x transactions) and odd seeds on a TV2 cluster (level 2, KIP-890 part 2),
+//! so a default run covers both in the time one took; `KACRAB_SIM_TXN_VERSION=1` or `=2` runs
+//! every seed at that level (a replay takes the same variable).
 #![cfg(feature = "testkit")]
 
 mod sim_seeds;
@@ -28,7 +33,9 @@ mod sim_seeds;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use kacrab::testkit::sim::txn_random::{run_txn_seed, TxnPlan, TxnRunReport, DEFAULT_TRANSACTIONS};
+use kacrab::testkit::sim::txn_random::{
+    run_txn_seed_at, TxnPlan, TxnRunReport, DEFAULT_TRANSACTIONS,
+};
 
 use sim_seeds::{
     announce_if_moving, env_u64, failure_report, panic_message, run_range, seed_ranges,
@@ -41,9 +48,33 @@ const TEST: &str = "sim_transactions";
 const DEFAULT_SEEDS: u64 = 750;
 const DEFAULT_WINDOW: u64 = 250;
 
+/// The cluster's `transaction.version` for `seed`: `KACRAB_SIM_TXN_VERSION` when set (1 or 2),
+/// else 1 for even seeds and 2 for odd ones.
+fn transaction_version_of(seed: u64) -> i16 {
+    match std::env::var("KACRAB_SIM_TXN_VERSION").ok().as_deref() {
+        None | Some("") => {
+            if seed % 2 == 0 {
+                1
+            } else {
+                2
+            }
+        }
+        Some("1") => 1,
+        Some("2") => 2,
+        Some(other) => panic!("KACRAB_SIM_TXN_VERSION={other}: expected 1 or 2"),
+    }
+}
+
+/// The run of `seed` at its `transaction.version`.
+fn run_txn_seed(seed: u64) -> TxnRunReport {
+    run_txn_seed_at(seed, transaction_version_of(seed))
+}
+
 #[derive(Default)]
 struct Totals {
     runs: u64,
+    /// Runs on a TV2 cluster (the others ran on a TV1 cluster).
+    tv2_runs: u64,
     fatal_runs: u64,
     /// The first runs that ended fatal, with their transaction manager's error, to replay.
     fatal_seeds: Vec<(u64, Option<String>)>,
@@ -75,6 +106,7 @@ struct Totals {
 impl Totals {
     fn add(&mut self, r: &TxnRunReport) {
         self.runs += 1;
+        self.tv2_runs += u64::from(r.transaction_version >= 2);
         self.fatal_runs += u64::from(r.fatal);
         if r.fatal && self.fatal_seeds.len() < 10 {
             self.fatal_seeds.push((r.seed, r.fatal_error.clone()));
@@ -156,6 +188,11 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
             failures.len()
         );
         println!(
+            "clusters: {} runs at transaction.version 2, {} at 1",
+            totals.tv2_runs,
+            totals.runs - totals.tv2_runs
+        );
+        println!(
             "committed consumer offsets checked against the transactions that sent them: {} \
              group partitions; {} transactions had their markers written after EndTxn was \
              answered; {} coordinator moves; {} idle closes by the brokers ({} requests \
@@ -207,6 +244,14 @@ fn random_transactions_are_atomic_and_visible_only_when_committed() {
             ] {
                 assert!(drawn > 0, "no run drew {what}");
             }
+            if std::env::var_os("KACRAB_SIM_TXN_VERSION").is_none() {
+                assert!(
+                    totals.tv2_runs > 0 && totals.tv2_runs < totals.runs,
+                    "both cluster transaction versions ran: {} of {} at 2",
+                    totals.tv2_runs,
+                    totals.runs
+                );
+            }
         }
     }
     assert!(reports.is_empty(), "{}", reports.concat());
@@ -235,7 +280,8 @@ fn seeds_that_found_engine_bugs_pass() {
 #[test]
 fn replay() {
     let seed = env_u64("KACRAB_SIM_SEED").unwrap_or(0);
-    let plan = TxnPlan::from_seed(seed, DEFAULT_TRANSACTIONS);
+    let plan = TxnPlan::from_seed(seed, DEFAULT_TRANSACTIONS)
+        .at_transaction_version(transaction_version_of(seed));
     println!("seed {seed}: {plan:#?}");
     let started = Instant::now();
     let report = run_txn_seed(seed);

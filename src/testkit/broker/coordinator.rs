@@ -3,8 +3,9 @@
 //! InitProducerId follows Kafka's `TransactionCoordinator.handleInitProducerId` /
 //! `prepareInitProducerIdTransit` and `TransactionMetadata.prepareIncrementProducerEpoch` /
 //! `prepareProducerIdRotation`; AddPartitionsToTxn / AddOffsetsToTxn follow
-//! `handleAddPartitionsToTransaction`, EndTxn `endTransactionWithTV1` (TV1 only: client
-//! EndTxn v0-v4), timeouts `abortTimedOutTransactions`.
+//! `handleAddPartitionsToTransaction` (also the TV2 implicit add of Produce v12+ and
+//! TxnOffsetCommit v5+), EndTxn v0-v4 `endTransactionWithTV1` (EndTxn v5+ is in `end_txn_v2`),
+//! timeouts `abortTimedOutTransactions`.
 //!
 //! Every transition is written at once (the model has no `__transaction_state` log, so there is
 //! never a `pendingState`). Ending a transaction moves it to PrepareCommit/PrepareAbort and
@@ -16,6 +17,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::error_codes::*;
+use super::transaction_version::TransactionVersion;
 use super::InitProducerIdResult;
 
 /// `transaction.max.timeout.ms` default.
@@ -72,6 +74,9 @@ pub struct TransactionMetadata {
     pub producer_id: i64,
     /// `lastProducerId` in Kafka: the id before the last rotation.
     pub prev_producer_id: i64,
+    /// `nextProducerId` in Kafka: set when a TV2 end found the epoch exhausted; the
+    /// transaction completes on this id at epoch 0. -1 otherwise.
+    pub next_producer_id: i64,
     /// The epoch in use.
     pub producer_epoch: i16,
     /// `lastProducerEpoch` in Kafka: the epoch before the last bump.
@@ -103,6 +108,9 @@ pub struct MarkerJob {
     pub coordinator_epoch: i32,
     /// Commit markers; false: abort markers.
     pub commit: bool,
+    /// The protocol the transaction ended with: a TV2 marker must carry an epoch above the
+    /// partition's (KIP-1228), a TV1 marker one at least equal.
+    pub transaction_version: TransactionVersion,
     /// The partitions still to mark.
     pub partitions: Vec<(String, i32)>,
 }
@@ -132,10 +140,10 @@ impl TransactionMetadata {
 /// coordinator; the cluster names a broker for each transactional id.
 #[derive(Debug, Default)]
 pub struct TransactionCoordinator {
-    txns: HashMap<String, TransactionMetadata>,
+    pub(super) txns: HashMap<String, TransactionMetadata>,
     /// The `__transaction_state` partition leader epoch, carried by every marker; it rises
     /// each time the coordinator moves, so partitions fence markers of the old one.
-    coordinator_epoch: i32,
+    pub(super) coordinator_epoch: i32,
 }
 
 impl TransactionCoordinator {
@@ -154,13 +162,16 @@ impl TransactionCoordinator {
 
     /// InitProducerId. `expected` is the request's (producer id, epoch) when it carries one
     /// (KIP-360, v3+). Answers PRODUCER_FENCED where Kafka does; InitProducerId below v4 turns
-    /// that into INVALID_PRODUCER_EPOCH at the protocol layer (`KafkaApis`).
+    /// that into INVALID_PRODUCER_EPOCH at the protocol layer (`KafkaApis`). `cluster_version`
+    /// is the cluster's finalized transaction version, which the fence of an open transaction
+    /// ends it with (the abort is the coordinator's, not the client's).
     pub fn init_producer_id(
         &mut self,
         ids: &mut ProducerIdManager,
         transactional_id: Option<&str>,
         transaction_timeout_ms: i32,
         expected: Option<(i64, i16)>,
+        cluster_version: TransactionVersion,
         now_ms: i64,
     ) -> (InitProducerIdResult, Option<MarkerJob>) {
         let Some(transactional_id) = transactional_id else {
@@ -183,6 +194,7 @@ impl TransactionCoordinator {
             .or_insert_with(|| TransactionMetadata {
                 producer_id: ids.generate(),
                 prev_producer_id: -1,
+                next_producer_id: -1,
                 producer_epoch: -1,
                 last_producer_epoch: -1,
                 txn_timeout_ms: transaction_timeout_ms,
@@ -254,9 +266,15 @@ impl TransactionCoordinator {
             // the new epoch, and the answer is CONCURRENT_TRANSACTIONS, never the epoch; the
             // client's retry then bumps again from CompleteAbort (TransactionCoordinatorTest
             // `shouldAbortTransactionOnHandleInitPidWhenExistingTransactionInOngoingState`).
+            // Under TV2 the abort keeps the fenced epoch as `lastProducerEpoch`.
             TransactionState::Ongoing => {
-                let job =
-                    fence_and_prepare_abort(transactional_id, metadata, coordinator_epoch, now_ms);
+                let job = fence_and_prepare_abort(
+                    transactional_id,
+                    metadata,
+                    coordinator_epoch,
+                    cluster_version,
+                    now_ms,
+                );
                 return (
                     InitProducerIdResult::error(CONCURRENT_TRANSACTIONS),
                     Some(job),
@@ -270,9 +288,11 @@ impl TransactionCoordinator {
         (result, None)
     }
 
-    /// AddPartitionsToTxn v0-v3 and AddOffsetsToTxn (TV1), the coordinator part of
+    /// AddPartitionsToTxn v0-v3 and AddOffsetsToTxn, the coordinator part of
     /// `handleAddPartitionsToTransaction`, after the request-level and per-partition checks of
-    /// `KafkaApis`. One code for the whole request.
+    /// `KafkaApis`. One code for the whole request. The TV2 implicit add (Produce v12+,
+    /// TxnOffsetCommit v5+: `AddPartitionsToTxnManager` with `verifyOnly` false) is the same
+    /// transition with the same checks.
     pub fn add_partitions(
         &mut self,
         transactional_id: &str,
@@ -340,6 +360,7 @@ impl TransactionCoordinator {
                 metadata,
                 coordinator_epoch,
                 commit,
+                TransactionVersion::Tv1,
                 now_ms,
             ))),
             // The same end still writing its markers: retry later.
@@ -356,10 +377,17 @@ impl TransactionCoordinator {
     }
 
     /// `abortTimedOutTransactions`: every Ongoing transaction with `txn_start_ms +
-    /// txn_timeout_ms < now_ms` is fenced (epoch + 1, `lastProducerEpoch` -1 under TV1) and
-    /// aborted, so the timed-out producer is fenced for good (TransactionCoordinatorTest
-    /// `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`). Ordered by transactional id.
-    pub fn abort_timed_out_transactions(&mut self, now_ms: i64) -> Vec<MarkerJob> {
+    /// txn_timeout_ms < now_ms` is fenced and aborted at epoch + 1, with the cluster's
+    /// finalized transaction version (the abort is not a client's). Under TV1
+    /// `lastProducerEpoch` becomes -1, so the timed-out producer is fenced for good
+    /// (TransactionCoordinatorTest `shouldAbortExpiredTransactionsInOngoingStateAndBumpEpoch`);
+    /// under TV2 it is the old epoch, so the producer's own EndTxn(abort) at that epoch is a
+    /// valid retry and the producer recovers. Ordered by transactional id.
+    pub fn abort_timed_out_transactions(
+        &mut self,
+        cluster_version: TransactionVersion,
+        now_ms: i64,
+    ) -> Vec<MarkerJob> {
         let coordinator_epoch = self.coordinator_epoch;
         let mut expired: Vec<(&String, &mut TransactionMetadata)> = self
             .txns
@@ -372,12 +400,16 @@ impl TransactionCoordinator {
         expired.sort_by(|a, b| a.0.cmp(b.0));
         expired
             .into_iter()
-            .map(|(id, metadata)| fence_and_prepare_abort(id, metadata, coordinator_epoch, now_ms))
+            .map(|(id, metadata)| {
+                fence_and_prepare_abort(id, metadata, coordinator_epoch, cluster_version, now_ms)
+            })
             .collect()
     }
 
     /// Every marker of `job` is written: PrepareCommit/PrepareAbort → CompleteCommit /
-    /// CompleteAbort, the partition set is emptied and the timeout clock stops.
+    /// CompleteAbort, the partition set is emptied and the timeout clock stops. A TV2 end that
+    /// exhausted the epoch completes on its next producer id at epoch 0, `lastProducerEpoch`
+    /// staying the last epoch the client saw (`TransactionMetadata.prepareComplete`).
     pub fn complete_markers(&mut self, job: &MarkerJob, now_ms: i64) {
         let Some(metadata) = self.txns.get_mut(&job.transactional_id) else {
             return;
@@ -388,6 +420,12 @@ impl TransactionCoordinator {
             // Only a Prepare state has markers in flight.
             other => other,
         };
+        if metadata.next_producer_id != -1 {
+            metadata.prev_producer_id = metadata.producer_id;
+            metadata.producer_id = metadata.next_producer_id;
+            metadata.producer_epoch = 0;
+            metadata.next_producer_id = -1;
+        }
         metadata.topic_partitions.clear();
         metadata.txn_start_ms = -1;
         metadata.txn_last_update_ms = now_ms;
@@ -460,29 +498,51 @@ impl TransactionCoordinator {
 }
 
 /// Ongoing → (PrepareEpochFence) → PrepareAbort at epoch + 1, as InitProducerId's fence and
-/// the timeout do under TV1: `lastProducerEpoch` becomes -1, so a KIP-360 InitProducerId with
-/// the old epoch is PRODUCER_FENCED.
+/// the timeout do. TV1 (`endTransactionWithTV1`, epoch fence): the epoch is raised by hand and
+/// `lastProducerEpoch` becomes -1, so a KIP-360 InitProducerId or an EndTxn with the old epoch
+/// is PRODUCER_FENCED. TV2 (`endTransaction`): the pending fence is dropped and
+/// `prepareAbortOrCommit` bumps the epoch as for any end, keeping the old one as
+/// `lastProducerEpoch`.
 fn fence_and_prepare_abort(
     transactional_id: &str,
     metadata: &mut TransactionMetadata,
     coordinator_epoch: i32,
+    version: TransactionVersion,
     now_ms: i64,
 ) -> MarkerJob {
-    // 32767 is never handed to a client, so the coordinator can always fence
-    // (TransactionCoordinatorTest `shouldUseLastEpochToFenceWhenEpochsAreExhausted`).
-    metadata.producer_epoch = metadata.producer_epoch.saturating_add(1);
-    metadata.last_producer_epoch = -1;
-    prepare_end(transactional_id, metadata, coordinator_epoch, false, now_ms)
+    if !version.supports_epoch_bump() {
+        // 32767 is never handed to a client, so the coordinator can always fence
+        // (TransactionCoordinatorTest `shouldUseLastEpochToFenceWhenEpochsAreExhausted`).
+        metadata.producer_epoch = metadata.producer_epoch.saturating_add(1);
+        metadata.last_producer_epoch = -1;
+    }
+    prepare_end(
+        transactional_id,
+        metadata,
+        coordinator_epoch,
+        false,
+        version,
+        now_ms,
+    )
 }
 
-/// Ongoing → PrepareCommit / PrepareAbort (`prepareAbortOrCommit`, TV1: epoch unchanged).
-fn prepare_end(
+/// → PrepareCommit / PrepareAbort (`TransactionMetadata.prepareAbortOrCommit`): TV1 keeps the
+/// epoch; TV2 bumps it, `lastProducerEpoch` becoming the epoch the transaction ran at, and the
+/// markers carry the bumped epoch. The caller allocates `next_producer_id` first when a TV2 end
+/// exhausts the epoch.
+pub(super) fn prepare_end(
     transactional_id: &str,
     metadata: &mut TransactionMetadata,
     coordinator_epoch: i32,
     commit: bool,
+    version: TransactionVersion,
     now_ms: i64,
 ) -> MarkerJob {
+    if version.supports_epoch_bump() {
+        // The caller made sure the epoch is below 32767 (an exhausted epoch moves to a new id).
+        metadata.last_producer_epoch = metadata.producer_epoch;
+        metadata.producer_epoch = metadata.producer_epoch.saturating_add(1);
+    }
     metadata.state = if commit {
         TransactionState::PrepareCommit
     } else {
@@ -495,6 +555,7 @@ fn prepare_end(
         producer_epoch: metadata.producer_epoch,
         coordinator_epoch,
         commit,
+        transaction_version: version,
         partitions: metadata.topic_partitions.iter().cloned().collect(),
     }
 }

@@ -21,6 +21,7 @@
 pub mod error_codes;
 
 mod coordinator;
+mod end_txn_v2;
 mod fetch;
 mod group_offsets;
 mod list_offsets;
@@ -28,6 +29,7 @@ mod partition;
 mod produce;
 mod producer_state;
 mod restart;
+mod transaction_version;
 mod transactions;
 
 use std::collections::{BTreeMap, HashMap};
@@ -35,15 +37,19 @@ use std::collections::{BTreeMap, HashMap};
 pub use coordinator::{
     MarkerJob, TransactionMetadata, TransactionState, TRANSACTION_MAX_TIMEOUT_MS,
 };
+pub use end_txn_v2::EndTxnV2;
 pub use fetch::FetchPartitionResult;
 pub use group_offsets::{offsets_partition_for, CONSUMER_OFFSETS_TOPIC};
 pub use list_offsets::{ListOffsetsResult, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP};
 pub use partition::{AbortedTxn, StoredBatch};
 pub use produce::{ProduceInput, ProducePartitionResult};
 pub use producer_state::{BatchMetadata, ProducerStateEntry};
+pub use transaction_version::{
+    TransactionVersion, MAX_TRANSACTION_VERSION_LEVEL, TRANSACTION_VERSION_FEATURE,
+};
 pub use transactions::{
-    OffsetFetchPartition, TxnOffsetCommitGroup, TxnOffsetCommitInput, COORDINATOR_KEY_GROUP,
-    COORDINATOR_KEY_TRANSACTION,
+    EndTxnResult, OffsetFetchPartition, TxnOffsetCommitGroup, TxnOffsetCommitInput,
+    COORDINATOR_KEY_GROUP, COORDINATOR_KEY_TRANSACTION,
 };
 
 use coordinator::{ProducerIdManager, TransactionCoordinator};
@@ -87,6 +93,12 @@ pub struct BrokerRules {
     pub auto_create_topic_partitions: Option<i32>,
     /// The first producer id handed out.
     pub first_producer_id: i64,
+    /// The cluster's finalized `transaction.version` feature level: 0 or 1 is TV1 (Kafka 3.x
+    /// transactions), 2 is TV2 (KIP-890 part 2), the level of a cluster created by Kafka 4.0
+    /// or later. ApiVersions v3+ advertises it (0: not finalized); clients send the TV2
+    /// request versions only at 2. The broker serves each request by its version whatever the
+    /// level; the level decides the coordinator's own aborts (timeout, InitProducerId's fence).
+    pub transaction_version: i16,
 }
 
 impl Default for BrokerRules {
@@ -101,6 +113,7 @@ impl Default for BrokerRules {
             retention_bytes_per_partition: None,
             auto_create_topic_partitions: None,
             first_producer_id: 1000,
+            transaction_version: MAX_TRANSACTION_VERSION_LEVEL,
         }
     }
 }
@@ -189,12 +202,22 @@ pub struct Cluster {
     /// first; at most one per transactional id, since a Prepare state admits no new end.
     held_markers: Vec<MarkerJob>,
     markers_rejected: u64,
+    /// Raised by every change of the finalized features (ApiVersions' `FinalizedFeaturesEpoch`).
+    finalized_features_epoch: i64,
 }
 
 impl Cluster {
     /// A cluster of the brokers `broker_ids`, all up, with no topic, under `rules`.
+    ///
+    /// # Panics
+    /// With no broker, or a `transaction_version` outside 0..=2.
     pub fn new(broker_ids: &[i32], rules: BrokerRules) -> Self {
         assert!(!broker_ids.is_empty(), "a cluster needs a broker");
+        assert!(
+            (0..=MAX_TRANSACTION_VERSION_LEVEL).contains(&rules.transaction_version),
+            "transaction.version {} is not supported",
+            rules.transaction_version
+        );
         Cluster {
             producer_ids: ProducerIdManager::new(rules.first_producer_id),
             rules,
@@ -208,12 +231,38 @@ impl Cluster {
             hold_markers: false,
             held_markers: Vec::new(),
             markers_rejected: 0,
+            finalized_features_epoch: 1,
         }
     }
 
     /// The rules the cluster follows.
     pub fn rules(&self) -> &BrokerRules {
         &self.rules
+    }
+
+    /// The finalized `transaction.version` level ([`BrokerRules::transaction_version`]) and
+    /// the finalized-features epoch, as ApiVersions v3+ advertises them.
+    pub fn finalized_transaction_version(&self) -> (i16, i64) {
+        (
+            self.rules.transaction_version,
+            self.finalized_features_epoch,
+        )
+    }
+
+    /// Changes the finalized `transaction.version` level, as `kafka-features.sh upgrade`
+    /// (or downgrade) does; the finalized-features epoch rises so clients notice.
+    pub fn set_transaction_version(&mut self, level: i16) {
+        assert!(
+            (0..=MAX_TRANSACTION_VERSION_LEVEL).contains(&level),
+            "transaction.version {level} is not supported"
+        );
+        self.rules.transaction_version = level;
+        self.finalized_features_epoch += 1;
+    }
+
+    /// The protocol of the coordinator's own actions: the finalized level's.
+    fn cluster_transaction_version(&self) -> TransactionVersion {
+        TransactionVersion::from_feature_level(self.rules.transaction_version)
     }
 
     /// Every broker's id, in order.
@@ -348,11 +397,13 @@ impl Cluster {
             (-1, _) | (_, -1) => return InitProducerIdResult::error(INVALID_REQUEST),
             (id, epoch) => Some((id, epoch)),
         };
+        let cluster_version = self.cluster_transaction_version();
         let (result, fence) = self.coordinator.init_producer_id(
             &mut self.producer_ids,
             transactional_id,
             transaction_timeout_ms,
             expected,
+            cluster_version,
             now_ms,
         );
         if let Some(job) = fence {

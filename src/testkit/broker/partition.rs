@@ -7,7 +7,8 @@
 use bytes::Bytes;
 
 use super::error_codes::*;
-use super::producer_state::{IncomingBatch, ProducerCheck, ProducerStateManager};
+use super::producer_state::{IncomingBatch, ProducerCheck, ProducerStateManager, Verification};
+use super::transaction_version::TransactionVersion;
 use super::{BrokerRules, ProducePartitionResult};
 use crate::testkit::batch::{self, BatchHeader};
 
@@ -107,13 +108,13 @@ impl Partition {
 
     /// The log-append part of a produce (`UnifiedLog.analyzeAndValidateRecords`, `LogValidator`,
     /// then `analyzeAndValidateProducerState`), for a batch that already passed the request-level
-    /// checks and whose header parsed. `verified`: see `ProducerStateManager::analyze`.
+    /// checks and whose header parsed. `verification`: see `ProducerStateManager::analyze`.
     pub(super) fn append(
         &mut self,
         records: &[u8],
         header: &BatchHeader,
         rules: &BrokerRules,
-        verified: bool,
+        verification: Verification,
         now_ms: i64,
     ) -> ProducePartitionResult {
         if let Err(code) = self.validate_batch(records, header, rules, now_ms) {
@@ -137,7 +138,7 @@ impl Partition {
                 &incoming,
                 rules.kafka_version,
                 rules.producer_state_window,
-                verified,
+                verification,
             ) {
                 // A duplicate answers with the original batch: its base offset, its cached
                 // timestamp as LogAppendTime even on a CreateTime topic, and the current log
@@ -205,10 +206,15 @@ impl Partition {
         producer_epoch: i16,
         coordinator_epoch: i32,
         commit: bool,
+        version: TransactionVersion,
         now_ms: i64,
     ) -> Result<i64, i16> {
-        self.producers
-            .check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)?;
+        self.producers.check_end_txn_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            version,
+        )?;
         let offset = self.log_end_offset;
         let mut stored = batch::encode_end_txn_marker(
             producer_id,

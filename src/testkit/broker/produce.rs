@@ -1,11 +1,15 @@
 //! Produce: the checks a Produce request passes through before its batches reach a partition's
 //! log, in Kafka's order (`KafkaApis.handleProduceRequest`, then `ReplicaManager`, then
-//! `UnifiedLog.append`), and KIP-890 verification of transactional batches.
+//! `UnifiedLog.append`), and KIP-890 verification of transactional batches: part 1's check
+//! that the partition is in the transaction (Produce up to v11), part 2's implicit add of the
+//! partition to the transaction (Produce v12+, TV2).
 //!
 //! The per-batch producer-state verdicts are the partition's (`partition`, `producer_state`);
 //! this file decides which partitions get that far and answers the rest.
 
 use super::error_codes::*;
+use super::producer_state::Verification;
+use super::transaction_version::TransactionVersion;
 use super::Cluster;
 use crate::testkit::batch::{BatchError, BatchHeader};
 
@@ -83,11 +87,8 @@ impl Cluster {
             .expect("one result per partition")
     }
 
-    /// A whole Produce request, in the check order of `KafkaApis.handleProduceRequest` →
-    /// `ReplicaManager.handleProduceAppend`/`appendToLocalLog` → `UnifiedLog.append`:
-    /// transactional id present, then per partition topic and `ProduceRequest.validateRecords`,
-    /// then the single (pid, epoch) of transactional batches, then verification, then acks,
-    /// then leadership, then the log append. One result per input, in order.
+    /// A whole Produce request of v3-v11 (TV1); see
+    /// [`produce_request_at_version`](Self::produce_request_at_version).
     pub fn produce_request(
         &mut self,
         broker: i32,
@@ -96,6 +97,30 @@ impl Cluster {
         partitions: &[ProduceInput<'_>],
         now_ms: i64,
     ) -> Vec<ProducePartitionResult> {
+        self.produce_request_at_version(broker, 11, acks, transactional_id, partitions, now_ms)
+    }
+
+    /// A whole Produce request of `version`, in the check order of
+    /// `KafkaApis.handleProduceRequest` → `ReplicaManager.handleProduceAppend`/
+    /// `appendToLocalLog` → `UnifiedLog.append`: transactional id present, then per partition
+    /// topic and `ProduceRequest.validateRecords`, then the single (pid, epoch) of
+    /// transactional batches, then verification (v12+: the implicit add), then acks, then
+    /// leadership, then the log append. One result per input, in order.
+    ///
+    /// A v12+ request that finds its transaction's previous end still writing markers is
+    /// answered CONCURRENT_TRANSACTIONS at once; Kafka's broker first retries for up to
+    /// 100 ms (`ReplicaManager` `maybeRetryOnConcurrentTransactions`), which the TCP face does
+    /// around this call ([`transaction_is_completing`](Self::transaction_is_completing)).
+    pub fn produce_request_at_version(
+        &mut self,
+        broker: i32,
+        version: i16,
+        acks: i16,
+        transactional_id: Option<&str>,
+        partitions: &[ProduceInput<'_>],
+        now_ms: i64,
+    ) -> Vec<ProducePartitionResult> {
+        let txn_version = TransactionVersion::for_produce(version);
         if !self.is_broker_up(broker) {
             return partitions
                 .iter()
@@ -163,8 +188,8 @@ impl Cluster {
                     broker,
                     acks,
                     transactional_id,
-                    input,
-                    header,
+                    (input, header),
+                    txn_version,
                     now_ms,
                 ));
             }
@@ -190,8 +215,8 @@ impl Cluster {
         broker: i32,
         acks: i16,
         transactional_id: Option<&str>,
-        input: &ProduceInput<'_>,
-        header: &BatchHeader,
+        (input, header): (&ProduceInput<'_>, &BatchHeader),
+        txn_version: TransactionVersion,
         now_ms: i64,
     ) -> ProducePartitionResult {
         let (leader, leader_epoch) = self
@@ -204,7 +229,9 @@ impl Cluster {
         if header.is_transactional() && leader != broker {
             return not_leader();
         }
-        let verified = match self.verify_transactional(transactional_id, input, header) {
+        let verified =
+            self.verify_transactional(transactional_id, input, header, txn_version, now_ms);
+        let verified = match verified {
             Ok(verified) => verified,
             Err(failure) => return failure,
         };
@@ -226,18 +253,23 @@ impl Cluster {
 
     /// KIP-890 verification (`UnifiedLog.maybeStartTransactionVerification`, then the
     /// coordinator): only for a transactional batch with no transaction open for its
-    /// (pid, epoch) on the partition. `Ok(true)` lets the batch through the append guard.
+    /// (pid, epoch) on the partition. TV1 asks whether the partition is in the transaction
+    /// (`verifyOnly`), unless `transaction.partition.verification.enable` is off; TV2 has the
+    /// coordinator add it, whatever that setting (`ReplicaManager
+    /// .maybeSendPartitionsToTransactionCoordinator`).
     fn verify_transactional(
-        &self,
+        &mut self,
         transactional_id: Option<&str>,
         input: &ProduceInput<'_>,
         header: &BatchHeader,
-    ) -> Result<bool, ProducePartitionResult> {
+        txn_version: TransactionVersion,
+        now_ms: i64,
+    ) -> Result<Verification, ProducePartitionResult> {
         if !header.is_transactional() {
-            return Ok(false);
+            return Ok(Verification::Unverified);
         }
-        if !self.rules.transaction_verification {
-            return Ok(true);
+        if !self.rules.transaction_verification && txn_version == TransactionVersion::Tv1 {
+            return Ok(Verification::Verified);
         }
         let partition = self
             .partition(input.topic, input.partition)
@@ -246,13 +278,19 @@ impl Cluster {
         if entry.is_some_and(|e| {
             e.current_txn_first_offset.is_some() && e.producer_epoch == header.producer_epoch
         }) {
-            return Ok(true);
+            return Ok(Verification::Verified);
         }
-        // 4.1+ (KAFKA-18042): a stale epoch fails at once, before asking the coordinator.
+        // 4.1+ (KAFKA-18042): a stale epoch fails at once, before asking the coordinator. For
+        // a TV2 producer this is how a write of a transaction whose marker (at the bumped
+        // epoch) is already here is refused (UnifiedLogTest
+        // `testStaleProducerEpochReturnsRecoverableErrorForTV2Clients`).
         if entry.is_some_and(|e| header.producer_epoch < e.producer_epoch) {
             return Err(ProducePartitionResult::error(INVALID_PRODUCER_EPOCH));
         }
         let transactional_id = transactional_id.expect("checked by the caller");
+        if txn_version == TransactionVersion::Tv2 {
+            return self.add_partition_for_produce(transactional_id, input, header, now_ms);
+        }
         match self.coordinator.verify_partition(
             transactional_id,
             header.producer_id,
@@ -260,8 +298,49 @@ impl Cluster {
             input.topic,
             input.partition,
         ) {
-            Ok(()) => Ok(true),
+            Ok(()) => Ok(Verification::Verified),
             Err((code, message)) => Err(ProducePartitionResult::error(code).with_message(message)),
         }
+    }
+
+    /// The TV2 implicit add (`AddPartitionsToTxnManager` with `addPartition`: an
+    /// AddPartitionsToTxn with `verifyOnly` false, whose coordinator rules are AddPartitionsToTxn's),
+    /// with the coordinator's answer translated for the produce (`ReplicaManager
+    /// .handleProduceAppend`'s `postVerificationCallback`): PRODUCER_FENCED reaches the
+    /// producer as INVALID_PRODUCER_EPOCH; CONCURRENT_TRANSACTIONS stays itself under TV2; the
+    /// others pass through.
+    fn add_partition_for_produce(
+        &mut self,
+        transactional_id: &str,
+        input: &ProduceInput<'_>,
+        header: &BatchHeader,
+        now_ms: i64,
+    ) -> Result<Verification, ProducePartitionResult> {
+        let code = self.coordinator.add_partitions(
+            transactional_id,
+            header.producer_id,
+            header.producer_epoch,
+            &[(input.topic.to_string(), input.partition)],
+            now_ms,
+        );
+        match code {
+            NONE => Ok(Verification::AddedTv2),
+            PRODUCER_FENCED => Err(ProducePartitionResult::error(INVALID_PRODUCER_EPOCH)
+                .with_message("producer epoch is not current")),
+            code => Err(ProducePartitionResult::error(code)),
+        }
+    }
+
+    /// Whether `transactional_id`'s previous transaction is still writing its markers
+    /// (PrepareCommit/PrepareAbort), so a TV2 implicit add would be CONCURRENT_TRANSACTIONS.
+    pub fn transaction_is_completing(&self, transactional_id: &str) -> bool {
+        self.coordinator
+            .metadata(transactional_id)
+            .is_some_and(|m| {
+                matches!(
+                    m.state,
+                    super::TransactionState::PrepareCommit | super::TransactionState::PrepareAbort
+                )
+            })
     }
 }

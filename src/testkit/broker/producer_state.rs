@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::error_codes::*;
+use super::transaction_version::TransactionVersion;
 use super::KafkaBehaviour;
 use crate::testkit::batch::decrement_sequence;
 
@@ -132,6 +133,22 @@ pub struct IncomingBatch {
     pub transactional: bool,
 }
 
+/// What the transaction coordinator said about a transactional batch before its append
+/// (KIP-890: `UnifiedLog.maybeStartTransactionVerification` and its `VerificationStateEntry`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verification {
+    /// Nothing vouched for it (not transactional, or verification failed to start): a
+    /// transactional batch with no transaction open here is INVALID_TXN_STATE.
+    Unverified,
+    /// Let through: the partition is in the transaction (TV1 verification), its transaction is
+    /// already open here, or verification is disabled.
+    Verified,
+    /// A TV2 producer's partition added by the coordinator on this produce (Produce v12+): the
+    /// verification entry supports the epoch bump, so the first write of the epoch must start
+    /// at sequence 0 (KAFKA-18202).
+    AddedTv2,
+}
+
 /// Outcome of validating a batch against the producer state.
 #[derive(Debug)]
 pub enum ProducerCheck {
@@ -177,14 +194,15 @@ impl ProducerStateManager {
     /// transactional guard, then `ProducerAppendInfo.checkProducerEpoch` and `checkSequence`,
     /// then the transactional flag check of `ProducerAppendInfo.appendDataBatch`.
     ///
-    /// `verified` says whether the transaction coordinator vouched for this transactional
-    /// batch (KIP-890 verification, or verification disabled). Errors are Kafka error codes.
+    /// `verification` says whether the transaction coordinator vouched for this transactional
+    /// batch (KIP-890 verification, the TV2 implicit add, or verification disabled). Errors
+    /// are Kafka error codes.
     pub fn analyze(
         &self,
         batch: &IncomingBatch,
         behaviour: KafkaBehaviour,
         window: usize,
-        verified: bool,
+        verification: Verification,
     ) -> Result<ProducerCheck, i16> {
         let current = self.producers.get(&batch.producer_id);
         if let Some(duplicate) = current.and_then(|e| {
@@ -201,7 +219,7 @@ impl ProducerStateManager {
             if current.is_some_and(|e| batch.producer_epoch < e.producer_epoch) {
                 return Err(INVALID_PRODUCER_EPOCH);
             }
-            if !verified {
+            if verification == Verification::Unverified {
                 return Err(INVALID_TXN_STATE);
             }
         }
@@ -210,6 +228,16 @@ impl ProducerStateManager {
             .cloned()
             .unwrap_or_else(|| ProducerStateEntry::empty(batch.producer_id));
         check_producer_epoch(&updated, batch.producer_epoch)?;
+        // `ProducerAppendInfo.checkSequence`, first rule (KAFKA-18202): a TV2 verification
+        // entry and no batch retained for the producer (none at all, or only a marker's epoch
+        // left) mean this is the epoch's first write, which must start at 0, even where an
+        // unknown producer could otherwise start anywhere.
+        if verification == Verification::AddedTv2
+            && updated.batches.is_empty()
+            && batch.first_seq != 0
+        {
+            return Err(OUT_OF_ORDER_SEQUENCE_NUMBER);
+        }
         check_sequence(&updated, batch, behaviour)?;
 
         updated.add_batch(
@@ -247,18 +275,26 @@ impl ProducerStateManager {
     }
 
     /// Kafka `ProducerAppendInfo.appendEndTxnMarker`, the checks: a TV0/TV1 marker may not
-    /// carry an epoch below the producer's (equal is allowed), and a marker from an older
-    /// coordinator epoch is a zombie coordinator's. No sequence check, no verification.
+    /// carry an epoch below the producer's (equal is allowed); a TV2 marker must carry one
+    /// above it, since every TV2 end bumps the epoch (KIP-1228, KAFKA-19446, Kafka 4.2; before
+    /// it the TV1 rule applied to every marker, which the coordinator's bumped epoch passes
+    /// as well); and a marker from an older coordinator epoch is a zombie coordinator's. No
+    /// sequence check, no verification.
     pub fn check_end_txn_marker(
         &self,
         producer_id: i64,
         producer_epoch: i16,
         coordinator_epoch: i32,
+        version: TransactionVersion,
     ) -> Result<(), i16> {
         let Some(entry) = self.producers.get(&producer_id) else {
             return Ok(());
         };
-        if producer_epoch < entry.producer_epoch {
+        let stale = match version {
+            TransactionVersion::Tv1 => producer_epoch < entry.producer_epoch,
+            TransactionVersion::Tv2 => producer_epoch <= entry.producer_epoch,
+        };
+        if stale {
             return Err(INVALID_PRODUCER_EPOCH);
         }
         if entry.coordinator_epoch > coordinator_epoch {
@@ -439,6 +475,9 @@ fn in_sequence(last_seq: i32, next_seq: i32) -> bool {
 mod tests {
     use super::*;
 
+    const TV1: TransactionVersion = TransactionVersion::Tv1;
+    const TV2: TransactionVersion = TransactionVersion::Tv2;
+
     fn open_txn(manager: &mut ProducerStateManager, epoch: i16, first_offset: i64) {
         let batch = IncomingBatch {
             producer_id: 7,
@@ -450,7 +489,7 @@ mod tests {
             max_timestamp: 0,
             transactional: true,
         };
-        match manager.analyze(&batch, KafkaBehaviour::Current, 5, true) {
+        match manager.analyze(&batch, KafkaBehaviour::Current, 5, Verification::Verified) {
             Ok(ProducerCheck::Accept(entry)) => manager.update(entry),
             other => panic!("{other:?}"),
         }
@@ -463,17 +502,20 @@ mod tests {
     fn marker_with_an_older_producer_or_coordinator_epoch_is_refused() {
         let mut m = ProducerStateManager::default();
         open_txn(&mut m, 3, 10);
-        assert_eq!(m.check_end_txn_marker(7, 2, 0), Err(INVALID_PRODUCER_EPOCH));
-        assert_eq!(m.check_end_txn_marker(7, 3, 0), Ok(()));
+        assert_eq!(
+            m.check_end_txn_marker(7, 2, 0, TV1),
+            Err(INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(m.check_end_txn_marker(7, 3, 0, TV1), Ok(()));
         assert_eq!(m.complete_txn(7, 3, 2, 0), Some(10));
         assert_eq!(m.first_unstable_offset(), None);
         assert_eq!(
-            m.check_end_txn_marker(7, 3, 1),
+            m.check_end_txn_marker(7, 3, 1, TV1),
             Err(TRANSACTION_COORDINATOR_FENCED)
         );
-        assert_eq!(m.check_end_txn_marker(7, 3, 2), Ok(()));
+        assert_eq!(m.check_end_txn_marker(7, 3, 2, TV1), Ok(()));
         // A marker for an unknown producer passes and closes nothing.
-        assert_eq!(m.check_end_txn_marker(8, 0, 0), Ok(()));
+        assert_eq!(m.check_end_txn_marker(8, 0, 0, TV1), Ok(()));
         assert_eq!(m.complete_txn(8, 0, 0, 0), None);
     }
 
@@ -486,5 +528,45 @@ mod tests {
         assert_eq!(m.complete_txn(7, 4, 0, 0), Some(10));
         let entry = m.entry(7).unwrap();
         assert_eq!((entry.producer_epoch, entry.last_seq()), (4, -1));
+    }
+
+    // ProducerAppendInfo `appendEndTxnMarker` with KIP-1228 (UnifiedLogTest
+    // `testEndTxnWithFencedProducerEpoch`, `testTV2MarkerWithBumpedEpochSucceeds`): a TV2
+    // marker at the transaction's own epoch is refused, one at the bumped epoch passes.
+    #[test]
+    fn tv2_marker_must_carry_an_epoch_above_the_producers() {
+        let mut m = ProducerStateManager::default();
+        open_txn(&mut m, 5, 10);
+        assert_eq!(
+            m.check_end_txn_marker(7, 5, 0, TV2),
+            Err(INVALID_PRODUCER_EPOCH)
+        );
+        assert_eq!(m.check_end_txn_marker(7, 6, 0, TV2), Ok(()));
+        assert_eq!(m.check_end_txn_marker(7, 5, 0, TV1), Ok(()));
+    }
+
+    // ProducerAppendInfo `checkSequence` (KAFKA-18202), UnifiedLogTest
+    // `testNonZeroSequenceOnFirstAppendNonZeroEpoch`: with a TV2 verification entry, an
+    // unknown producer may not start its epoch past 0, which TV1 allows.
+    #[test]
+    fn tv2_first_write_of_an_epoch_must_start_at_sequence_zero() {
+        let m = ProducerStateManager::default();
+        let batch = |first_seq| IncomingBatch {
+            producer_id: 7,
+            producer_epoch: 1,
+            first_seq,
+            last_seq: first_seq,
+            first_offset: 0,
+            last_offset: 0,
+            max_timestamp: 0,
+            transactional: true,
+        };
+        let analyze = |seq, v| m.analyze(&batch(seq), KafkaBehaviour::Current, 5, v).err();
+        assert_eq!(
+            analyze(3, Verification::AddedTv2),
+            Some(OUT_OF_ORDER_SEQUENCE_NUMBER)
+        );
+        assert_eq!(analyze(0, Verification::AddedTv2), None);
+        assert_eq!(analyze(3, Verification::Verified), None);
     }
 }

@@ -12,6 +12,7 @@ use super::error_codes::*;
 use super::group_offsets::{
     offsets_partition_for, OffsetAndMetadata, CONSUMER_OFFSETS_TOPIC, OFFSET_METADATA_MAX_BYTES,
 };
+use super::transaction_version::TransactionVersion;
 use super::{AbortedTxn, Cluster, InitProducerIdResult};
 
 /// FindCoordinator key type of a consumer group.
@@ -47,6 +48,28 @@ pub struct TxnOffsetCommitGroup<'a> {
     pub producer_epoch: i16,
     /// The group's generation (negative: not checked).
     pub generation_id: i32,
+}
+
+/// EndTxn's answer. Under TV1 (v0-v4) the response carries no producer id or epoch (-1/-1);
+/// under TV2 (v5+) a success carries the ones the producer continues with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndTxnResult {
+    /// The error code (0: none).
+    pub error_code: i16,
+    /// The producer id to use from now on (-1 under TV1 and on errors).
+    pub producer_id: i64,
+    /// The epoch to use from now on (-1 under TV1 and on errors).
+    pub producer_epoch: i16,
+}
+
+impl EndTxnResult {
+    fn code(error_code: i16) -> Self {
+        EndTxnResult {
+            error_code,
+            producer_id: -1,
+            producer_epoch: -1,
+        }
+    }
 }
 
 /// One partition of an OffsetFetch answer.
@@ -225,6 +248,56 @@ impl Cluster {
         ))
     }
 
+    /// A `verifyOnly` transaction of AddPartitionsToTxn v4+ (KIP-890 part 1, what a partition
+    /// leader asks before a TV1 transactional append; `TransactionCoordinator
+    /// .handleVerifyPartitionsInTransaction`): one code per input partition, in order. The
+    /// per-partition checks of `KafkaApis` come first, as for the client versions; then a
+    /// coordinator error (unknown id or producer id, fenced epoch, markers being written)
+    /// applies to every partition, else each is NONE if it is in the transaction and
+    /// TRANSACTION_ABORTABLE if not. Nothing changes. (A transaction of v4+ without
+    /// `verifyOnly` is [`Self::add_partitions_to_txn`].)
+    pub fn verify_partitions_in_txn(
+        &self,
+        broker: i32,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[(String, i32)],
+    ) -> Vec<i16> {
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
+            return vec![code; partitions.len()];
+        }
+        if partitions
+            .iter()
+            .any(|(topic, partition)| self.partition(topic, *partition).is_none())
+        {
+            return partitions
+                .iter()
+                .map(
+                    |(topic, partition)| match self.partition(topic, *partition) {
+                        None => UNKNOWN_TOPIC_OR_PARTITION,
+                        Some(_) => OPERATION_NOT_ATTEMPTED,
+                    },
+                )
+                .collect();
+        }
+        partitions
+            .iter()
+            .map(|(topic, partition)| {
+                match self.coordinator.check_in_transaction(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    topic,
+                    *partition,
+                ) {
+                    Ok(()) => NONE,
+                    Err(code) => code,
+                }
+            })
+            .collect()
+    }
+
     /// AddOffsetsToTxn v0-v4: adds the group's `__consumer_offsets` partition to the
     /// transaction, with AddPartitionsToTxn's coordinator rules (TV1 semantics always).
     pub fn add_offsets_to_txn(
@@ -250,6 +323,56 @@ impl Cluster {
             &[offsets_partition],
             now_ms,
         )
+    }
+
+    /// EndTxn at the request's `version`: v5+ is TV2 ([`TransactionVersion::for_end_txn`],
+    /// whatever the finalized level, as Kafka picks by version), below TV1. NONE means the
+    /// Prepare state is recorded; its markers are written before this returns unless markers
+    /// are held ([`Self::hold_transaction_markers`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn end_txn_at_version(
+        &mut self,
+        broker: i32,
+        version: i16,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        now_ms: i64,
+    ) -> EndTxnResult {
+        if TransactionVersion::for_end_txn(version) == TransactionVersion::Tv1 {
+            return EndTxnResult::code(self.end_txn(
+                broker,
+                transactional_id,
+                producer_id,
+                producer_epoch,
+                commit,
+                now_ms,
+            ));
+        }
+        if let Err(code) = self.check_transaction_coordinator(broker, transactional_id) {
+            return EndTxnResult::code(code);
+        }
+        match self.coordinator.end_txn_v2(
+            &mut self.producer_ids,
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            now_ms,
+        ) {
+            Ok(end) => {
+                if let Some(job) = end.markers {
+                    self.send_markers(job, now_ms);
+                }
+                EndTxnResult {
+                    error_code: NONE,
+                    producer_id: end.producer_id,
+                    producer_epoch: end.producer_epoch,
+                }
+            }
+            Err(code) => EndTxnResult::code(code),
+        }
     }
 
     /// EndTxn v0-v4 (TV1). NONE means the Prepare state is recorded; its markers are written
@@ -286,7 +409,10 @@ impl Cluster {
     /// transaction open longer than its timeout. Returns how many were aborted. The TCP face
     /// calls it on a timer; the simulator calls it on its virtual clock.
     pub fn abort_timed_out_transactions(&mut self, now_ms: i64) -> usize {
-        let jobs = self.coordinator.abort_timed_out_transactions(now_ms);
+        let cluster_version = self.cluster_transaction_version();
+        let jobs = self
+            .coordinator
+            .abort_timed_out_transactions(cluster_version, now_ms);
         let count = jobs.len();
         for job in jobs {
             self.send_markers(job, now_ms);
@@ -317,9 +443,11 @@ impl Cluster {
         self.held_markers.len()
     }
 
-    /// A transaction entered Prepare*: write its markers now, or hold them.
+    /// A transaction entered Prepare*: write its markers now, or hold them. A transaction
+    /// with no partition (a TV2 abort with nothing added) has no marker to wait for and
+    /// completes at once (`TransactionMarkerChannelManager.addTxnMarkersToSend`).
     pub(super) fn send_markers(&mut self, job: MarkerJob, now_ms: i64) {
-        if self.hold_markers {
+        if self.hold_markers && !job.partitions.is_empty() {
             self.held_markers.push(job);
         } else {
             self.write_markers(&job, now_ms);
@@ -346,6 +474,7 @@ impl Cluster {
                 job.producer_epoch,
                 job.coordinator_epoch,
                 job.commit,
+                job.transaction_version,
                 now_ms,
             )
             .is_err()
@@ -361,17 +490,31 @@ impl Cluster {
         self.markers_rejected
     }
 
-    /// TxnOffsetCommit v0-v4 at the group coordinator. One code per input partition, in
-    /// order, in the Kafka broker's check order: coordinator, group id, verification of
-    /// the group's offsets partition (it must have been added with AddOffsetsToTxn), group
-    /// generation, then per partition the topic and the metadata size. "Not in the
-    /// transaction" is answered TRANSACTION_ABORTABLE; below v4 the protocol layer sends
-    /// INVALID_TXN_STATE.
+    /// TxnOffsetCommit v0-v4 (TV1); see [`Self::txn_offset_commit_at_version`].
     pub fn txn_offset_commit(
         &mut self,
         broker: i32,
         group: TxnOffsetCommitGroup<'_>,
         offsets: &[TxnOffsetCommitInput],
+    ) -> Vec<i16> {
+        // The TV1 path changes no transaction metadata, so it reads no clock.
+        self.txn_offset_commit_at_version(broker, 4, group, offsets, 0)
+    }
+
+    /// TxnOffsetCommit at the group coordinator, at the request's `version`. One code per
+    /// input partition, in order, in the Kafka broker's check order: coordinator, group id,
+    /// the group's offsets partition in the transaction, group generation, then per partition
+    /// the topic and the metadata size. Below v5 (TV1) the partition must have been added with
+    /// AddOffsetsToTxn and "not in the transaction" is answered TRANSACTION_ABORTABLE (below
+    /// v4 the protocol layer sends INVALID_TXN_STATE); from v5 (TV2) the coordinator adds it
+    /// here (`AddPartitionsToTxnManager` `addPartition`), with AddPartitionsToTxn's errors.
+    pub fn txn_offset_commit_at_version(
+        &mut self,
+        broker: i32,
+        version: i16,
+        group: TxnOffsetCommitGroup<'_>,
+        offsets: &[TxnOffsetCommitInput],
+        now_ms: i64,
     ) -> Vec<i16> {
         let all = |code| vec![code; offsets.len()];
         if let Err(code) = self.check_coordinator(broker, COORDINATOR_KEY_GROUP, group.group_id) {
@@ -383,13 +526,28 @@ impl Cluster {
         if group.group_id.is_empty() {
             return all(INVALID_GROUP_ID);
         }
-        let verified = self.coordinator.check_in_transaction(
-            group.transactional_id,
-            group.producer_id,
-            group.producer_epoch,
-            CONSUMER_OFFSETS_TOPIC,
-            offsets_partition_for(group.group_id),
-        );
+        let offsets_partition = offsets_partition_for(group.group_id);
+        let verified = match TransactionVersion::for_txn_offset_commit(version) {
+            TransactionVersion::Tv1 => self.coordinator.check_in_transaction(
+                group.transactional_id,
+                group.producer_id,
+                group.producer_epoch,
+                CONSUMER_OFFSETS_TOPIC,
+                offsets_partition,
+            ),
+            TransactionVersion::Tv2 => {
+                match self.coordinator.add_partitions(
+                    group.transactional_id,
+                    group.producer_id,
+                    group.producer_epoch,
+                    &[(CONSUMER_OFFSETS_TOPIC.to_string(), offsets_partition)],
+                    now_ms,
+                ) {
+                    NONE => Ok(()),
+                    code => Err(code),
+                }
+            }
+        };
         if let Err(code) = verified {
             // `CoordinatorOperationExceptionHelper`: a fenced epoch reaches the client as
             // INVALID_PRODUCER_EPOCH.

@@ -8,30 +8,38 @@
 use std::collections::BTreeMap;
 
 use bytes::BytesMut;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 use kafka_protocol::protocol::Encodable;
 
+use super::handlers::str_bytes;
 use super::handlers::HandlerResult;
 use crate::testkit::broker::error_codes::UNSUPPORTED_VERSION;
+use crate::testkit::broker::{MAX_TRANSACTION_VERSION_LEVEL, TRANSACTION_VERSION_FEATURE};
 
 /// The versions the TCP face implements, per API: the default advertisement and the ceiling
 /// for [`super::ReferenceCluster::set_api_versions`].
 pub const IMPLEMENTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 11),
+    // v12 is TV2's (v13 names topics by id and is not implemented).
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 16),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::InitProducerId, 0, 4),
-    // The client versions of the transaction APIs (TV1; TV2 starts at EndTxn v5 and
-    // TxnOffsetCommit v5, AddPartitionsToTxn v4+ is broker-to-broker).
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    // v5 only tells the broker the client knows TRANSACTION_ABORTABLE (KIP-890).
+    (ApiKey::InitProducerId, 0, 5),
+    // The transaction APIs. TV2 starts at Produce v12, EndTxn v5 and TxnOffsetCommit v5; Kafka
+    // 4.0 advertises these whatever its finalized `transaction.version`, and picks the protocol
+    // by the request's version. AddPartitionsToTxn v4+ is what brokers send the coordinator
+    // (KIP-890), never a client.
+    (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    (ApiKey::EndTxn, 0, 4),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::TxnOffsetCommit, 0, 5),
 ];
 
 /// One broker's advertised ranges, by API key.
@@ -110,17 +118,37 @@ impl ApiVersionTable {
     }
 }
 
-/// The normal answer, at the request's version.
+/// The normal answer, at the request's version. From v3 (KIP-511's tagged fields) it names
+/// the features: `transaction.version` is supported at levels 0..=2, and finalized at
+/// `transaction_version` (the cluster's [`BrokerRules::transaction_version`]) with the
+/// finalized-features epoch; a level of 0 is not finalized and is left out, as Kafka leaves
+/// out features at level 0 (`ApiVersionsResponse.createApiVersionsResponse`, `FinalizedFeatures`).
+///
+/// [`BrokerRules::transaction_version`]: crate::testkit::broker::BrokerRules::transaction_version
 pub fn answer(
     table: &ApiVersionTable,
     version: i16,
     injected: Option<i16>,
+    (transaction_version, features_epoch): (i16, i64),
     out: &mut BytesMut,
 ) -> HandlerResult {
+    let finalized = if transaction_version > 0 {
+        vec![FinalizedFeatureKey::default()
+            .with_name(str_bytes(TRANSACTION_VERSION_FEATURE))
+            .with_min_version_level(transaction_version)
+            .with_max_version_level(transaction_version)]
+    } else {
+        Vec::new()
+    };
     let response = ApiVersionsResponse::default()
         .with_error_code(injected.unwrap_or(0))
         .with_api_keys(table.api_keys())
-        .with_finalized_features_epoch(-1);
+        .with_supported_features(vec![SupportedFeatureKey::default()
+            .with_name(str_bytes(TRANSACTION_VERSION_FEATURE))
+            .with_min_version(0)
+            .with_max_version(MAX_TRANSACTION_VERSION_LEVEL)])
+        .with_finalized_features_epoch(features_epoch)
+        .with_finalized_features(finalized);
     response.encode(out, version)?;
     Ok(super::handlers::Reply::Respond)
 }

@@ -88,6 +88,10 @@ pub(crate) struct Shared {
     /// What SASL session ends and idle times are compared with: real time unless a test froze
     /// it.
     clock: BrokerClock,
+    /// Whether a request may wait in real time for the cluster to change (Kafka's short
+    /// internal retries): true on sockets, false for the simulator's in-memory peer, where
+    /// nothing else runs while a request is served.
+    waits_in_real_time: bool,
 }
 
 /// Which of a broker's listeners a connection came in on.
@@ -163,6 +167,7 @@ impl Shared {
             sasl_nonces: AtomicU64::new(0),
             tls: None,
             clock: BrokerClock::default(),
+            waits_in_real_time: false,
         }
     }
 
@@ -186,6 +191,11 @@ impl Shared {
             Ok((guard, _)) => guard,
             Err(poisoned) => poisoned.into_inner().0,
         }
+    }
+
+    /// See the field `waits_in_real_time`.
+    pub(crate) fn waits_in_real_time(&self) -> bool {
+        self.waits_in_real_time
     }
 
     pub(crate) fn api_versions(&self, broker: i32) -> Arc<ApiVersionTable> {
@@ -325,6 +335,7 @@ impl ReferenceCluster {
             sasl_nonces: AtomicU64::new(0),
             tls: tls.map(Arc::new),
             clock: BrokerClock::default(),
+            waits_in_real_time: true,
         });
         for ((id, listener), plaintext) in ids.into_iter().zip(listeners).zip(plaintext) {
             start_acceptor(&shared, id, Listener::Primary, listener);

@@ -13,6 +13,12 @@
 //!   its records are in the view, or none;
 //! - every record in the view belongs to a committed or unknown transaction;
 //! - the broker's LSO is never above the first offset still held open;
+//! - no record of an ended transaction lands after its marker (`check_no_write_after_marker`):
+//!   a transactional data batch of a producer id never follows, on a partition, a marker of
+//!   that producer id at a higher epoch. Under transactions V2 (KIP-890 part 2) every end
+//!   writes its markers at the bumped epoch, so the ended transaction's late (zombie) write is
+//!   exactly such a batch; under TV1 only fence and timeout markers carry a higher epoch,
+//!   and the rule still holds for them;
 //! - each group's committed offset of a partition is the one sent in the last committed
 //!   transaction that sent one for it (or none), or, after a transaction of unknown outcome
 //!   that sent one, that transaction's offset: offsets commit and abort with their records
@@ -161,6 +167,7 @@ pub fn check_transactions(
     let mut visible: HashMap<RecordId, usize> = HashMap::new();
     for (p, (log, lso)) in logs.iter().enumerate() {
         let tp = &partitions[p];
+        check_no_write_after_marker(tp, log);
         let view = read_committed(log);
         stats.markers += view.markers;
         stats.aborted_records_in_log += view.aborted.len() as u64;
@@ -233,6 +240,34 @@ pub fn check_transactions(
         }
     }
     stats
+}
+
+/// No record of an ended transaction after its marker: every transactional data batch's epoch
+/// is at least the epoch of every earlier marker of its producer id on the partition. A
+/// batch below it belongs to a transaction that marker ended (TV2: the marker's epoch is the
+/// transaction's plus one) or to a fenced one, and would sit after the marker with no marker
+/// of its own to end it: a hanging transaction holding the last stable offset.
+pub fn check_no_write_after_marker(tp: &TopicPartition, log: &[StoredBatch]) {
+    // Producer id → (epoch, offset) of its latest marker so far.
+    let mut ended: HashMap<i64, (i16, i64)> = HashMap::new();
+    for batch in log {
+        if batch.control {
+            ended.insert(batch.producer_id, (batch.producer_epoch, batch.base_offset));
+            continue;
+        }
+        if !batch.transactional {
+            continue;
+        }
+        if let Some(&(marker_epoch, marker_offset)) = ended.get(&batch.producer_id) {
+            assert!(
+                batch.producer_epoch >= marker_epoch,
+                "{tp}: a transactional write of producer {} at epoch {} landed at offset {} after                  the marker at offset {marker_offset} that ended its transaction (epoch                  {marker_epoch})",
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_offset
+            );
+        }
+    }
 }
 
 /// Checks each group's committed offsets against the transactions that sent them, in the
@@ -524,5 +559,39 @@ mod tests {
         assert_eq!(stats.aborted, 1);
         assert_eq!(stats.visible_records, 1);
         assert_eq!(stats.aborted_records_in_log, 1);
+    }
+
+    /// `batch` at `epoch` (the helpers write epoch 0).
+    fn at_epoch(mut batch: StoredBatch, epoch: i16) -> StoredBatch {
+        batch.producer_epoch = epoch;
+        batch
+    }
+
+    #[test]
+    #[should_panic(expected = "a transactional write of producer 1 at epoch 0 landed at offset 2")]
+    fn a_write_of_an_ended_transaction_after_its_tv2_marker_fails() {
+        let log = vec![
+            data(0, 1, &[0]),
+            at_epoch(marker(1, 1, true), 1),
+            data(2, 1, &[1]),
+        ];
+        check_no_write_after_marker(&TopicPartition::new("t", 0), &log);
+    }
+
+    #[test]
+    fn the_next_transaction_after_a_marker_passes_under_tv1_and_tv2() {
+        let tp = TopicPartition::new("t", 0);
+        // TV1: the marker keeps the epoch and the next transaction writes at it.
+        let tv1 = vec![data(0, 1, &[0]), marker(1, 1, true), data(2, 1, &[1])];
+        check_no_write_after_marker(&tp, &tv1);
+        // TV2: the marker carries the bumped epoch, and so does the next transaction; another
+        // producer's older epoch is not this marker's business.
+        let tv2 = vec![
+            data(0, 1, &[0]),
+            at_epoch(marker(1, 1, false), 1),
+            at_epoch(data(2, 1, &[1]), 1),
+            data(3, 2, &[2]),
+        ];
+        check_no_write_after_marker(&tp, &tv2);
     }
 }

@@ -164,6 +164,15 @@ impl TxnPlan {
         plan.coordinator_move_every = rng.chance(0.3).then(|| rng.range(300, 5_000) * MS);
         plan
     }
+
+    /// The same plan on a cluster whose finalized `transaction.version` is `level` (0 or 1:
+    /// Kafka 3.x transactions, 2: KIP-890 part 2; [`BrokerRules::transaction_version`]). The
+    /// producer negotiates the protocol from what the brokers advertise; the coordinator's own
+    /// aborts (timeouts, fences) follow the level.
+    pub fn at_transaction_version(mut self, level: i16) -> Self {
+        self.setup.rules.transaction_version = level;
+        self
+    }
 }
 
 /// What a run did.
@@ -194,10 +203,18 @@ pub struct TxnRunReport {
     pub client_idle_closes: u64,
     /// Records `send` refused inside a transaction, each failing its transaction's commit.
     pub sends_refused: u64,
+    /// The cluster's finalized `transaction.version` level.
+    pub transaction_version: i16,
 }
 
+/// The run of `seed` on a cluster at the default `transaction.version` (2).
 pub fn run_txn_seed(seed: u64) -> TxnRunReport {
     run_txn_plan(&TxnPlan::from_seed(seed, DEFAULT_TRANSACTIONS))
+}
+
+/// The run of `seed` on a cluster whose finalized `transaction.version` is `level`.
+pub fn run_txn_seed_at(seed: u64, level: i16) -> TxnRunReport {
+    run_txn_plan(&TxnPlan::from_seed(seed, DEFAULT_TRANSACTIONS).at_transaction_version(level))
 }
 
 /// Runs a plan; with `KACRAB_SIM_DEBUG` set, a failing run prints [`Sim::debug_dump`].
@@ -575,6 +592,7 @@ impl<'a> Runner<'a> {
             idle_crossings: sim.fault_counts().idle_crossings,
             client_idle_closes: sim.producer_idle_closes(),
             sends_refused: sim.txn_world().sends_refused,
+            transaction_version: self.plan.setup.rules.transaction_version,
         }
     }
 }

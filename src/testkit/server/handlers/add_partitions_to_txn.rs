@@ -1,10 +1,14 @@
-//! AddPartitionsToTxn v0-v3, the client versions (TV1). Below v2 a PRODUCER_FENCED verdict is
-//! sent as INVALID_PRODUCER_EPOCH, which those clients know. The coordinator's code applies
-//! to every partition of the request.
+//! AddPartitionsToTxn. v0-v3 are the client versions (TV1): below v2 a PRODUCER_FENCED verdict
+//! is sent as INVALID_PRODUCER_EPOCH, which those clients know, and the coordinator's code
+//! applies to every partition of the request. v4-v5 are what brokers send the coordinator
+//! (KIP-890): a batch of transactions, each either a `verifyOnly` check of its partitions or an
+//! add with TV2 semantics (`TransactionVersion.transactionVersionForAddPartitionsToTxn`); Kafka
+//! requires CLUSTER_ACTION for them, which a cluster without an authorizer grants everyone.
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 use kafka_protocol::protocol::{Decodable, Encodable};
@@ -18,11 +22,10 @@ pub(super) fn handle(
     out: &mut BytesMut,
 ) -> HandlerResult {
     let request = AddPartitionsToTxnRequest::decode(body, ctx.version)?;
-    let partitions: Vec<(String, i32)> = request
-        .v3_and_below_topics
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p)))
-        .collect();
+    if ctx.version >= 4 {
+        return handle_batch(ctx, &request, injected, out);
+    }
+    let partitions = partitions_of(&request.v3_and_below_topics);
     let codes = match injected {
         Some(code) => vec![code; partitions.len()],
         None => ctx.shared.cluster().add_partitions_to_txn(
@@ -34,9 +37,71 @@ pub(super) fn handle(
             ctx.now_ms,
         ),
     };
-    let mut codes = codes.into_iter();
+    let codes: Vec<i16> = codes
+        .into_iter()
+        .map(|code| fenced_for_version(code, ctx.version, 2))
+        .collect();
+    AddPartitionsToTxnResponse::default()
+        .with_results_by_topic_v3_and_below(topic_results(&request.v3_and_below_topics, codes))
+        .encode(out, ctx.version)?;
+    Ok(Reply::Respond)
+}
+
+/// v4+: one result per transaction of the batch, in order.
+fn handle_batch(
+    ctx: &RequestContext<'_>,
+    request: &AddPartitionsToTxnRequest,
+    injected: Option<i16>,
+    out: &mut BytesMut,
+) -> HandlerResult {
     let results = request
-        .v3_and_below_topics
+        .transactions
+        .iter()
+        .map(|txn| {
+            let partitions = partitions_of(&txn.topics);
+            let codes = match injected {
+                Some(code) => vec![code; partitions.len()],
+                None if txn.verify_only => ctx.shared.cluster().verify_partitions_in_txn(
+                    ctx.broker,
+                    &txn.transactional_id.0,
+                    txn.producer_id.0,
+                    txn.producer_epoch,
+                    &partitions,
+                ),
+                None => ctx.shared.cluster().add_partitions_to_txn(
+                    ctx.broker,
+                    &txn.transactional_id.0,
+                    txn.producer_id.0,
+                    txn.producer_epoch,
+                    &partitions,
+                    ctx.now_ms,
+                ),
+            };
+            AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id.clone())
+                .with_topic_results(topic_results(&txn.topics, codes))
+        })
+        .collect();
+    AddPartitionsToTxnResponse::default()
+        .with_results_by_transaction(results)
+        .encode(out, ctx.version)?;
+    Ok(Reply::Respond)
+}
+
+fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<(String, i32)> {
+    topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p)))
+        .collect()
+}
+
+/// The per-topic results of `topics`, `codes` giving one code per partition in request order.
+fn topic_results(
+    topics: &[AddPartitionsToTxnTopic],
+    codes: Vec<i16>,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut codes = codes.into_iter();
+    topics
         .iter()
         .map(|t| {
             AddPartitionsToTxnTopicResult::default()
@@ -45,17 +110,12 @@ pub(super) fn handle(
                     t.partitions
                         .iter()
                         .map(|&p| {
-                            let code = codes.next().unwrap_or_default();
                             AddPartitionsToTxnPartitionResult::default()
                                 .with_partition_index(p)
-                                .with_partition_error_code(fenced_for_version(code, ctx.version, 2))
+                                .with_partition_error_code(codes.next().unwrap_or_default())
                         })
                         .collect(),
                 )
         })
-        .collect();
-    AddPartitionsToTxnResponse::default()
-        .with_results_by_topic_v3_and_below(results)
-        .encode(out, ctx.version)?;
-    Ok(Reply::Respond)
+        .collect()
 }

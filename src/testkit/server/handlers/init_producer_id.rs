@@ -1,6 +1,7 @@
-//! InitProducerId (v0-v4), at the transaction coordinator for a transactional id, at any
-//! broker for an idempotent producer. Below v4 a PRODUCER_FENCED verdict is sent as
-//! INVALID_PRODUCER_EPOCH, which older clients know (`KafkaApis.handleInitProducerIdRequest`).
+//! InitProducerId (v0-v5; v5 is v4 from a client that knows TRANSACTION_ABORTABLE), at the
+//! transaction coordinator for a transactional id, at any broker for an idempotent producer.
+//! Below v4 a PRODUCER_FENCED verdict is sent as INVALID_PRODUCER_EPOCH, which older clients
+//! know (`KafkaApis.handleInitProducerIdRequest`).
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};

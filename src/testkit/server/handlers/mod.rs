@@ -61,7 +61,8 @@ pub(crate) fn dispatch(
         ApiKey::ApiVersions => {
             ApiVersionsRequest::decode(body, ctx.version)?;
             let table = ctx.shared.api_versions(ctx.broker);
-            api_versions::answer(&table, ctx.version, injected, out)
+            let features = ctx.shared.cluster().finalized_transaction_version();
+            api_versions::answer(&table, ctx.version, injected, features, out)
         }
         ApiKey::Metadata => metadata::handle(ctx, body, injected, out),
         ApiKey::Produce => produce::handle(ctx, body, injected, out),

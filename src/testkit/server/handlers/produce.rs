@@ -1,7 +1,11 @@
-//! Produce (v3-v11). The batch bytes are handed to the core as they arrived (a slice of the
+//! Produce (v3-v12; v12 is TV2, which adds a transactional batch's partition to its
+//! transaction). The batch bytes are handed to the core as they arrived (a slice of the
 //! request frame); the core parses the 61-byte header only and copies the batch once into the
 //! log. acks=0 answers nothing, and closes the connection if any partition failed, as Kafka's
 //! `KafkaApis.handleProduceRequest` does so the client notices.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::produce_response::{
@@ -12,7 +16,13 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::{node_endpoints, str_bytes, HandlerResult, Reply, RequestContext};
 use crate::testkit::broker::error_codes::{NONE, NOT_LEADER_OR_FOLLOWER};
-use crate::testkit::broker::{ProduceInput, ProducePartitionResult};
+use crate::testkit::broker::{ProduceInput, ProducePartitionResult, TransactionVersion};
+
+/// How long a TV2 produce waits for its transaction's previous end to finish writing markers
+/// before CONCURRENT_TRANSACTIONS: Kafka's `add.partitions.to.txn.retry.backoff.max.ms`
+/// (100 ms), polled every `add.partitions.to.txn.retry.backoff.ms` (20 ms).
+const CONCURRENT_TRANSACTIONS_RETRY: Duration = Duration::from_millis(100);
+const CONCURRENT_TRANSACTIONS_BACKOFF: Duration = Duration::from_millis(20);
 
 pub(super) fn handle(
     ctx: &RequestContext<'_>,
@@ -48,13 +58,34 @@ pub(super) fn handle(
         }
         None => {
             let transactional_id = request.transactional_id.as_ref().map(|t| t.0.as_str());
-            let results = ctx.shared.cluster().produce_request(
+            let mut cluster = ctx.shared.cluster();
+            // `ReplicaManager.handleProduceAppend` (`maybeRetryOnConcurrentTransactions`): a TV2
+            // add that finds the previous transaction still completing is retried for a short
+            // while by the broker itself, before the producer sees CONCURRENT_TRANSACTIONS.
+            if let (TransactionVersion::Tv2, Some(id), true) = (
+                TransactionVersion::for_produce(ctx.version),
+                transactional_id,
+                ctx.shared.waits_in_real_time(),
+            ) {
+                let deadline = Instant::now() + CONCURRENT_TRANSACTIONS_RETRY;
+                while cluster.transaction_is_completing(id) && !ctx.closed.load(Ordering::Relaxed) {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    let wait = (deadline - now).min(CONCURRENT_TRANSACTIONS_BACKOFF);
+                    cluster = ctx.shared.wait_for_append(cluster, wait);
+                }
+            }
+            let results = cluster.produce_request_at_version(
                 ctx.broker,
+                ctx.version,
                 request.acks,
                 transactional_id,
                 &inputs,
                 ctx.now_ms,
             );
+            drop(cluster);
             if results.iter().any(|r| r.appended) {
                 ctx.shared.notify_appended();
             }

@@ -1,5 +1,6 @@
-//! TxnOffsetCommit v0-v4 (TV1), at the group coordinator. "Not in the transaction" is
-//! TRANSACTION_ABORTABLE from v4 and INVALID_TXN_STATE below.
+//! TxnOffsetCommit v0-v5, at the group coordinator. v0-v4 (TV1) need the group added by
+//! AddOffsetsToTxn: "not in the transaction" is TRANSACTION_ABORTABLE from v4 and
+//! INVALID_TXN_STATE below. v5 (TV2) adds the group's offsets partition itself.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::txn_offset_commit_response::{
@@ -34,8 +35,9 @@ pub(super) fn handle(
         .collect();
     let codes = match injected {
         Some(code) => vec![code; offsets.len()],
-        None => ctx.shared.cluster().txn_offset_commit(
+        None => ctx.shared.cluster().txn_offset_commit_at_version(
             ctx.broker,
+            ctx.version,
             TxnOffsetCommitGroup {
                 transactional_id: &request.transactional_id.0,
                 group_id: &request.group_id.0,
@@ -44,6 +46,7 @@ pub(super) fn handle(
                 generation_id: request.generation_id,
             },
             &offsets,
+            ctx.now_ms,
         ),
     };
     let mut codes = codes.into_iter();
