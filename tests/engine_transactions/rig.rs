@@ -327,7 +327,9 @@ impl Rig {
         match action {
             TxnAction::AddPartitions { partitions } => self.engine.txn_add_partitions(&partitions),
             TxnAction::PartitionsAdded { partitions } => {
+                let transaction_v2 = self.engine.txn_transaction_v2();
                 for i in 0..n {
+                    self.eng(i).txn_set_transaction_v2(transaction_v2);
                     self.eng(i).txn_partitions_added(&partitions);
                 }
             }

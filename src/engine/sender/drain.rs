@@ -97,6 +97,9 @@ impl<D: Delivery> Engine<D> {
                     Ok(v) => v,
                     Err(_) => break,
                 };
+                let Some(version) = self.produce_version(node, version) else {
+                    return;
+                };
                 let mut batches: Vec<(usize, ProducerBatch<D>)> = Vec::new();
                 let mut size = 0usize;
                 for k in 0..count {

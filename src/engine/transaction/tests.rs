@@ -145,7 +145,13 @@ fn end_txn_waits_for_the_flush_of_its_round() {
     assert!(tm.next_request(0).is_none(), "EndTxn waits for the flush");
     tm.all_flushed(1);
     let end = tm.next_request(0).unwrap();
-    assert_eq!(end.request, TxnRequest::EndTxn { commit: true });
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: true,
+            v2: false
+        }
+    );
     tm.on_end_txn(&end);
     assert_eq!(tm.take_result(handle), Some(Ok(())));
     assert!(tm.partitions_in_transaction.is_empty());
@@ -176,7 +182,13 @@ fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
     assert_eq!(tm.state(), AbortingTransaction);
     tm.all_flushed(1);
     let end = tm.next_request(0).unwrap();
-    assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: false,
+            v2: false
+        }
+    );
     assert_eq!(end.op, None, "the bump decides the abort's result");
     tm.on_end_txn(&end);
     assert_eq!(tm.state(), Initializing);
@@ -192,7 +204,14 @@ fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
 fn requests_go_out_by_priority_then_fifo() {
     let mut tm = ready();
     tm.begin_transaction().unwrap();
-    tm.enqueue(TxnRequest::EndTxn { commit: true }, None, 0);
+    tm.enqueue(
+        TxnRequest::EndTxn {
+            commit: true,
+            v2: false,
+        },
+        None,
+        0,
+    );
     tm.add_partitions(&[tp(1)]);
     tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
     tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
@@ -362,7 +381,13 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
         match tm.next_request(0) {
             Some(end) => {
                 assert!(lost.is_some(), "EndTxn sent with nothing lost");
-                assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+                assert_eq!(
+                    end.request,
+                    TxnRequest::EndTxn {
+                        commit: false,
+                        v2: false
+                    }
+                );
             }
             None => {
                 assert!(lost.is_none(), "{lost:?} lost, and EndTxn was skipped");
