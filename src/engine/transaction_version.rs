@@ -12,6 +12,8 @@
 //! protocol half-way: when `init_transactions` succeeds and when a commit or abort begins
 //! (for the next transaction; the EndTxn of the ending one keeps the protocol it began with).
 
+use std::collections::BTreeMap;
+
 use kafka_protocol::messages::ApiVersionsResponse;
 
 pub use crate::config::TransactionVersion;
@@ -20,6 +22,8 @@ use crate::config::keys::KACRAB_TRANSACTION_VERSION;
 use crate::error::{ErrorCause, TransactionError};
 use crate::protocol::api::{ApiKey, NegotiatedVersions};
 use crate::protocol::error_code::code;
+
+use super::NodeId;
 
 /// The name of the feature (KIP-584) whose finalized level turns transactions V2 on.
 pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
@@ -59,11 +63,12 @@ pub struct ClusterFeatures {
     pub finalized_features_epoch: i64,
     /// `transaction.version`'s finalized level in that answer (`None`: not finalized).
     pub transaction_version: Option<i16>,
-    /// ApiVersions answers read.
-    pub answers: u64,
-    /// Answers from a broker that lacks one of [`FIRST_TV2_VERSIONS`] (or that kacrab and the
-    /// broker share no such version of).
-    pub answers_without_tv2: u64,
+    /// The broker of that answer speaks the V2 versions ([`FIRST_TV2_VERSIONS`]).
+    pub features_broker_speaks_tv2: bool,
+    /// Each broker's latest answer: does it speak the V2 versions (Java's per-node
+    /// `NodeApiVersions`). One entry per node the engine connected to, replaced by the node's
+    /// next answer, so bounded by the cluster's size.
+    pub nodes: BTreeMap<NodeId, bool>,
 }
 
 impl Default for ClusterFeatures {
@@ -71,8 +76,8 @@ impl Default for ClusterFeatures {
         ClusterFeatures {
             finalized_features_epoch: -1,
             transaction_version: None,
-            answers: 0,
-            answers_without_tv2: 0,
+            features_broker_speaks_tv2: false,
+            nodes: BTreeMap::new(),
         }
     }
 }
@@ -83,15 +88,15 @@ impl ClusterFeatures {
     /// with a feature change does not undo it.
     pub fn on_api_versions(
         &mut self,
+        node: NodeId,
         response: &ApiVersionsResponse,
         negotiated: &NegotiatedVersions,
     ) {
-        self.answers += 1;
-        if !speaks_tv2(negotiated) {
-            self.answers_without_tv2 += 1;
-        }
+        let tv2 = speaks_tv2(negotiated);
+        self.nodes.insert(node, tv2);
         if response.finalized_features_epoch > self.finalized_features_epoch {
             self.finalized_features_epoch = response.finalized_features_epoch;
+            self.features_broker_speaks_tv2 = tv2;
             self.transaction_version = response
                 .finalized_features
                 .iter()
@@ -106,9 +111,10 @@ impl ClusterFeatures {
         self.transaction_version.is_some_and(|v| v >= 2)
     }
 
-    /// Every broker heard from speaks the V2 versions of the three APIs, and at least one was.
+    /// Every broker heard from speaks the V2 versions of the three APIs (each by its latest
+    /// answer), and at least one was heard from.
     pub fn brokers_speak_tv2(&self) -> bool {
-        self.answers > 0 && self.answers_without_tv2 == 0
+        !self.nodes.is_empty() && self.nodes.values().all(|tv2| *tv2)
     }
 }
 
@@ -122,25 +128,34 @@ pub fn speaks_tv2(negotiated: &NegotiatedVersions) -> bool {
 /// Whether the next transaction runs under transactions V2, or why it cannot.
 ///
 /// `auto` is Java's rule (finalized `transaction.version` ≥ 2), with one more condition Java
-/// leaves to the brokers: every broker heard from speaks the V2 versions. A cluster that
-/// finalized the feature always does; one that claims it without them would refuse the
-/// implicit adds, so `auto` stays on V1 there. `1` is V1 on any cluster (a 4.x coordinator
-/// still serves V1 transactions). `2` is V2 whatever the feature says, and a broker without
-/// the V2 versions is a fatal error naming the key, never a silent V1.
+/// leaves to the brokers: the broker whose answer carried the feature speaks the V2 versions.
+/// A cluster that finalized the feature always does; a broker that claims it without them
+/// would refuse the implicit adds, so `auto` stays on V1 there. (A broker that joins later
+/// without Produce v12 is refused when a V2 batch is drained for it, `sender/drain.rs`.) `1` is
+/// V1 on any cluster (a 4.x coordinator still serves V1 transactions). `2` is V2 whatever the
+/// feature says, and a broker heard from without the V2 versions is a fatal error naming the
+/// key, never a silent V1.
 pub fn decide(
     config: TransactionVersion,
     cluster: &ClusterFeatures,
 ) -> Result<bool, TransactionError> {
     match config {
         TransactionVersion::V1 => Ok(false),
-        TransactionVersion::Auto => Ok(cluster.tv2_finalized() && cluster.brokers_speak_tv2()),
+        TransactionVersion::Auto => {
+            Ok(cluster.tv2_finalized() && cluster.features_broker_speaks_tv2)
+        }
         TransactionVersion::V2 if cluster.brokers_speak_tv2() => Ok(true),
         TransactionVersion::V2 => Err(TransactionError::Fatal(ErrorCause::Other {
             code: Some(code::UNSUPPORTED_VERSION),
             reason: format!(
-                "`{KACRAB_TRANSACTION_VERSION}` is 2, but {} of {} brokers heard from lack \
-                 Produce v12, EndTxn v5 or TxnOffsetCommit v5 (transactions V2, Kafka 4.0)",
-                cluster.answers_without_tv2, cluster.answers
+                "`{KACRAB_TRANSACTION_VERSION}` is 2, but brokers {:?} lack Produce v12, EndTxn \
+                 v5 or TxnOffsetCommit v5 (transactions V2, Kafka 4.0)",
+                cluster
+                    .nodes
+                    .iter()
+                    .filter(|(_, tv2)| !**tv2)
+                    .map(|(node, _)| *node)
+                    .collect::<Vec<_>>()
             ),
         })),
     }
@@ -187,10 +202,11 @@ mod tests {
             .with_finalized_features(features)
     }
 
+    /// The answers, each from its own node.
     fn heard(answers: &[ApiVersionsResponse]) -> ClusterFeatures {
         let mut cluster = ClusterFeatures::default();
-        for a in answers {
-            cluster.on_api_versions(a, &NegotiatedVersions::from_response(a));
+        for (node, a) in answers.iter().enumerate() {
+            cluster.on_api_versions(node as NodeId, a, &NegotiatedVersions::from_response(a));
         }
         cluster
     }
@@ -222,10 +238,24 @@ mod tests {
     }
 
     #[test]
-    fn auto_stays_on_tv1_when_a_broker_lacks_the_tv2_versions() {
-        let cluster = heard(&[answer(5, Some(2), true), answer(5, Some(2), false)]);
+    fn auto_stays_on_tv1_when_the_broker_of_the_feature_lacks_the_tv2_versions() {
+        let cluster = heard(&[answer(5, Some(2), false)]);
         assert!(cluster.tv2_finalized());
         assert_eq!(decide(TransactionVersion::Auto, &cluster), Ok(false));
+    }
+
+    #[test]
+    fn a_brokers_newer_answer_replaces_its_older_one() {
+        // Broker 0 before and after its upgrade to 4.0: only its latest answer counts.
+        let mut cluster = ClusterFeatures::default();
+        let old = answer(-1, None, false);
+        let new = answer(2, Some(2), true);
+        cluster.on_api_versions(0, &old, &NegotiatedVersions::from_response(&old));
+        assert!(!cluster.brokers_speak_tv2());
+        cluster.on_api_versions(0, &new, &NegotiatedVersions::from_response(&new));
+        assert!(cluster.brokers_speak_tv2());
+        assert_eq!(decide(TransactionVersion::Auto, &cluster), Ok(true));
+        assert_eq!(cluster.nodes.len(), 1);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::protocol::api::NegotiatedVersions;
 
 use super::super::identity::ProducerIdAndEpoch;
 use super::super::transaction_version;
+use super::super::NodeId;
 use super::{TransactionManager, TxnAction};
 
 impl TransactionManager {
@@ -32,10 +33,11 @@ impl TransactionManager {
     /// [`maybe_update_transaction_v2`](Self::maybe_update_transaction_v2).
     pub fn on_api_versions(
         &mut self,
+        node: NodeId,
         response: &ApiVersionsResponse,
         negotiated: &NegotiatedVersions,
     ) {
-        self.cluster.on_api_versions(response, negotiated);
+        self.cluster.on_api_versions(node, response, negotiated);
     }
 
     /// `TransactionManager.maybeUpdateTransactionV2Enabled(onInitialization)`: chooses the
