@@ -23,6 +23,8 @@
 //! - `bootstrap.servers` entries are checked for shape when set, not resolved.
 //! - Java keys with no effect in kacrab are accepted and type-checked; see
 //!   [`keys::ignored_keys`].
+//! - `kacrab.transaction.version` (`auto`, `1`, `2`) chooses the transaction protocol, which
+//!   Java always takes from the cluster; see [`TransactionVersion`].
 
 use std::fmt;
 use std::time::Duration;

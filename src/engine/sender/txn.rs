@@ -1,7 +1,7 @@
 //! The engine's transactional side: the owner's request loop over the transaction manager
-//! (`Sender.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the participant's drain
-//! gate and batch commands, and the API calls. The protocol between engines is described in
-//! `engine/transaction.rs`.
+//! (`Sender.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the commands the driver
+//! forwards, and the API calls (the participant's data plane is in `txn_participant.rs`). The
+//! protocol between engines is described in `engine/transaction.rs`.
 //!
 //! Deviation from Java, on purpose: produce requests are not paused while a transactional
 //! request is in flight (docs/java-rules.md §0 quirk). The drain gate (a partition's batches wait
