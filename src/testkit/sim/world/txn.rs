@@ -114,8 +114,13 @@ impl Sim {
                 touched.push(OWNER);
             }
             TxnAction::PartitionsAdded { partitions } => {
+                // The transaction's protocol sets the Produce version of the partitions'
+                // batches on every shard, as the runtime's driver carries it.
+                let transaction_v2 = self.shards[OWNER].engine.txn_transaction_v2();
                 for &s in &all {
-                    self.shards[s].engine.txn_partitions_added(&partitions);
+                    let engine = &mut self.shards[s].engine;
+                    engine.txn_set_transaction_v2(transaction_v2);
+                    engine.txn_partitions_added(&partitions);
                 }
                 touched.extend(&all);
             }
