@@ -304,9 +304,15 @@ impl Producer {
         &self.inner.cores
     }
 
-    /// Bytes of `buffer.memory` in use: records accepted and not yet completed, and the
+    /// Bytes of `buffer.memory` in use: records accepted and not yet given back, and the
     /// capacity their batch buffers leave unused (bounded by `buffer.memory` plus an eighth of
     /// it, which only batches use).
+    ///
+    /// A batch's bytes are given back at the end of the shard turn that completed it, just
+    /// after its records' futures complete (Java's `Sender.completeBatch` likewise completes a
+    /// batch before it deallocates it): a completed future does not mean its bytes are free
+    /// yet. Once [`flush`](Self::flush) returns on a producer that is not closing, the records
+    /// it waited for hold none.
     pub fn buffered_bytes(&self) -> usize {
         self.inner.memory.used()
     }
