@@ -134,6 +134,9 @@ fn broker_down_with_five_requests_in_flight_loses_and_duplicates_nothing() {
     assert_broker_logs_contiguous(&cluster, topic);
     let after = assert_steady(&cluster, &producer);
     println!("steady after: {after:?}");
+    // A completed record's bytes come back at the end of its shard's turn: a flush returns
+    // after that.
+    assert!(producer.flush_timeout(Duration::from_secs(30)), "flushed");
     assert_eq!(producer.buffered_bytes(), 0);
     assert_closed_cleanly(&cluster, &producer);
 }
@@ -207,6 +210,9 @@ fn responses_dropped_after_append(extra: &[(&str, &str)]) -> ReferenceCluster {
     assert!(stats.closed_by_peer + stats.io_errors >= 5, "{stats:?}");
     assert_broker_logs_contiguous(&cluster, topic);
     assert_steady(&cluster, &producer);
+    // A completed record's bytes come back at the end of its shard's turn: a flush returns
+    // after that.
+    assert!(producer.flush_timeout(Duration::from_secs(30)), "flushed");
     assert_eq!(producer.buffered_bytes(), 0);
     assert_closed_cleanly(&cluster, &producer);
     cluster
@@ -269,6 +275,9 @@ fn leader_moves_and_retriable_errors_under_load_stay_exact() {
     assert!(retries > 0, "the faults caused retries");
     assert_broker_logs_contiguous(&cluster, topic);
     assert_steady(&cluster, &producer);
+    // A completed record's bytes come back at the end of its shard's turn: a flush returns
+    // after that.
+    assert!(producer.flush_timeout(Duration::from_secs(30)), "flushed");
     assert_eq!(producer.buffered_bytes(), 0);
     assert_closed_cleanly(&cluster, &producer);
 }

@@ -655,6 +655,9 @@ pub fn soak(
         ledger.len(),
         "sent = acknowledged + failed"
     );
+    // A completed record's bytes come back at the end of its shard's turn: a flush returns
+    // after that.
+    assert!(producer.flush_timeout(Duration::from_secs(30)), "flushed");
     assert_eq!(producer.buffered_bytes(), 0, "buffer.memory fully returned");
     let steady = assert_steady(&cluster, &producer);
     let engine = steady.engine_totals();
