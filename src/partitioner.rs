@@ -1,4 +1,5 @@
-//! The built-in partitioner: murmur2 for keyed records, sticky for the rest.
+//! The built-in partitioner: murmur2 for keyed records, sticky for the rest; and the
+//! [`Partitioner`] trait an application implements to choose partitions itself.
 //!
 //! Keyed records must land where the Java client puts them, so that kacrab and Java producers
 //! writing the same keys agree on partitions: murmur2 of the serialized key, made positive by
@@ -7,6 +8,107 @@
 //! bytes went to it (`BuiltInPartitioner.updatePartitionInfo`); with adaptive partitioning
 //! (KIP-794) the next sticky partition is drawn from a [`LoadTable`] that favours partitions
 //! with shorter queues (`BuiltInPartitioner.updatePartitionLoadStats` and `nextPartition`).
+
+/// An application's own partition choice, installed with
+/// [`ProducerBuilder::partitioner`](crate::ProducerBuilder::partitioner) in place of the
+/// built-in partitioner (Java's `partitioner.class`, which kacrab refuses: it names a Java
+/// class).
+///
+/// [`partition`](Self::partition) is called on the thread that sends the record, for every
+/// record sent without an explicit partition, with the record's topic, key and value and the
+/// topic's partitions; it returns the record's partition. Java's
+/// `Partitioner.partition(topic, key, keyBytes, value, valueBytes, cluster)` gets the key and
+/// value twice (objects and serialized bytes); kacrab takes bytes only, so each comes once,
+/// and [`Partitions`] stands for the part of Java's `Cluster` a partitioner uses: the
+/// partition count and which partitions have a leader. Java's `configure` is the
+/// application's own constructor, its `close` the partitioner's `Drop`; the deprecated
+/// `onNewBatch` (KIP-794) is not kept. `partitioner.ignore.keys` and adaptive partitioning
+/// apply to the built-in partitioner only, as in Java.
+///
+/// A partition outside `0..partitions.count()` fails that record alone with
+/// [`ProduceError::InvalidPartition`](crate::ProduceError::InvalidPartition); a panic in
+/// `partition` is caught and fails that record alone with
+/// [`ProduceError::PartitionerPanicked`](crate::ProduceError::PartitionerPanicked). Either
+/// way the producer goes on. `partition` runs on the sending thread in the middle of `send`:
+/// it should be quick and must not block.
+///
+/// ```
+/// use kacrab::partitioner::{partition_for_key, Partitioner, Partitions};
+///
+/// /// Records keyed `audit:*` go to partition 0; other keys are hashed over the rest.
+/// struct AuditFirst;
+///
+/// impl Partitioner for AuditFirst {
+///     fn partition(
+///         &self,
+///         _topic: &str,
+///         key: Option<&[u8]>,
+///         _value: Option<&[u8]>,
+///         partitions: &Partitions<'_>,
+///     ) -> i32 {
+///         match key {
+///             Some(k) if k.starts_with(b"audit:") => 0,
+///             Some(k) if partitions.count() > 1 => {
+///                 1 + partition_for_key(k, partitions.count() - 1)
+///             }
+///             _ => partitions.available().next().unwrap_or(0),
+///         }
+///     }
+/// }
+/// ```
+pub trait Partitioner: Send + Sync {
+    /// The partition of a record of `topic` with `key` and `value`, in `0..partitions.count()`.
+    fn partition(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        partitions: &Partitions<'_>,
+    ) -> i32;
+}
+
+/// A topic's partitions as a [`Partitioner`] sees them: how many there are, and which are
+/// available (have a leader, as far as the producer knows; a partition whose shard has not
+/// yet learnt its leader counts as available). The availability is looked up only if asked
+/// for.
+pub struct Partitions<'a> {
+    count: i32,
+    is_available: &'a dyn Fn(i32) -> bool,
+}
+
+impl<'a> Partitions<'a> {
+    /// `count` partitions, `is_available` telling which are available.
+    pub(crate) fn new(count: i32, is_available: &'a dyn Fn(i32) -> bool) -> Self {
+        Partitions {
+            count,
+            is_available,
+        }
+    }
+
+    /// The topic's partition count (available or not): partitions are `0..count()`.
+    pub fn count(&self) -> i32 {
+        self.count
+    }
+
+    /// Whether `partition` is one of the topic's and has a leader.
+    pub fn is_available(&self, partition: i32) -> bool {
+        (0..self.count).contains(&partition) && (self.is_available)(partition)
+    }
+
+    /// The available partitions, in increasing order (Java's
+    /// `Cluster.availablePartitionsForTopic`).
+    pub fn available(&self) -> impl Iterator<Item = i32> + '_ {
+        (0..self.count).filter(|&p| (self.is_available)(p))
+    }
+}
+
+impl std::fmt::Debug for Partitions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partitions")
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Kafka's murmur2 (`Utils.murmur2`): MurmurHash2, 32-bit, seed 0x9747b28c, over little-endian
 /// 4-byte words with a 1-3 byte tail. Returns the signed value Java returns.
@@ -299,7 +401,7 @@ impl LoadTable {
 
 /// Maps a uniform 64-bit value to `0..n` by multiply-and-shift: no division, and the bias is
 /// below n / 2^64.
-fn uniform_index(random: u64, n: usize) -> usize {
+pub(crate) fn uniform_index(random: u64, n: usize) -> usize {
     ((u128::from(random) * n as u128) >> 64) as usize
 }
 
@@ -502,7 +604,7 @@ mod tests {
         // point i * 20 / n or just above): the counts are exact.
         let n = 2000u128;
         for i in 0..n {
-            let random = (((i << 64) + n - 1) / n) as u64;
+            let random = (i << 64).div_ceil(n) as u64;
             seen[table.pick(random).unwrap() as usize] += 1;
         }
         assert_eq!(seen, [900, 100, 900, 100]);
