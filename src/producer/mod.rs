@@ -692,6 +692,12 @@ impl Producer {
             .push(ShardCommand::Panic { in_task })
             .is_ok()
     }
+
+    /// Each partition of `topic` as the partitioner last saw it published: (queue, available).
+    pub(crate) fn partition_load(&self, topic: &str) -> Option<Vec<(u32, bool)>> {
+        let load = self.inner.partition_choice.loads.existing(topic)?;
+        Some((0..load.len() as i32).filter_map(|p| load.get(p)).collect())
+    }
 }
 
 impl Inner {

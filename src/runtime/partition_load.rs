@@ -118,7 +118,7 @@ impl PartitionLoads {
     }
 
     /// `topic`'s load if a caller made one.
-    fn existing(&self, topic: &str) -> Option<Arc<TopicLoad>> {
+    pub(crate) fn existing(&self, topic: &str) -> Option<Arc<TopicLoad>> {
         self.topics.read().expect("load lock").get(topic).cloned()
     }
 }
