@@ -133,6 +133,9 @@ pub(crate) struct LoadPublisher {
     generation: u64,
     /// When the last publish was, on the shard's clock (µs).
     last: Option<u64>,
+    /// A publish was skipped for the interval: the shard wakes for the next one
+    /// ([`next_due`](Self::next_due)), so what a parked shard holds is never older than that.
+    skipped: bool,
 }
 
 impl LoadPublisher {
@@ -142,6 +145,16 @@ impl LoadPublisher {
             entries: Vec::new(),
             generation: u64::MAX,
             last: None,
+            skipped: false,
+        }
+    }
+
+    /// When the shard must turn again to publish what the interval held back (µs on its
+    /// clock); `None` when nothing was held back.
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        match (self.skipped, self.last) {
+            (true, Some(last)) => Some(last + PUBLISH_INTERVAL_US),
+            _ => None,
         }
     }
 
@@ -152,9 +165,11 @@ impl LoadPublisher {
             .last
             .is_some_and(|last| now.saturating_sub(last) < PUBLISH_INTERVAL_US)
         {
+            self.skipped = true;
             return;
         }
         self.last = Some(now);
+        self.skipped = false;
         let generation = self.loads.generation.load(Ordering::Acquire);
         if generation != self.generation {
             self.generation = generation;
@@ -176,6 +191,47 @@ impl LoadPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
+    use crate::error::ProduceError;
+
+    struct Quiet;
+
+    impl Delivery for Quiet {
+        fn complete(self, _: Result<RecordMetadata, ProduceError>) {}
+    }
+
+    /// An engine holding one unsent record for `t`-1 (no metadata yet: no leader).
+    fn engine() -> Engine<Quiet> {
+        let config = crate::ProducerConfig::builder()
+            .bootstrap_servers("boot:9092")
+            .build()
+            .expect("config");
+        let mut engine = Engine::new(EngineConfig::from_producer_config(&config, true));
+        let tp = TopicPartition::new("t", 1);
+        engine.append(0, &tp, 0, None, Some(b"v"), &[], Quiet);
+        engine
+    }
+
+    #[test]
+    fn a_shard_publishes_its_partitions_once_a_caller_made_the_topic_and_at_most_each_interval() {
+        let loads = Arc::new(PartitionLoads::default());
+        let mut publisher = LoadPublisher::new(loads.clone());
+        let engine = engine();
+        // No caller switched on `t` yet: nothing to publish into.
+        publisher.publish(&engine, 0);
+        assert!(loads.existing("t").is_none());
+        let topic: Arc<str> = Arc::from("t");
+        let load = loads.topic(&topic, 3);
+        // Within the interval: held back, and the shard is told when to turn for it.
+        publisher.publish(&engine, PUBLISH_INTERVAL_US - 1);
+        assert_eq!(load.get(1), Some((0, true)));
+        assert_eq!(publisher.next_due(), Some(PUBLISH_INTERVAL_US));
+        // The record's batch is queued on a partition without a known leader.
+        publisher.publish(&engine, PUBLISH_INTERVAL_US);
+        assert_eq!(load.get(1), Some((1, false)));
+        assert_eq!(load.get(0), Some((0, true)), "a partition no shard holds");
+        assert_eq!(publisher.next_due(), None);
+    }
 
     #[test]
     fn a_word_holds_the_queue_and_the_availability() {
