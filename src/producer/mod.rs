@@ -211,12 +211,15 @@ impl Producer {
         let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
         let loads = Arc::new(PartitionLoads::default());
+        // As in Java, an application's partitioner turns adaptive partitioning off, and with
+        // it `partitioner.availability.timeout.ms`.
+        let adaptive = config.partitioner_adaptive && partitioner.is_none();
         let partition_choice = PartitionChoice {
             producer: sticky::next_producer_id(),
             custom: partitioner,
             loads: loads.clone(),
             ignore_keys: config.partitioner_ignore_keys,
-            adaptive: config.partitioner_adaptive,
+            adaptive,
             batch_size: config.batch_size,
         };
         let stopped = Latch::new(shard_count);
@@ -245,7 +248,13 @@ impl Producer {
             close_by: close_by.clone(),
         });
         let engine_configs: Vec<EngineConfig> = (0..shard_count)
-            .map(|index| EngineConfig::for_shard(&config, index, shard_count))
+            .map(|index| {
+                let mut engine = EngineConfig::for_shard(&config, index, shard_count);
+                if !adaptive {
+                    engine.partition_availability_timeout = 0;
+                }
+                engine
+            })
             .collect();
         // Idle buffers are outside `buffer.memory`'s count, so their bound is part of the
         // producer's memory bound (`tuning/README.md`).
