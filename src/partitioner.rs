@@ -159,8 +159,9 @@ pub fn partition_for_key(key: &[u8], num_partitions: i32) -> i32 {
 }
 
 /// Chooses partitions for records without a key, sticking to one partition so that its batches
-/// fill before the next partition is used (Java's `BuiltInPartitioner` without adaptive
-/// statistics).
+/// fill before the next partition is used (Java's `BuiltInPartitioner`). Its own draw is
+/// uniform; [`partition_with`](Self::partition_with) takes the caller's draw instead, which is
+/// how the producer applies the adaptive [`LoadTable`].
 ///
 /// Protocol, for one topic:
 /// 1. [`partition`](Self::partition) returns the partition for the next record.
