@@ -142,14 +142,14 @@ impl Shard<'_> {
     /// longer than [`MAX_PARK`]; what woke the shard is kept for the next turn.
     async fn park(&mut self) {
         let t = self.now();
-        let wakeup = [
+        self.loads.publish_skipped(&self.state.engine, t);
+        let wakeup = match (
             self.state.engine.next_wakeup(t),
             self.state.intake.next_due(),
-            self.loads.next_due(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let sleep_for = sleep_for(t, wakeup);
         let timer = async move {
             if let Some(duration) = sleep_for {
