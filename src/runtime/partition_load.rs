@@ -7,8 +7,9 @@
 //! Java computes these numbers in `RecordAccumulator.partitionReady` on the sender thread and
 //! hands them to the topic's `BuiltInPartitioner.updatePartitionLoadStats`; here a partition's
 //! numbers live on the shard that owns it, so each shard publishes its own partitions
-//! ([`LoadPublisher`], at most once per [`PUBLISH_INTERVAL_US`], and before it parks if a
-//! publish was held back) into one word per partition.
+//! ([`LoadPublisher`], at the end of a turn, at most once per [`PUBLISH_INTERVAL_US`]) into one
+//! word per partition. A shard that parks right after a turn whose publish was held back
+//! publishes at its next turn, at most the driver's longest park (50 ms) later.
 //! A word is written only when it changed, so a steady partition costs its reader no cache
 //! miss. Readers see each word atomically but not a topic's words at one instant; a table
 //! drawn from them is as fresh as Java's, which also reads queues without a common lock.
@@ -134,9 +135,6 @@ pub(crate) struct LoadPublisher {
     generation: u64,
     /// When the last publish was, on the shard's clock (µs).
     last: Option<u64>,
-    /// A publish was skipped for the interval: the shard publishes before it parks
-    /// ([`publish_skipped`](Self::publish_skipped)), so a parked shard's numbers are current.
-    skipped: bool,
 }
 
 impl LoadPublisher {
@@ -146,16 +144,6 @@ impl LoadPublisher {
             entries: Vec::new(),
             generation: u64::MAX,
             last: None,
-            skipped: false,
-        }
-    }
-
-    /// Publishes what the interval held back, if anything: called as the shard parks, where
-    /// one walk of its partitions is cheaper than a wake to publish later.
-    pub(crate) fn publish_skipped<D: Delivery>(&mut self, engine: &Engine<D>, now: u64) {
-        if self.skipped {
-            self.last = None;
-            self.publish(engine, now);
         }
     }
 
@@ -166,11 +154,9 @@ impl LoadPublisher {
             .last
             .is_some_and(|last| now.saturating_sub(last) < PUBLISH_INTERVAL_US)
         {
-            self.skipped = true;
             return;
         }
         self.last = Some(now);
-        self.skipped = false;
         let generation = self.loads.generation.load(Ordering::Acquire);
         if generation != self.generation {
             self.generation = generation;
@@ -214,7 +200,7 @@ mod tests {
     }
 
     #[test]
-    fn a_shard_publishes_once_a_caller_made_the_topic_at_most_each_interval_and_before_it_parks() {
+    fn a_shard_publishes_its_partitions_once_a_caller_made_the_topic_and_at_most_each_interval() {
         let loads = Arc::new(PartitionLoads::default());
         let mut publisher = LoadPublisher::new(loads.clone());
         let engine = engine();
@@ -231,14 +217,6 @@ mod tests {
         publisher.publish(&engine, PUBLISH_INTERVAL_US);
         assert_eq!(load.get(1), Some((1, false)));
         assert_eq!(load.get(0), Some((0, true)), "a partition no shard holds");
-        // A publish held back is made when the shard parks, and only then.
-        load.store(1, 0, true);
-        publisher.publish_skipped(&engine, PUBLISH_INTERVAL_US + 1);
-        assert_eq!(load.get(1), Some((0, true)), "nothing was held back");
-        publisher.publish(&engine, PUBLISH_INTERVAL_US + 1);
-        assert_eq!(load.get(1), Some((0, true)), "within the interval");
-        publisher.publish_skipped(&engine, PUBLISH_INTERVAL_US + 2);
-        assert_eq!(load.get(1), Some((1, false)));
     }
 
     #[test]

@@ -142,7 +142,6 @@ impl Shard<'_> {
     /// longer than [`MAX_PARK`]; what woke the shard is kept for the next turn.
     async fn park(&mut self) {
         let t = self.now();
-        self.loads.publish_skipped(&self.state.engine, t);
         let wakeup = match (
             self.state.engine.next_wakeup(t),
             self.state.intake.next_due(),
