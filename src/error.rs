@@ -58,7 +58,9 @@ pub enum ProduceError {
         /// The limit's configuration key (`max.request.size` or `buffer.memory`).
         key: &'static str,
     },
-    /// The partition does not exist in the topic.
+    /// The partition does not exist in the topic: the record named it, or the application's
+    /// [`Partitioner`](crate::partitioner::Partitioner) chose it. The record failed alone,
+    /// before being queued.
     #[error(
         "partition {partition} does not exist in topic {topic} ({partition_count} partitions)"
     )]
@@ -127,6 +129,16 @@ pub enum ProduceError {
     ShardPanicked {
         /// The shard's index.
         shard: usize,
+        /// The panic's message.
+        message: String,
+    },
+    /// The application's [`Partitioner`](crate::partitioner::Partitioner) panicked while
+    /// choosing the record's partition (with the panic's message): the record failed alone,
+    /// before being queued, and is not in the log; the producer goes on.
+    #[error("the partitioner panicked choosing a partition for a record of {topic} ({message}); the record is not in the log")]
+    PartitionerPanicked {
+        /// The record's topic.
+        topic: Arc<str>,
         /// The panic's message.
         message: String,
     },

@@ -1,11 +1,114 @@
-//! The built-in partitioner: murmur2 for keyed records, sticky for the rest.
+//! The built-in partitioner: murmur2 for keyed records, sticky for the rest; and the
+//! [`Partitioner`] trait an application implements to choose partitions itself.
 //!
 //! Keyed records must land where the Java client puts them, so that kacrab and Java producers
 //! writing the same keys agree on partitions: murmur2 of the serialized key, made positive by
 //! masking (not `abs`), modulo the topic's total partition count (`BuiltInPartitioner
 //! .partitionForKey`). Records without a key go to a sticky partition that changes once enough
-//! bytes went to it (`BuiltInPartitioner.updatePartitionInfo`), without the adaptive
-//! queue-length weighting.
+//! bytes went to it (`BuiltInPartitioner.updatePartitionInfo`); with adaptive partitioning
+//! (KIP-794) the next sticky partition is drawn from a [`LoadTable`] that favours partitions
+//! with shorter queues (`BuiltInPartitioner.updatePartitionLoadStats` and `nextPartition`).
+
+/// An application's own partition choice, installed with
+/// [`ProducerBuilder::partitioner`](crate::ProducerBuilder::partitioner) in place of the
+/// built-in partitioner (Java's `partitioner.class`, which kacrab refuses: it names a Java
+/// class).
+///
+/// [`partition`](Self::partition) is called on the thread that sends the record, for every
+/// record sent without an explicit partition, with the record's topic, key and value and the
+/// topic's partitions; it returns the record's partition. Java's
+/// `Partitioner.partition(topic, key, keyBytes, value, valueBytes, cluster)` gets the key and
+/// value twice (objects and serialized bytes); kacrab takes bytes only, so each comes once,
+/// and [`Partitions`] stands for the part of Java's `Cluster` a partitioner uses: the
+/// partition count and which partitions have a leader. Java's `configure` is the
+/// application's own constructor, its `close` the partitioner's `Drop`; the deprecated
+/// `onNewBatch` (KIP-794) is not kept. `partitioner.ignore.keys` and adaptive partitioning
+/// apply to the built-in partitioner only, as in Java.
+///
+/// A partition outside `0..partitions.count()` fails that record alone with
+/// [`ProduceError::InvalidPartition`](crate::ProduceError::InvalidPartition); a panic in
+/// `partition` is caught and fails that record alone with
+/// [`ProduceError::PartitionerPanicked`](crate::ProduceError::PartitionerPanicked). Either
+/// way the producer goes on. `partition` runs on the sending thread in the middle of `send`:
+/// it should be quick and must not block.
+///
+/// ```
+/// use kacrab::partitioner::{partition_for_key, Partitioner, Partitions};
+///
+/// /// Records keyed `audit:*` go to partition 0; other keys are hashed over the rest.
+/// struct AuditFirst;
+///
+/// impl Partitioner for AuditFirst {
+///     fn partition(
+///         &self,
+///         _topic: &str,
+///         key: Option<&[u8]>,
+///         _value: Option<&[u8]>,
+///         partitions: &Partitions<'_>,
+///     ) -> i32 {
+///         match key {
+///             Some(k) if k.starts_with(b"audit:") => 0,
+///             Some(k) if partitions.count() > 1 => {
+///                 1 + partition_for_key(k, partitions.count() - 1)
+///             }
+///             _ => partitions.available().next().unwrap_or(0),
+///         }
+///     }
+/// }
+/// ```
+pub trait Partitioner: Send + Sync {
+    /// The partition of a record of `topic` with `key` and `value`, in `0..partitions.count()`.
+    fn partition(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        partitions: &Partitions<'_>,
+    ) -> i32;
+}
+
+/// A topic's partitions as a [`Partitioner`] sees them: how many there are, and which are
+/// available (have a leader, as far as the producer knows; a partition whose shard has not
+/// yet learnt its leader counts as available). The availability is looked up only if asked
+/// for.
+pub struct Partitions<'a> {
+    count: i32,
+    is_available: &'a dyn Fn(i32) -> bool,
+}
+
+impl<'a> Partitions<'a> {
+    /// `count` partitions, `is_available` telling which are available.
+    pub(crate) fn new(count: i32, is_available: &'a dyn Fn(i32) -> bool) -> Self {
+        Partitions {
+            count,
+            is_available,
+        }
+    }
+
+    /// The topic's partition count (available or not): partitions are `0..count()`.
+    pub fn count(&self) -> i32 {
+        self.count
+    }
+
+    /// Whether `partition` is one of the topic's and has a leader.
+    pub fn is_available(&self, partition: i32) -> bool {
+        (0..self.count).contains(&partition) && (self.is_available)(partition)
+    }
+
+    /// The available partitions, in increasing order (Java's
+    /// `Cluster.availablePartitionsForTopic`).
+    pub fn available(&self) -> impl Iterator<Item = i32> + '_ {
+        (0..self.count).filter(|&p| (self.is_available)(p))
+    }
+}
+
+impl std::fmt::Debug for Partitions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Partitions")
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Kafka's murmur2 (`Utils.murmur2`): MurmurHash2, 32-bit, seed 0x9747b28c, over little-endian
 /// 4-byte words with a 1-3 byte tail. Returns the signed value Java returns.
@@ -56,8 +159,9 @@ pub fn partition_for_key(key: &[u8], num_partitions: i32) -> i32 {
 }
 
 /// Chooses partitions for records without a key, sticking to one partition so that its batches
-/// fill before the next partition is used (Java's `BuiltInPartitioner` without adaptive
-/// statistics).
+/// fill before the next partition is used (Java's `BuiltInPartitioner`). Its own draw is
+/// uniform; [`partition_with`](Self::partition_with) takes the caller's draw instead, which is
+/// how the producer applies the adaptive [`LoadTable`].
 ///
 /// Protocol, for one topic:
 /// 1. [`partition`](Self::partition) returns the partition for the next record.
@@ -124,6 +228,36 @@ impl StickyPartitioner {
         }
     }
 
+    /// [`partition`](Self::partition), with the next sticky partition chosen by `next` when a
+    /// switch is due: `next` gets a fresh random value and returns the partition (the adaptive
+    /// draw from a [`LoadTable`], which only the caller can build). `None` from `next` falls back
+    /// to the uniform draw over `available`.
+    ///
+    /// # Panics
+    /// If `topic_partition_count` is not positive.
+    pub fn partition_with(
+        &mut self,
+        topic_partition_count: i32,
+        available: &[i32],
+        rng_next: u64,
+        next: impl FnOnce(u64) -> Option<i32>,
+    ) -> i32 {
+        assert!(
+            topic_partition_count > 0,
+            "topic has {topic_partition_count} partitions"
+        );
+        match self.current {
+            Some(current) if !self.switch_pending && current < topic_partition_count => current,
+            _ => {
+                let random = self.next_random(rng_next);
+                match next(random).filter(|p| (0..topic_partition_count).contains(p)) {
+                    Some(partition) => self.switch_to(partition),
+                    None => self.draw_uniform(topic_partition_count, available, random),
+                }
+            }
+        }
+    }
+
     /// Reports `bytes` appended to the current partition.
     pub fn on_append(&mut self, bytes: usize) {
         self.produced_bytes = self.produced_bytes.saturating_add(bytes);
@@ -153,11 +287,19 @@ impl StickyPartitioner {
         rng_next: u64,
     ) -> i32 {
         let random = self.next_random(rng_next);
+        self.draw_uniform(topic_partition_count, available, random)
+    }
+
+    fn draw_uniform(&mut self, topic_partition_count: i32, available: &[i32], random: u64) -> i32 {
         let partition = if available.is_empty() {
             uniform_index(random, topic_partition_count as usize) as i32
         } else {
             available[uniform_index(random, available.len())]
         };
+        self.switch_to(partition)
+    }
+
+    fn switch_to(&mut self, partition: i32) -> i32 {
         self.current = Some(partition);
         self.produced_bytes = 0;
         self.switch_pending = false;
@@ -178,9 +320,89 @@ impl StickyPartitioner {
     }
 }
 
+/// Java's `PartitionLoadStats`: the cumulative frequency table of the adaptive partitioner
+/// (KIP-794), over the partitions that may be chosen, from which the next sticky partition is
+/// drawn with a probability that falls as its queue grows.
+///
+/// Each partition's weight is `max + 1 - queue`, where `max` is the longest queue among them:
+/// the longest queue weighs 1, an empty one `max + 1`. The table holds the running sums, so a
+/// uniform draw in `0..total` falls in partition `i`'s span `[table[i-1], table[i])` with
+/// probability `weight[i] / total`. For queues `0 3 1` the weights are `4 1 3` and the table
+/// `4 5 8` (Java's own example).
+///
+/// The table is rebuilt only when a sticky partition is switched (about once per `batch.size`
+/// bytes), into the same buffers, so a caller keeps one and allocates only when a topic grows.
+#[derive(Debug, Clone, Default)]
+pub struct LoadTable {
+    /// Running sums of the weights; strictly increasing (every weight is at least 1).
+    cumulative: Vec<u64>,
+    /// The partition of each entry of `cumulative`.
+    partitions: Vec<i32>,
+}
+
+impl LoadTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Rebuilds the table from `(partition, queue)` pairs of the partitions that may be chosen
+    /// (those with a leader, less those `partitioner.availability.timeout.ms` excludes), for a
+    /// topic of `partition_count` partitions. True when the weighted draw applies; false when
+    /// the choice should be uniform, as Java's `updatePartitionLoadStats` decides: no partition
+    /// may be chosen, the topic has fewer than 2 partitions, or every partition may be chosen
+    /// and all their queues are equal.
+    pub fn rebuild(
+        &mut self,
+        queues: impl IntoIterator<Item = (i32, u32)>,
+        partition_count: i32,
+    ) -> bool {
+        self.cumulative.clear();
+        self.partitions.clear();
+        for (partition, queue) in queues {
+            self.partitions.push(partition);
+            self.cumulative.push(u64::from(queue));
+        }
+        let length = self.cumulative.len();
+        if length < 1 || partition_count < 2 {
+            self.cumulative.clear();
+            self.partitions.clear();
+            return false;
+        }
+        let max = self.cumulative.iter().copied().max().unwrap_or(0);
+        let all_equal = self.cumulative.iter().all(|&q| q == max);
+        if all_equal && length == partition_count as usize {
+            self.cumulative.clear();
+            self.partitions.clear();
+            return false;
+        }
+        let mut sum = 0u64;
+        for entry in &mut self.cumulative {
+            sum += max + 1 - *entry;
+            *entry = sum;
+        }
+        true
+    }
+
+    /// The partition a uniform 64-bit `random` value draws: the first entry whose running sum
+    /// is strictly greater than `random` reduced to `0..total` (Java's `Arrays.binarySearch`
+    /// plus one). `None` when the table is empty.
+    pub fn pick(&self, random: u64) -> Option<i32> {
+        let total = *self.cumulative.last()?;
+        let point = ((u128::from(random) * u128::from(total)) >> 64) as u64;
+        let index = self.cumulative.partition_point(|&sum| sum <= point);
+        self.partitions.get(index).copied()
+    }
+
+    /// The running sums, for tests and diagnostics.
+    pub fn cumulative(&self) -> &[u64] {
+        &self.cumulative
+    }
+}
+
 /// Maps a uniform 64-bit value to `0..n` by multiply-and-shift: no division, and the bias is
 /// below n / 2^64.
-fn uniform_index(random: u64, n: usize) -> usize {
+pub(crate) fn uniform_index(random: u64, n: usize) -> usize {
     ((u128::from(random) * n as u128) >> 64) as usize
 }
 
@@ -342,6 +564,65 @@ mod tests {
         let state = sticky.rng_state;
         sticky.partition(4, &[], state);
         assert_ne!(sticky.rng_state, 0);
+    }
+
+    #[test]
+    fn load_table_weighs_each_partition_max_plus_one_minus_its_queue() {
+        // Java's example in `updatePartitionLoadStats`: queues 0 3 1 give the table 4 5 8.
+        let mut table = LoadTable::new();
+        assert!(table.rebuild([(0, 0), (1, 3), (2, 1)], 3));
+        assert_eq!(table.cumulative(), &[4, 5, 8]);
+        // Draws 0..4 of 8 go to partition 0, 4 to partition 1, 5..8 to partition 2: a random
+        // value `r` maps to the point `r * 8 / 2^64`.
+        let at = |point: u64| table.pick(point << 61).unwrap();
+        let picks: Vec<i32> = (0..8).map(at).collect();
+        assert_eq!(picks, [0, 0, 0, 0, 1, 2, 2, 2]);
+        assert_eq!(table.pick(u64::MAX), Some(2));
+    }
+
+    #[test]
+    fn load_table_is_uniform_when_every_partition_is_available_with_equal_queues() {
+        let mut table = LoadTable::new();
+        assert!(!table.rebuild([(0, 2), (1, 2), (2, 2)], 3));
+        assert_eq!(table.pick(7), None);
+        // Equal queues but a partition left out (no leader, or past the availability
+        // timeout): still weighted, so the left-out partition is never drawn.
+        assert!(table.rebuild([(0, 2), (2, 2)], 3));
+        assert_eq!(table.cumulative(), &[1, 2]);
+        assert!((0..64u64).all(|i| table.pick(i << 58) != Some(1)));
+        // Nothing may be chosen, or a topic of one partition: uniform.
+        assert!(!table.rebuild([], 3));
+        assert!(!table.rebuild([(0, 5)], 1));
+    }
+
+    #[test]
+    fn load_table_draws_in_proportion_to_the_weights() {
+        let mut table = LoadTable::new();
+        // Weights 9 1 9 1 (queues 0 8 0 8): the long queues get 1 draw in 20 each.
+        assert!(table.rebuild([(0, 0), (1, 8), (2, 0), (3, 8)], 4));
+        let mut seen = [0u32; 4];
+        // Evenly spaced values over the whole range (rounded up, so that the i-th lands at
+        // point i * 20 / n or just above): the counts are exact.
+        let n = 2000u128;
+        for i in 0..n {
+            let random = (i << 64).div_ceil(n) as u64;
+            seen[table.pick(random).unwrap() as usize] += 1;
+        }
+        assert_eq!(seen, [900, 100, 900, 100]);
+    }
+
+    #[test]
+    fn adaptive_switch_takes_the_callers_choice_and_falls_back_to_uniform() {
+        let mut sticky = StickyPartitioner::new(10);
+        assert_eq!(sticky.partition_with(8, &[], 1, |_| Some(5)), 5);
+        // Sticky until a switch is due: `next` is not asked.
+        sticky.on_append(5);
+        assert_eq!(sticky.partition_with(8, &[], 2, |_| unreachable!()), 5);
+        sticky.on_append(15);
+        // An answer out of range, or none, falls back to the uniform draw over `available`.
+        assert_eq!(sticky.partition_with(8, &[3], 3, |_| Some(8)), 3);
+        sticky.on_append(20);
+        assert_eq!(sticky.partition_with(8, &[6], 4, |_| None), 6);
     }
 
     #[test]

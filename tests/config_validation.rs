@@ -613,7 +613,7 @@ fn unsupported_java_features_are_rejected() {
     assert_invalid(
         &err(&[("partitioner.class", "com.example.P")]),
         "partitioner.class",
-        "not supported",
+        "ProducerBuilder::partitioner",
     );
     assert_invalid(
         &err(&[("interceptor.classes", "com.example.I")]),
@@ -625,6 +625,45 @@ fn unsupported_java_features_are_rejected() {
         "transaction.two.phase.commit.enable",
         "not supported",
     );
+}
+
+#[test]
+fn partitioner_keys_default_as_java_and_are_read_and_checked() {
+    let c = ok(&[]);
+    assert!(
+        c.partitioner_adaptive,
+        "adaptive partitioning is on by default"
+    );
+    assert_eq!(c.partitioner_availability_timeout, ms(0));
+    assert!(!c.partitioner_ignore_keys);
+    let c = ok(&[
+        ("partitioner.adaptive.partitioning.enable", "false"),
+        ("partitioner.availability.timeout.ms", "250"),
+        ("partitioner.ignore.keys", "true"),
+    ]);
+    assert!(!c.partitioner_adaptive);
+    assert_eq!(c.partitioner_availability_timeout, ms(250));
+    assert!(c.partitioner_ignore_keys);
+    assert_invalid(
+        &err(&[("partitioner.availability.timeout.ms", "-1")]),
+        "partitioner.availability.timeout.ms",
+        "from 0",
+    );
+    assert_invalid(
+        &err(&[("partitioner.ignore.keys", "yes")]),
+        "partitioner.ignore.keys",
+        "true or false",
+    );
+    for key in [
+        "partitioner.adaptive.partitioning.enable",
+        "partitioner.availability.timeout.ms",
+        "partitioner.ignore.keys",
+    ] {
+        assert!(
+            !keys::ignored_keys().any(|k| k == key),
+            "{key} has an effect now"
+        );
+    }
 }
 
 #[test]

@@ -38,6 +38,8 @@ pub(super) struct Explicit {
     pub(super) transactional_id: Option<String>,
     pub(super) transaction_timeout_ms: Option<i32>,
     pub(super) partitioner_ignore_keys: Option<bool>,
+    pub(super) partitioner_adaptive: Option<bool>,
+    pub(super) partitioner_availability_timeout_ms: Option<i64>,
     pub(super) compression: Option<Compression>,
     pub(super) compression_gzip_level: Option<i32>,
     pub(super) compression_lz4_level: Option<i32>,
@@ -124,6 +126,13 @@ impl Explicit {
             PARTITIONER_IGNORE_KEYS => {
                 self.partitioner_ignore_keys = Some(parse::boolean(key, raw)?)
             }
+            PARTITIONER_ADAPTIVE_PARTITIONING_ENABLE => {
+                self.partitioner_adaptive = Some(parse::boolean(key, raw)?)
+            }
+            // Java's `ConfigDef.Range.atLeast(0)` on a `Type.LONG`.
+            PARTITIONER_AVAILABILITY_TIMEOUT_MS => {
+                self.partitioner_availability_timeout_ms = Some(parse::millis_long(key, raw)?)
+            }
             COMPRESSION_TYPE => match Compression::from_property(raw.trim()) {
                 Some(compression) => self.compression = Some(compression),
                 None => {
@@ -174,8 +183,8 @@ impl Explicit {
                     return Err(parse::invalid(
                         key,
                         raw,
-                        "custom partitioners are not supported; leave it unset for the built-in \
-                         partitioner",
+                        "names a Java class; leave it unset and install a `kacrab::Partitioner` \
+                         with `ProducerBuilder::partitioner` instead",
                     ));
                 }
             }

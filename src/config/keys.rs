@@ -55,6 +55,11 @@ pub const TRANSACTIONAL_ID: &str = "transactional.id";
 pub const TRANSACTION_TIMEOUT_MS: &str = "transaction.timeout.ms";
 /// `partitioner.ignore.keys`
 pub const PARTITIONER_IGNORE_KEYS: &str = "partitioner.ignore.keys";
+/// `partitioner.adaptive.partitioning.enable`
+pub const PARTITIONER_ADAPTIVE_PARTITIONING_ENABLE: &str =
+    "partitioner.adaptive.partitioning.enable";
+/// `partitioner.availability.timeout.ms`
+pub const PARTITIONER_AVAILABILITY_TIMEOUT_MS: &str = "partitioner.availability.timeout.ms";
 /// `compression.type`
 pub const COMPRESSION_TYPE: &str = "compression.type";
 /// `compression.gzip.level`
@@ -98,7 +103,8 @@ pub const SSL_PROTOCOL: &str = "ssl.protocol";
 pub const SSL_ENABLED_PROTOCOLS: &str = "ssl.enabled.protocols";
 /// `ssl.cipher.suites`: accepted only when empty (rustls's default suites).
 pub const SSL_CIPHER_SUITES: &str = "ssl.cipher.suites";
-/// `partitioner.class`: accepted only when empty (the built-in partitioner).
+/// `partitioner.class`: accepted only when empty (the built-in partitioner); an application's
+/// own partitioner is installed with `ProducerBuilder::partitioner`.
 pub const PARTITIONER_CLASS: &str = "partitioner.class";
 /// `interceptor.classes`: accepted only when empty.
 pub const INTERCEPTOR_CLASSES: &str = "interceptor.classes";
@@ -146,6 +152,8 @@ pub(super) const RECOGNIZED: &[&str] = &[
     TRANSACTIONAL_ID,
     TRANSACTION_TIMEOUT_MS,
     PARTITIONER_IGNORE_KEYS,
+    PARTITIONER_ADAPTIVE_PARTITIONING_ENABLE,
+    PARTITIONER_AVAILABILITY_TIMEOUT_MS,
     COMPRESSION_TYPE,
     COMPRESSION_GZIP_LEVEL,
     COMPRESSION_LZ4_LEVEL,
@@ -212,11 +220,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
     // CommonClientConfigs.SEND_BUFFER_LOWER_BOUND / RECEIVE_BUFFER_LOWER_BOUND are -1 (OS default).
     ("send.buffer.bytes", Check::Int(-1, i32::MAX)),
     ("receive.buffer.bytes", Check::Int(-1, i32::MAX)),
-    ("partitioner.adaptive.partitioning.enable", Check::Bool),
-    (
-        "partitioner.availability.timeout.ms",
-        Check::Long(0, i64::MAX),
-    ),
     (
         "socket.connection.setup.timeout.max.ms",
         Check::Long(i64::MIN, i64::MAX),
@@ -357,8 +360,6 @@ pub(super) const IGNORED: &[(&str, Check)] = &[
 ///
 /// - `key.serializer`, `value.serializer`: kacrab takes bytes; serialization is the caller's.
 /// - `send.buffer.bytes`, `receive.buffer.bytes`: socket buffers are left to the kernel.
-/// - `partitioner.adaptive.partitioning.enable`, `partitioner.availability.timeout.ms`: the
-///   built-in partitioner does not weigh partitions by queue length.
 /// - `socket.connection.setup.timeout.max.ms`: the setup timeout does not grow per attempt.
 /// - `client.dns.lookup`: every resolved address is tried (Java's default, `use_all_dns_ips`).
 /// - `enable.metrics.push`, `metrics.sample.window.ms`, `metrics.num.samples`,

@@ -198,8 +198,16 @@ pub struct ProducerConfig {
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`, default 60000. The broker enforces its maximum.
     pub transaction_timeout: Duration,
-    /// `partitioner.ignore.keys`, default false.
+    /// `partitioner.ignore.keys`, default false: keyed records are partitioned as keyless
+    /// ones (no effect with an application's `Partitioner`).
     pub partitioner_ignore_keys: bool,
+    /// `partitioner.adaptive.partitioning.enable`, default true: the sticky choice for keyless
+    /// records favours partitions with shorter queues (KIP-794).
+    pub partitioner_adaptive: bool,
+    /// `partitioner.availability.timeout.ms`, default 0 (off): with adaptive partitioning, a
+    /// partition whose leader had batches ready but could not take them for longer than this
+    /// is skipped by the sticky choice.
+    pub partitioner_availability_timeout: Duration,
     /// `compression.type`, default `none`.
     pub compression_type: Compression,
     /// `compression.gzip.level`, default -1 (zlib's default, 6); otherwise 1 to 9.
@@ -507,6 +515,22 @@ impl ProducerConfigBuilder {
         self.set(keys::PARTITIONER_IGNORE_KEYS, ignore.to_string())
     }
 
+    /// `partitioner.adaptive.partitioning.enable`
+    pub fn partitioner_adaptive(self, enable: bool) -> Self {
+        self.set(
+            keys::PARTITIONER_ADAPTIVE_PARTITIONING_ENABLE,
+            enable.to_string(),
+        )
+    }
+
+    /// `partitioner.availability.timeout.ms` (whole milliseconds; 0 turns it off)
+    pub fn partitioner_availability_timeout(self, timeout: Duration) -> Self {
+        self.set(
+            keys::PARTITIONER_AVAILABILITY_TIMEOUT_MS,
+            timeout.as_millis().to_string(),
+        )
+    }
+
     /// `kacrab.shards`
     pub fn shards(self, shards: usize) -> Self {
         self.set(keys::KACRAB_SHARDS, shards.to_string())
@@ -622,6 +646,10 @@ impl ProducerConfigBuilder {
             transactional_id: e.transactional_id,
             transaction_timeout: ms(e.transaction_timeout_ms.unwrap_or(60_000).into()),
             partitioner_ignore_keys: e.partitioner_ignore_keys.unwrap_or(false),
+            partitioner_adaptive: e.partitioner_adaptive.unwrap_or(true),
+            partitioner_availability_timeout: ms(e
+                .partitioner_availability_timeout_ms
+                .unwrap_or(0)),
             compression_type: e.compression.unwrap_or_default(),
             compression_gzip_level: e
                 .compression_gzip_level

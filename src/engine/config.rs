@@ -51,6 +51,11 @@ pub struct EngineConfig {
     /// Authenticate every new connection with SASL (`security.protocol=SASL_PLAINTEXT` or
     /// `SASL_SSL`, inside TLS then).
     pub sasl: Option<SaslConfig>,
+    /// `partitioner.availability.timeout.ms` under adaptive partitioning (0: off, and always 0
+    /// with `partitioner.adaptive.partitioning.enable=false`, where Java ignores it): a node
+    /// whose batches were ready but not drained for longer than this makes its partitions
+    /// unavailable to the partitioner (`node_latency`).
+    pub partition_availability_timeout: Micros,
 }
 
 fn micros(d: Duration) -> Micros {
@@ -93,6 +98,11 @@ impl EngineConfig {
             compression: config.compression_codec(),
             owns_identity,
             sasl: config.sasl.clone(),
+            partition_availability_timeout: if config.partitioner_adaptive {
+                micros(config.partitioner_availability_timeout)
+            } else {
+                0
+            },
         }
     }
 

@@ -65,6 +65,7 @@ mod expiry;
 mod init_producer_id;
 use init_producer_id::ProducerIdRequest;
 mod metadata_refresh;
+mod node_latency;
 use metadata_refresh::MetadataRefresh;
 mod produce_request;
 mod rebootstrap;
@@ -158,6 +159,9 @@ pub struct Engine<D> {
     flushes: usize,
     closing: bool,
     drain_start: usize,
+    /// Per node, when it last had a batch ready and when it last could take one
+    /// (`node_latency`); kept only under `partitioner.availability.timeout.ms`.
+    node_latency: HashMap<NodeId, node_latency::NodeLatency>,
     next_generation: u64,
     stats: EngineStats,
     /// Counters behind Kafka's producer metrics (`crate::metrics`).
@@ -215,6 +219,7 @@ impl<D: Delivery> Engine<D> {
             flushes: 0,
             closing: false,
             drain_start: 0,
+            node_latency: HashMap::new(),
             next_generation: 1,
             stats: EngineStats::default(),
             metrics: EngineMetrics::default(),

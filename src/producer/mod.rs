@@ -6,6 +6,7 @@ mod async_wait;
 mod close;
 pub(crate) mod delivery;
 mod on_shard;
+mod partition_choice;
 pub(crate) mod record;
 mod send_async;
 mod send_batch;
@@ -25,7 +26,7 @@ use crate::engine::buffer_pool::BufferPool;
 use crate::engine::{EngineConfig, RecordMetadata, TopicPartition};
 use crate::error::{Error, ProduceError, RuntimeError};
 use crate::metrics::{CallTimes, MetricsBoard, ProducerMetrics};
-use crate::partitioner::partition_for_key;
+use crate::partitioner::Partitioner;
 use crate::protocol::record_batch::RECORD_BATCH_OVERHEAD;
 use crate::runtime::buffer_memory::BufferMemory;
 use crate::runtime::command::{CloseDeadline, Countdown, Latch, ShardCommand};
@@ -33,6 +34,7 @@ use crate::runtime::completion::Outcome;
 use crate::runtime::delivery_handle::Callback;
 use crate::runtime::inbox::{ShardInbox, WakePolicy};
 use crate::runtime::metadata_snapshot::MetadataSnapshot;
+use crate::runtime::partition_load::PartitionLoads;
 use crate::runtime::partition_queue::BATCH_MEMORY_OVERHEAD;
 use crate::runtime::shard::{run_shard, ShardContext};
 use crate::runtime::ticket_ring::TicketRing;
@@ -46,6 +48,7 @@ pub use send_batch::BatchDelivery;
 pub use try_send_error::TrySendError;
 
 use accumulator::{Accumulator, Append};
+use partition_choice::{Custom, PartitionChoice};
 
 /// Room in the identity ticket ring. Tickets are rare (one install, one per bump request) and
 /// every shard reads the ring on every loop, so a full ring only delays a ticket (its shard
@@ -58,6 +61,7 @@ const METRICS_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default)]
 pub struct ProducerBuilder {
     config: ProducerConfigBuilder,
+    partitioner: Option<Custom>,
 }
 
 impl ProducerBuilder {
@@ -107,10 +111,17 @@ impl ProducerBuilder {
         self.config(|c| c.oauth_token_provider(provider))
     }
 
+    /// Installs the application's own [`Partitioner`] in place of the built-in one: it
+    /// chooses the partition of every record sent without one (Java's `partitioner.class`).
+    pub fn partitioner(mut self, partitioner: impl Partitioner + 'static) -> Self {
+        self.partitioner = Some(Custom(Arc::new(partitioner)));
+        self
+    }
+
     /// Validates the configuration, checks io_uring and starts the shards.
     pub fn build(self) -> Result<Producer, Error> {
         let config = self.config.build()?;
-        Producer::start(config)
+        Producer::start(config, self.partitioner)
     }
 }
 
@@ -121,8 +132,8 @@ struct Inner {
     accumulator: Accumulator,
     metadata: Arc<MetadataSnapshot>,
     memory: Arc<BufferMemory>,
-    /// Process-unique: keys this producer's per-thread sticky partition choices.
-    id: u64,
+    /// How a record's partition is chosen.
+    partition_choice: PartitionChoice,
     joins: Mutex<Vec<glommio::ExecutorJoinHandle<()>>>,
     /// Set first thing by `close`: sends are refused from then on. A send that checked it
     /// just before is still safe: a shard's inbox refuses pushes behind its `Close`, so no
@@ -163,7 +174,7 @@ impl Producer {
         ProducerBuilder::default()
     }
 
-    fn start(config: ProducerConfig) -> Result<Producer, Error> {
+    fn start(config: ProducerConfig, partitioner: Option<Custom>) -> Result<Producer, Error> {
         let online = runtime::online_cores();
         let cores: Vec<usize> = match (&config.cores, config.shards) {
             (Some(cores), _) => {
@@ -199,6 +210,18 @@ impl Producer {
         let memory = Arc::new(BufferMemory::new(config.buffer_memory));
         let txn_status = Arc::new(TxnStatus::default());
         let metadata = Arc::new(MetadataSnapshot::default());
+        let loads = Arc::new(PartitionLoads::default());
+        // As in Java, an application's partitioner turns adaptive partitioning off, and with
+        // it `partitioner.availability.timeout.ms`.
+        let adaptive = config.partitioner_adaptive && partitioner.is_none();
+        let partition_choice = PartitionChoice {
+            producer: sticky::next_producer_id(),
+            custom: partitioner,
+            loads: loads.clone(),
+            ignore_keys: config.partitioner_ignore_keys,
+            adaptive,
+            batch_size: config.batch_size,
+        };
         let stopped = Latch::new(shard_count);
         let close_by = Arc::new(CloseDeadline::default());
         let tickets = Arc::new(TicketRing::new(IDENTITY_TICKETS, shard_count));
@@ -210,6 +233,7 @@ impl Producer {
         ));
         let ctx = Arc::new(ShardContext {
             metadata: metadata.clone(),
+            loads: loads.clone(),
             tickets,
             inboxes: inboxes.clone(),
             memory: memory.clone(),
@@ -225,7 +249,13 @@ impl Producer {
             transaction_version: config.transaction_version,
         });
         let engine_configs: Vec<EngineConfig> = (0..shard_count)
-            .map(|index| EngineConfig::for_shard(&config, index, shard_count))
+            .map(|index| {
+                let mut engine = EngineConfig::for_shard(&config, index, shard_count);
+                if !adaptive {
+                    engine.partition_availability_timeout = 0;
+                }
+                engine
+            })
             .collect();
         // Idle buffers are outside `buffer.memory`'s count; a pool keeps one only while it
         // fits beside that count, so that at the bound they are not memory on top of it
@@ -279,7 +309,7 @@ impl Producer {
                 inboxes,
                 accumulator,
                 metadata,
-                id: sticky::next_producer_id(),
+                partition_choice,
                 joins: Mutex::new(joins),
                 closed: AtomicBool::new(false),
                 stopped,
@@ -500,30 +530,15 @@ impl Producer {
             Err(Some(err)) => return Err(refuse(&record, err)),
         };
         let timestamp = record.timestamp.unwrap_or_else(now_millis);
-        let partition = match record.partition {
-            Some(p) if p < 0 || p >= partition_count => {
-                let err = ProduceError::InvalidPartition {
-                    topic: record.topic.clone(),
-                    partition: p,
-                    partition_count,
-                };
-                return Err(refuse(&record, err));
-            }
-            Some(p) => p,
-            None => match (&record.key, inner.config.partitioner_ignore_keys) {
-                (Some(key), false) => partition_for_key(key, partition_count),
-                _ => {
-                    // The partitioner keeps its own xorshift state; the timestamp only stirs it.
-                    sticky::partition(
-                        inner.id,
-                        &record.topic,
-                        partition_count,
-                        inner.config.batch_size,
-                        size,
-                        timestamp as u64 | 1,
-                    )
-                }
-            },
+        // The partitioner keeps its own xorshift state; the timestamp only stirs it.
+        let partition = match inner.partition_choice.choose(
+            &record,
+            partition_count,
+            size,
+            timestamp as u64 | 1,
+        ) {
+            Ok(partition) => partition,
+            Err(err) => return Err(refuse(&record, err)),
         };
         let headers = record::wire_headers(&record.headers);
         let append = Append {
@@ -696,6 +711,12 @@ impl Producer {
         self.inner.inboxes[shard]
             .push(ShardCommand::Panic { in_task })
             .is_ok()
+    }
+
+    /// Each partition of `topic` as the partitioner last saw it published: (queue, available).
+    pub(crate) fn partition_load(&self, topic: &str) -> Option<Vec<(u32, bool)>> {
+        let load = self.inner.partition_choice.loads.existing(topic)?;
+        Some((0..load.len() as i32).filter_map(|p| load.get(p)).collect())
     }
 }
 

@@ -32,7 +32,8 @@ pub(crate) fn next_producer_id() -> u64 {
 }
 
 /// The partition of the next keyless record of `bytes` to `topic` from this thread, and the
-/// record counted against it.
+/// record counted against it. When the sticky partition switches, `next` chooses the new one
+/// from a fresh random value (`None`: uniformly over all partitions).
 pub(crate) fn partition(
     producer: u64,
     topic: &Arc<str>,
@@ -40,6 +41,7 @@ pub(crate) fn partition(
     batch_size: usize,
     bytes: usize,
     rng_next: u64,
+    next: impl FnOnce(u64) -> Option<i32>,
 ) -> i32 {
     STICKY.with(|entries| {
         let mut entries = entries.borrow_mut();
@@ -61,7 +63,7 @@ pub(crate) fn partition(
             }
         };
         let state = &mut entries[index].state;
-        let p = state.partition(partition_count, &[], rng_next);
+        let p = state.partition_with(partition_count, &[], rng_next, next);
         state.on_append(bytes);
         p
     })
@@ -75,12 +77,16 @@ mod tests {
     fn a_thread_sticks_to_one_partition_for_about_two_batches_then_moves() {
         let producer = next_producer_id();
         let topic: Arc<str> = Arc::from("sticky-a");
-        let first = partition(producer, &topic, 1000, 100, 10, 7);
+        let first = partition(producer, &topic, 1000, 100, 10, 7, |_| None);
         // 2 × batch.size bytes: the first 20 records of 10 bytes stay.
         for i in 1..20 {
-            assert_eq!(partition(producer, &topic, 1000, 100, 10, i), first);
+            assert_eq!(
+                partition(producer, &topic, 1000, 100, 10, i, |_| None),
+                first
+            );
         }
-        let moved = (0..20).any(|i| partition(producer, &topic, 1000, 100, 10, i) != first);
+        let moved =
+            (0..20).any(|i| partition(producer, &topic, 1000, 100, 10, i, |_| None) != first);
         assert!(
             moved,
             "a new partition is drawn after 200 bytes (1 in 1000 draws it again)"
@@ -101,19 +107,25 @@ mod tests {
         );
         let (a, b) = (next_producer_id(), next_producer_id());
         let topic: Arc<str> = Arc::from("sticky-b");
-        assert_eq!(partition(a, &topic, COUNT, BATCH, 1, 11), fresh(11));
+        assert_eq!(
+            partition(a, &topic, COUNT, BATCH, 1, 11, |_| None),
+            fresh(11)
+        );
         // Another producer, and another thread with the same producer, draw afresh.
-        assert_eq!(partition(b, &topic, COUNT, BATCH, 1, SEED_B), fresh(SEED_B));
+        assert_eq!(
+            partition(b, &topic, COUNT, BATCH, 1, SEED_B, |_| None),
+            fresh(SEED_B)
+        );
         let other = std::thread::spawn({
             let topic = topic.clone();
-            move || partition(a, &topic, COUNT, BATCH, 1, SEED_B)
+            move || partition(a, &topic, COUNT, BATCH, 1, SEED_B, |_| None)
         })
         .join()
         .unwrap();
         assert_eq!(other, fresh(SEED_B));
         // This thread's choice for `a` stuck, also for an equal topic name in a new `Arc`.
         assert_eq!(
-            partition(a, &Arc::from("sticky-b"), COUNT, BATCH, 1, SEED_B),
+            partition(a, &Arc::from("sticky-b"), COUNT, BATCH, 1, SEED_B, |_| None),
             fresh(11)
         );
     }

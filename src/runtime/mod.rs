@@ -17,6 +17,7 @@ mod identity_replica;
 pub(crate) mod inbox;
 pub(crate) mod intake;
 pub(crate) mod metadata_snapshot;
+pub(crate) mod partition_load;
 pub(crate) mod partition_queue;
 mod sendmsg;
 pub(crate) mod shard;

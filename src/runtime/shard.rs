@@ -31,6 +31,7 @@ use crate::runtime::identity_replica::IdentityReplica;
 use crate::runtime::inbox::ShardInbox;
 use crate::runtime::intake::Intake;
 use crate::runtime::metadata_snapshot::MetadataSnapshot;
+use crate::runtime::partition_load::{LoadPublisher, PartitionLoads};
 use crate::runtime::stats::{RuntimeCounters, ShardReport};
 use crate::runtime::ticket_ring::{Attachment, TicketRing};
 use crate::runtime::txn_driver::{
@@ -56,6 +57,8 @@ use stop::{die, Stopping};
 /// What every shard shares.
 pub(crate) struct ShardContext {
     pub metadata: Arc<MetadataSnapshot>,
+    /// Each partition's queue and availability, for the callers' partitioner.
+    pub loads: Arc<PartitionLoads>,
     /// Identity tickets, read by every shard in one order (consumer index = shard index).
     pub tickets: Arc<TicketRing>,
     /// Every shard's inbox, by shard index.
@@ -184,4 +187,6 @@ struct Shard<'a> {
     /// The report last published (`RuntimeStats`).
     report: ShardReport,
     metrics: ShardPublisher,
+    /// Publishes the engine's partitions' load for the callers' partitioner.
+    loads: LoadPublisher,
 }

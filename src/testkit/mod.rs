@@ -47,6 +47,14 @@ pub mod broker;
 pub fn panic_shard(producer: &crate::Producer, shard: usize, in_task: bool) -> bool {
     producer.inject_shard_panic(shard, in_task)
 }
+/// Each partition of `topic` as `producer`'s partitioner last saw the shards publish it:
+/// its queue of batches not yet sent, and whether it may be chosen. `None` before the first
+/// keyless record to `topic` switched partitions. For tests that wait on the adaptive
+/// partitioner's view instead of sleeping.
+#[doc(hidden)]
+pub fn partition_load(producer: &crate::Producer, topic: &str) -> Option<Vec<(u32, bool)>> {
+    producer.partition_load(topic)
+}
 #[doc(hidden)]
 pub mod handoff;
 pub mod server;

@@ -78,6 +78,7 @@ impl<D: Delivery> Engine<D> {
         if count == 0 {
             return;
         }
+        self.update_node_latency(now);
         let mut nodes: Vec<NodeId> = self
             .connections
             .values()

@@ -10,6 +10,7 @@ use crate::metrics::ShardPublisher;
 use crate::runtime::connection::ConnectionEvent;
 use crate::runtime::identity_replica::IdentityReplica;
 use crate::runtime::inbox::ShardInbox;
+use crate::runtime::partition_load::LoadPublisher;
 use crate::runtime::stats::ShardReport;
 use crate::runtime::ticket_ring::Attachment;
 use crate::runtime::txn_driver::{ControlReceiver, TxnCommand};
@@ -112,6 +113,7 @@ impl<'a> Shard<'a> {
             pending: None,
             report: ShardReport::default(),
             metrics: ShardPublisher::new(index, ctx.metrics.clone()),
+            loads: LoadPublisher::new(ctx.loads.clone()),
         }
     }
 }

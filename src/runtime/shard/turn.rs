@@ -249,6 +249,8 @@ impl Shard<'_> {
     /// What a turn publishes: the transactional status, a fatal error, the memory freed, the
     /// metrics, the flushes done and the shard's report.
     pub(super) fn finish_turn(&mut self) {
+        let now = self.now();
+        self.loads.publish(&self.state.engine, now);
         let ShardState {
             engine,
             flushes,

@@ -178,6 +178,7 @@ pub fn default_engine_config() -> EngineConfig {
         buffer_pool_idle: 4 << 20,
         owns_identity: true,
         sasl: None,
+        partition_availability_timeout: 0,
     }
 }
 
