@@ -260,6 +260,45 @@ fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     assert_eq!(state(&c), TransactionState::CompleteCommit);
 }
 
+// TransactionCoordinator `endTransaction` (KAFKA-18464, Kafka 4.0): a transaction whose
+// markers are still being written has a pending transition (PrepareCommit/PrepareAbort pending
+// CompleteCommit/CompleteAbort), and that is answered CONCURRENT_TRANSACTIONS before the TV2
+// epoch check. A producer that adopted the bumped epoch and ends its next transaction (an abort
+// with nothing written yet, or a commit) before the markers are out is told to retry, not
+// fenced; once they are written the same request ends the next transaction.
+#[test]
+fn tv2_end_txn_of_the_next_transaction_while_the_previous_writes_markers_is_concurrent_transactions(
+) {
+    for (first_commit, next_commit) in [(false, false), (true, false), (true, true)] {
+        let mut c = cluster();
+        let p = txn_producer(&mut c);
+        assert_eq!(send_v12(&mut c, 0, p, 0).error_code, NONE);
+        c.hold_transaction_markers(true);
+        let end = end_v5(&mut c, p, p.epoch, first_commit);
+        assert_eq!(end, ok(p.pid, p.epoch + 1));
+        let next = TxnProducer {
+            epoch: end.producer_epoch,
+            ..p
+        };
+        let case = format!("{first_commit} then {next_commit}");
+        assert_eq!(
+            end_v5(&mut c, next, next.epoch, next_commit),
+            error(CONCURRENT_TRANSACTIONS),
+            "{case}"
+        );
+        assert!(c.transaction_is_completing(TXN), "{case}");
+        c.release_transaction_markers(NOW);
+        if next_commit {
+            assert_eq!(send_v12(&mut c, 1, next, 0).error_code, NONE, "{case}");
+        }
+        assert_eq!(
+            end_v5(&mut c, next, next.epoch, next_commit),
+            ok(p.pid, next.epoch + 1),
+            "{case}"
+        );
+    }
+}
+
 // TransactionCoordinator `endTransaction` (TV2): an abort with nothing added is allowed from
 // Empty, CompleteCommit and CompleteAbort (TransactionMetadata `allowedEmptyAbort`); it bumps
 // the epoch and has no marker to write. A commit with nothing added stays INVALID_TXN_STATE.
