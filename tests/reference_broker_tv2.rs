@@ -237,7 +237,8 @@ fn tv2_end_txn_abort_bumps_the_epoch_and_writes_abort_markers_at_it() {
 // previous epoch is answered NONE with the stored (new) epoch and writes nothing; the other end
 // at that epoch is INVALID_TXN_STATE; the same end at the new epoch is not a retry
 // (INVALID_TXN_STATE); any other epoch is PRODUCER_FENCED. While the markers are still being
-// written the retry is CONCURRENT_TRANSACTIONS and the new epoch is fenced.
+// written every end of this producer id is CONCURRENT_TRANSACTIONS, whatever its epoch or
+// result (the pending transition is checked first, KAFKA-18464).
 #[test]
 fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     let mut c = cluster();
@@ -247,8 +248,9 @@ fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     assert_eq!(end_v5(&mut c, p, 0, true), ok(p.pid, 1));
     assert_eq!(state(&c), TransactionState::PrepareCommit);
     assert_eq!(end_v5(&mut c, p, 0, true), error(CONCURRENT_TRANSACTIONS));
-    assert_eq!(end_v5(&mut c, p, 0, false), error(INVALID_TXN_STATE));
-    assert_eq!(end_v5(&mut c, p, 1, true), error(PRODUCER_FENCED));
+    assert_eq!(end_v5(&mut c, p, 0, false), error(CONCURRENT_TRANSACTIONS));
+    assert_eq!(end_v5(&mut c, p, 1, true), error(CONCURRENT_TRANSACTIONS));
+    assert_eq!(end_v5(&mut c, p, 3, true), error(CONCURRENT_TRANSACTIONS));
     c.release_transaction_markers(NOW);
 
     let log_end = c.high_watermark(TOPIC, 0);
