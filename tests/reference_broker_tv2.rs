@@ -237,7 +237,8 @@ fn tv2_end_txn_abort_bumps_the_epoch_and_writes_abort_markers_at_it() {
 // previous epoch is answered NONE with the stored (new) epoch and writes nothing; the other end
 // at that epoch is INVALID_TXN_STATE; the same end at the new epoch is not a retry
 // (INVALID_TXN_STATE); any other epoch is PRODUCER_FENCED. While the markers are still being
-// written the retry is CONCURRENT_TRANSACTIONS and the new epoch is fenced.
+// written every end of this producer id is CONCURRENT_TRANSACTIONS, whatever its epoch or
+// result (the pending transition is checked first, KAFKA-18464).
 #[test]
 fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     let mut c = cluster();
@@ -247,8 +248,9 @@ fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     assert_eq!(end_v5(&mut c, p, 0, true), ok(p.pid, 1));
     assert_eq!(state(&c), TransactionState::PrepareCommit);
     assert_eq!(end_v5(&mut c, p, 0, true), error(CONCURRENT_TRANSACTIONS));
-    assert_eq!(end_v5(&mut c, p, 0, false), error(INVALID_TXN_STATE));
-    assert_eq!(end_v5(&mut c, p, 1, true), error(PRODUCER_FENCED));
+    assert_eq!(end_v5(&mut c, p, 0, false), error(CONCURRENT_TRANSACTIONS));
+    assert_eq!(end_v5(&mut c, p, 1, true), error(CONCURRENT_TRANSACTIONS));
+    assert_eq!(end_v5(&mut c, p, 3, true), error(CONCURRENT_TRANSACTIONS));
     c.release_transaction_markers(NOW);
 
     let log_end = c.high_watermark(TOPIC, 0);
@@ -258,6 +260,45 @@ fn tv2_end_txn_retry_at_the_previous_epoch_answers_the_new_epoch() {
     assert_eq!(end_v5(&mut c, p, 1, true), error(INVALID_TXN_STATE));
     assert_eq!(end_v5(&mut c, p, 3, true), error(PRODUCER_FENCED));
     assert_eq!(state(&c), TransactionState::CompleteCommit);
+}
+
+// TransactionCoordinator `endTransaction` (KAFKA-18464, Kafka 4.0): a transaction whose
+// markers are still being written has a pending transition (PrepareCommit/PrepareAbort pending
+// CompleteCommit/CompleteAbort), and that is answered CONCURRENT_TRANSACTIONS before the TV2
+// epoch check. A producer that adopted the bumped epoch and ends its next transaction (an abort
+// with nothing written yet, or a commit) before the markers are out is told to retry, not
+// fenced; once they are written the same request ends the next transaction.
+#[test]
+fn tv2_end_txn_of_the_next_transaction_while_the_previous_writes_markers_is_concurrent_transactions(
+) {
+    for (first_commit, next_commit) in [(false, false), (true, false), (true, true)] {
+        let mut c = cluster();
+        let p = txn_producer(&mut c);
+        assert_eq!(send_v12(&mut c, 0, p, 0).error_code, NONE);
+        c.hold_transaction_markers(true);
+        let end = end_v5(&mut c, p, p.epoch, first_commit);
+        assert_eq!(end, ok(p.pid, p.epoch + 1));
+        let next = TxnProducer {
+            epoch: end.producer_epoch,
+            ..p
+        };
+        let case = format!("{first_commit} then {next_commit}");
+        assert_eq!(
+            end_v5(&mut c, next, next.epoch, next_commit),
+            error(CONCURRENT_TRANSACTIONS),
+            "{case}"
+        );
+        assert!(c.transaction_is_completing(TXN), "{case}");
+        c.release_transaction_markers(NOW);
+        if next_commit {
+            assert_eq!(send_v12(&mut c, 1, next, 0).error_code, NONE, "{case}");
+        }
+        assert_eq!(
+            end_v5(&mut c, next, next.epoch, next_commit),
+            ok(p.pid, next.epoch + 1),
+            "{case}"
+        );
+    }
 }
 
 // TransactionCoordinator `endTransaction` (TV2): an abort with nothing added is allowed from

@@ -3,6 +3,10 @@
 //! transaction coordinator: FindCoordinator, InitProducerId, AddPartitionsToTxn, EndTxn and
 //! markers), a 1 ms network and a virtual clock.
 //!
+//! The cluster finalizes `transaction.version=1` (`tv1_setup`): these scenarios pin the
+//! transactions V1 protocol (AddPartitionsToTxn, an abort that keeps the epoch unless a batch
+//! needs a bump); the simulator's TV2 runs are in `tests/sim_transactions.rs`.
+//!
 //! Scenarios that script the coordinator's answers one by one are pinned
 //! against a scripted broker in `tests/engine_transactions.rs` (a partition's first batch waits
 //! for AddPartitionsToTxn, CONCURRENT_TRANSACTIONS retried, NOT_COORDINATOR on EndTxn, commit
@@ -20,8 +24,15 @@ fn tp(partition: i32) -> TopicPartition {
     TopicPartition::new("t", partition)
 }
 
-fn transactional(shards: usize) -> Sim {
+/// Two brokers whose cluster finalizes `transaction.version=1`.
+fn tv1_setup() -> SimSetup {
     let mut setup = SimSetup::scripted(2);
+    setup.rules.transaction_version = 1;
+    setup
+}
+
+fn transactional(shards: usize) -> Sim {
+    let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
     setup.shards = shards;
     let mut sim = Sim::new(setup);
@@ -39,7 +50,7 @@ fn init(sim: &mut Sim) -> Result<(), TransactionError> {
 /// One shard, linger 0 (a record drains as its own batch once its partition is in the
 /// transaction), `tune` applied; initialized and inside a transaction.
 fn in_transaction(tune: impl FnOnce(&mut SimSetup)) -> Sim {
-    let mut setup = SimSetup::scripted(2);
+    let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
     setup.engine.linger = 0;
     tune(&mut setup);
@@ -400,7 +411,7 @@ fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
     // A topic's max.message.bytes far below batch.size: the transaction's one batch of ten
     // records is refused as too large, split, and its first child split again while its
     // siblings wait. The commit's flush must wait for every one of them before EndTxn.
-    let mut setup = SimSetup::scripted(2);
+    let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
     setup.rules.max_message_bytes = 150;
     let mut sim = Sim::new(setup);

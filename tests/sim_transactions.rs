@@ -25,7 +25,8 @@
 //! The cluster's finalized `transaction.version`: by default even seeds run on a TV1 cluster
 //! (level 1, Kafka 3.x transactions) and odd seeds on a TV2 cluster (level 2, KIP-890 part 2),
 //! so a default run covers both in the time one took; `KACRAB_SIM_TXN_VERSION=1` or `=2` runs
-//! every seed at that level (a replay takes the same variable).
+//! every seed at that level (a replay takes the same variable, which the replay commands a run
+//! prints carry).
 #![cfg(feature = "testkit")]
 
 mod sim_seeds;
@@ -38,8 +39,8 @@ use kacrab::testkit::sim::txn_random::{
 };
 
 use sim_seeds::{
-    announce_if_moving, env_u64, failure_report, panic_message, run_range, seed_ranges,
-    seed_replay_command,
+    announce_if_moving, env_u64, failure_report, panic_message, run_range, run_shaping_prefix,
+    seed_ranges, seed_replay_command,
 };
 
 const TEST: &str = "sim_transactions";
@@ -302,4 +303,14 @@ fn a_transactional_seed_reproduces_its_run() {
             "seed {seed} ran differently twice"
         );
     }
+}
+
+/// A replay command names the `transaction.version` the failing run was forced to, so that it
+/// replays that run and not the seed's default level.
+#[test]
+fn a_replay_command_carries_the_transaction_version_it_ran_at() {
+    let forced = |name: &str| (name == "KACRAB_SIM_TXN_VERSION").then(|| "2".to_string());
+    assert_eq!(run_shaping_prefix(forced), "KACRAB_SIM_TXN_VERSION=2 ");
+    assert_eq!(run_shaping_prefix(|_| None), "");
+    assert_eq!(run_shaping_prefix(|_| Some(String::new())), "");
 }

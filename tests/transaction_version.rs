@@ -1,7 +1,8 @@
 //! `kacrab.transaction.version` through the whole producer (configuration, shards, transaction
-//! manager) against today's reference cluster, which finalizes no `transaction.version` and
-//! speaks Produce up to v11: `auto` and `1` run Transactions V1, and `2` fails
-//! `init_transactions` with a fatal error that names the key. The Transactions V2 wire rules
+//! manager) against a reference cluster set up as Kafka 3.x brokers (no finalized
+//! `transaction.version`, no Produce v12, EndTxn v5 or TxnOffsetCommit v5): `auto` and `1` run
+//! Transactions V1, and `2` fails `init_transactions` with a fatal error that names the key.
+//! The Transactions V2 wire rules
 //! themselves are tested against the scripted broker (`tests/engine_transactions/tv2.rs`).
 #![cfg(feature = "testkit")]
 
@@ -13,14 +14,25 @@ use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{Error, Producer, ProducerRecord, TransactionError};
+use kafka_protocol::messages::ApiKey;
 
 use common::{payload_ids, read_back, Isolation};
 
 const CALL: Duration = Duration::from_secs(30);
 const READ: Duration = Duration::from_secs(30);
 
+/// A cluster of Kafka 3.x brokers: `transaction.version` 0 and none of the V2 versions
+/// (Produce v12, EndTxn v5, TxnOffsetCommit v5). The reference cluster finalizes level 2 and
+/// speaks them by default.
 fn cluster() -> ReferenceCluster {
-    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    let rules = BrokerRules {
+        transaction_version: 0,
+        ..BrokerRules::default()
+    };
+    let cluster = ReferenceCluster::start(1, rules);
+    cluster.set_api_versions(None, ApiKey::Produce, Some((3, 11)));
+    cluster.set_api_versions(None, ApiKey::EndTxn, Some((0, 4)));
+    cluster.set_api_versions(None, ApiKey::TxnOffsetCommit, Some((0, 4)));
     cluster.create_topic("t", &[1, 1]);
     cluster
 }

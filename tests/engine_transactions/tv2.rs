@@ -396,3 +396,29 @@ fn tv2_concurrent_transactions_on_produce_v12_is_retried() {
     let handle = rig.engine.commit_transaction().unwrap();
     assert_eq!(rig.wait(handle), Ok(()));
 }
+
+#[test]
+fn tv2_end_txn_answered_concurrent_transactions_is_retried_at_the_same_epoch() {
+    // TransactionManager `EndTxnHandler`: CONCURRENT_TRANSACTIONS is retriable and the same
+    // request is sent again; a Kafka 4.0 coordinator answers it to the next transaction's
+    // EndTxn while the previous transaction's markers are unwritten (KAFKA-18464), so the
+    // retry keeps the epoch the previous EndTxn returned.
+    let mut rig = ready(0, |_| {});
+    one_transaction(&mut rig, &[0], true);
+    rig.engine.begin_transaction().unwrap();
+    let a = rig.send(1);
+    assert!(rig.run_until(2_000 * MS, |r| r.result(a).is_some()));
+    assert!(rig.result(a).unwrap().is_ok(), "{:?}", rig.result(a));
+    rig.inject
+        .entry(ApiKey::EndTxn)
+        .or_default()
+        .extend([code::CONCURRENT_TRANSACTIONS; 2]);
+    let handle = rig.engine.abort_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+    assert_eq!(
+        end_txn_identities(&rig),
+        vec![(7, 0), (7, 1), (7, 1), (7, 1)]
+    );
+    assert_eq!(rig.engine.identity().epoch, 2);
+    assert_eq!(rig.state(), TransactionState::Ready);
+}

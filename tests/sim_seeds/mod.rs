@@ -105,18 +105,41 @@ fn fresh_window_start() -> u64 {
     WINDOW_BASE + hasher.finish() % WINDOW_SPAN
 }
 
+/// Variables that change what a seed runs rather than which seeds run: a replay command
+/// carries those that are set, or it would replay a different run of the same seed.
+pub const RUN_SHAPING_VARS: &[&str] = &["KACRAB_SIM_TXN_VERSION"];
+
+/// `NAME=value ` for each of [`RUN_SHAPING_VARS`] that `lookup` finds set and not empty.
+pub fn run_shaping_prefix(lookup: impl Fn(&str) -> Option<String>) -> String {
+    RUN_SHAPING_VARS
+        .iter()
+        .filter_map(|name| {
+            lookup(name)
+                .filter(|value| !value.is_empty())
+                .map(|value| format!("{name}={value} "))
+        })
+        .collect()
+}
+
+fn env_prefix() -> String {
+    run_shaping_prefix(|name| std::env::var(name).ok())
+}
+
 /// The command that runs `range` again (`test` is the test target, `filter` the test name).
 pub fn range_replay_command(test: &str, filter: &str, range: &SeedRange) -> String {
     format!(
-        "KACRAB_SIM_FIRST_SEED={} KACRAB_SIM_SEEDS={} cargo test --features testkit --test {test} -- {filter}",
-        range.first, range.count
+        "KACRAB_SIM_FIRST_SEED={} KACRAB_SIM_SEEDS={} {}cargo test --features testkit --test {test} -- {filter}",
+        range.first,
+        range.count,
+        env_prefix()
     )
 }
 
 /// The command that replays one seed with its plan and report.
 pub fn seed_replay_command(test: &str, seed: u64) -> String {
     format!(
-        "KACRAB_SIM_SEED={seed} cargo test --features testkit --test {test} -- replay --nocapture"
+        "KACRAB_SIM_SEED={seed} {}cargo test --features testkit --test {test} -- replay --nocapture",
+        env_prefix()
     )
 }
 

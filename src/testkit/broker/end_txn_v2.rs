@@ -34,12 +34,19 @@ pub struct EndTxnV2 {
 impl TransactionCoordinator {
     /// EndTxn v5+ (`endTransaction`, TV2), in Kafka's order: no metadata →
     /// INVALID_PRODUCER_ID_MAPPING; another producer id (unless an overflow retry) →
-    /// INVALID_PRODUCER_ID_MAPPING; an epoch the state does not admit → PRODUCER_FENCED; then
-    /// the state table (TransactionCoordinatorTest
+    /// INVALID_PRODUCER_ID_MAPPING; a pending transition → CONCURRENT_TRANSACTIONS; an epoch the
+    /// state does not admit → PRODUCER_FENCED; then the state table (TransactionCoordinatorTest
     /// `shouldReturnInvalidTxnRequestOnEndTxnV2IfNotEndTxnV2Retry`,
     /// `testEndTxnWhenStatusIsCompleteCommitAndResultIsCommitInV2`,
-    /// `shouldReturnOkOnEndTxnV2IfEndTxnV2RetryEpochOverflow`). The model has no pending
-    /// transitions, so their CONCURRENT_TRANSACTIONS never arises here.
+    /// `shouldReturnOkOnEndTxnV2IfEndTxnV2RetryEpochOverflow`).
+    ///
+    /// A pending transition is answered CONCURRENT_TRANSACTIONS before the epoch is checked
+    /// (KAFKA-18464, Kafka 4.0). In Kafka an end answers the client only once PrepareCommit or
+    /// PrepareAbort is logged with CompleteCommit or CompleteAbort pending, and that pending
+    /// state lasts until the markers are written; here a Prepare state exists only while its
+    /// markers are held, so it is that pending transition. Checking the epoch first would fence
+    /// a producer that adopted the bumped epoch and ended its next transaction before the
+    /// markers were out, though its epoch is the coordinator's own.
     pub fn end_txn_v2(
         &mut self,
         ids: &mut ProducerIdManager,
@@ -63,9 +70,13 @@ impl TransactionCoordinator {
             return Err(INVALID_PRODUCER_ID_MAPPING);
         }
         use TransactionState::*;
+        if matches!(metadata.state, PrepareCommit | PrepareAbort) {
+            return Err(CONCURRENT_TRANSACTIONS);
+        }
         let current = producer_epoch == metadata.producer_epoch;
         let valid_epoch = match metadata.state {
             Ongoing | Empty | Dead | PrepareEpochFence => current,
+            // Answered above; Kafka's rule, kept for a Prepare state that is not pending.
             PrepareCommit | PrepareAbort => retry_on_epoch_bump,
             CompleteCommit | CompleteAbort => retry_on_epoch_bump || retry_on_overflow || current,
         };
@@ -90,7 +101,6 @@ impl TransactionCoordinator {
             // The next transaction's abort with nothing added: allowed under TV2 (an "empty"
             // abort still bumps the epoch; `TransactionMetadata` `allowedEmptyAbort`).
             (CompleteCommit | CompleteAbort | Empty, false) => {}
-            (PrepareCommit, true) | (PrepareAbort, false) => return Err(CONCURRENT_TRANSACTIONS),
             (PrepareCommit | PrepareAbort | CompleteCommit | CompleteAbort | Empty, _) => {
                 return Err(INVALID_TXN_STATE)
             }
