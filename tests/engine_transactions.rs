@@ -12,6 +12,8 @@ mod group_metadata;
 mod init_authorization;
 #[path = "engine_transactions/rig.rs"]
 mod rig;
+#[path = "engine_transactions/tv2.rs"]
+mod tv2;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

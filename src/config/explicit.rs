@@ -2,7 +2,9 @@
 //! material `ProducerConfigBuilder::build` applies defaults and cross-key rules to.
 
 use super::parse::{self, Unit};
-use super::{keys, security, Acks, Compression, ConfigError, MetadataRecoveryStrategy};
+use super::{
+    keys, security, Acks, Compression, ConfigError, MetadataRecoveryStrategy, TransactionVersion,
+};
 use crate::protocol::compression;
 
 /// Values set explicitly, parsed; `None` means the key was not set. Java's cross-key rules
@@ -45,6 +47,7 @@ pub(super) struct Explicit {
     pub(super) io_memory: Option<usize>,
     pub(super) spin_before_park_us: Option<i64>,
     pub(super) max_response_size: Option<usize>,
+    pub(super) transaction_version: Option<TransactionVersion>,
     pub(super) security: security::ExplicitSecurity,
 }
 
@@ -201,6 +204,9 @@ impl Explicit {
             KACRAB_MAX_RESPONSE_BYTES => {
                 // A Kafka frame's length is an int32.
                 self.max_response_size = Some(parse::size(key, raw, 4096, I32_MAX, Unit::Bytes)?)
+            }
+            KACRAB_TRANSACTION_VERSION => {
+                self.transaction_version = Some(TransactionVersion::parse(raw)?)
             }
             _ => return check_ignored(key, raw),
         }

@@ -115,6 +115,8 @@ pub const KACRAB_IO_MEMORY_BYTES: &str = "kacrab.io.memory.bytes";
 pub const KACRAB_SPIN_BEFORE_PARK_US: &str = "kacrab.spin.before.park.us";
 /// `kacrab.max.response.bytes`: the largest broker response frame accepted.
 pub const KACRAB_MAX_RESPONSE_BYTES: &str = "kacrab.max.response.bytes";
+/// `kacrab.transaction.version`: the transaction protocol, `auto`, `1` or `2`.
+pub const KACRAB_TRANSACTION_VERSION: &str = "kacrab.transaction.version";
 
 /// Every key that sets a field of `ProducerConfig`, plus the restricted Java keys above.
 pub(super) const RECOGNIZED: &[&str] = &[
@@ -173,6 +175,7 @@ pub(super) const RECOGNIZED: &[&str] = &[
     KACRAB_IO_MEMORY_BYTES,
     KACRAB_SPIN_BEFORE_PARK_US,
     KACRAB_MAX_RESPONSE_BYTES,
+    KACRAB_TRANSACTION_VERSION,
 ];
 
 /// How an ignored key's value is still checked: with the validator Java's `ProducerConfig`

@@ -23,6 +23,8 @@
 //! - `bootstrap.servers` entries are checked for shape when set, not resolved.
 //! - Java keys with no effect in kacrab are accepted and type-checked; see
 //!   [`keys::ignored_keys`].
+//! - `kacrab.transaction.version` (`auto`, `1`, `2`) chooses the transaction protocol, which
+//!   Java always takes from the cluster; see [`TransactionVersion`].
 
 use std::fmt;
 use std::time::Duration;
@@ -34,12 +36,14 @@ pub mod oauthbearer;
 mod parse;
 pub mod security;
 pub mod tls;
+mod transaction_version;
 
 use explicit::{Explicit, I32_MAX};
 pub use metadata::MetadataRecoveryStrategy;
 pub use oauthbearer::{OAuthBearerToken, OAuthTokenProvider};
 pub use security::{Password, SaslConfig, SaslMechanism, SecurityProtocol};
 pub use tls::{TlsConfig, TrustSource};
+pub use transaction_version::TransactionVersion;
 
 use crate::protocol::compression;
 // What `ProducerConfig::compression_codec` gives: the codec and level batches are written with.
@@ -219,6 +223,9 @@ pub struct ProducerConfig {
     pub spin_before_park: Option<Duration>,
     /// `kacrab.max.response.bytes`, default 104857600: the largest broker frame accepted.
     pub max_response_size: usize,
+    /// `kacrab.transaction.version`, default `auto`: the transaction protocol (see
+    /// [`TransactionVersion`]); `1` or `2` only with `transactional.id`.
+    pub transaction_version: TransactionVersion,
     /// `security.protocol`, default `PLAINTEXT`.
     pub security_protocol: SecurityProtocol,
     /// `sasl.mechanism` and the credentials of `sasl.jaas.config`, under `SASL_PLAINTEXT` and
@@ -542,6 +549,7 @@ impl ProducerConfigBuilder {
         let retries = e.retries.unwrap_or(i32::MAX);
         let max_in_flight = e.max_in_flight.unwrap_or(5);
         let enable_idempotence = idempotence(&e, acks, retries, max_in_flight)?;
+        transaction_version::check(e.transaction_version, e.transactional_id.is_some())?;
 
         let linger_ms = e.linger_ms.unwrap_or(5).min(I32_MAX);
         let request_timeout_ms = e.request_timeout_ms.unwrap_or(30_000);
@@ -632,6 +640,7 @@ impl ProducerConfigBuilder {
                 .filter(|&us| us > 0)
                 .map(|us| Duration::from_micros(us.unsigned_abs())),
             max_response_size: e.max_response_size.unwrap_or(100 * 1024 * 1024),
+            transaction_version: e.transaction_version.unwrap_or_default(),
             security_protocol: security.protocol,
             sasl: security.sasl,
             tls: security.tls,

@@ -18,6 +18,7 @@ pub mod partition;
 pub mod partition_index;
 pub mod sender;
 pub mod transaction;
+pub mod transaction_version;
 pub mod txn_requests;
 
 use std::sync::Arc;

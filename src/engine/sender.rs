@@ -73,9 +73,10 @@ mod sasl;
 mod scripted_rig;
 mod split;
 mod txn;
+mod txn_participant;
 // Lets the child modules name `super::partition::…` as the code they came from did.
 use super::partition;
-pub use txn::TxnParticipant;
+pub use txn_participant::TxnParticipant;
 
 pub use super::config::EngineConfig;
 

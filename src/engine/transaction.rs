@@ -42,8 +42,17 @@
 //!   the next transaction's first batch is drained, so each batch is stamped with the epoch
 //!   its AddPartitionsToTxn named.
 //!
-//! Transactions V1 only (the client sends AddPartitionsToTxn ≤ v3 and EndTxn ≤ v4); no
-//! PREPARED_TRANSACTION (two-phase commit) and no TV2 epoch per transaction. Deviations from
+//! # Transactions V2 (KIP-890 part 2)
+//!
+//! The protocol is chosen per transaction (`transaction/version.rs`). Under V2 the owner
+//! answers a participant's `AddPartitions` at once with `PartitionsAdded`, sending nothing (the
+//! partition joins the transaction at the coordinator with its first Produce v12, and joins
+//! `partitions_in_transaction` here as Java's `maybeAddPartition` does); offsets go straight to
+//! TxnOffsetCommit v5; and the identity every EndTxn v5 returns replaces the current one
+//! (`IdentityReplaced`), so the next transaction's batches start at sequence 0 under the bumped
+//! epoch. The gate of the first invariant below still holds: it only opens sooner.
+//!
+//! No PREPARED_TRANSACTION (two-phase commit). Deviations from
 //! Java, each on purpose: requests of one priority go out FIFO (docs/java-rules.md §6.4 quirk);
 //! produce requests are not paused while a transactional request is in flight
 //! (docs/java-rules.md §0 quirk, see `sender/txn.rs`); an unknown-outcome produce failure always
@@ -63,10 +72,13 @@ use crate::error::{ErrorCause, ProduceError, TransactionError};
 
 use super::identity::ProducerIdAndEpoch;
 use super::partition::TopicPartition;
+use super::transaction_version::ClusterFeatures;
 use super::{Micros, NodeId};
+use crate::config::TransactionVersion;
 
 mod queue;
 mod state;
+mod version;
 pub use queue::{CoordinatorType, Priority, QueuedRequest, TxnRequest};
 pub use state::TransactionState;
 
@@ -218,6 +230,16 @@ pub struct TransactionManager {
     pub coordinator_supports_bumping_epoch: bool,
     pub transaction_coordinator: Option<NodeId>,
     pub group_coordinator: Option<NodeId>,
+    /// `kacrab.transaction.version`.
+    pub transaction_version_config: TransactionVersion,
+    /// What the owner's connections' ApiVersions answers said (Java's `ApiVersions`).
+    pub cluster: ClusterFeatures,
+    /// Java's `isTransactionV2Enabled`, chosen at `init_transactions` and when a transaction
+    /// ends (`transaction/version.rs`), never in the middle of one.
+    transaction_v2: bool,
+    /// The protocol of the transaction being committed or aborted, kept from the moment its
+    /// completion began (when `transaction_v2` may already be the next one's) until it ended.
+    completing_v2: Option<bool>,
     queue: Vec<QueuedRequest>,
     next_seq: u64,
     /// The request on the wire (at most one, docs/java-rules.md §0).
@@ -251,6 +273,10 @@ impl TransactionManager {
             coordinator_supports_bumping_epoch: true,
             transaction_coordinator: None,
             group_coordinator: None,
+            transaction_version_config: TransactionVersion::Auto,
+            cluster: ClusterFeatures::default(),
+            transaction_v2: false,
+            completing_v2: None,
             queue: Vec::new(),
             next_seq: 0,
             in_flight: None,
@@ -355,8 +381,10 @@ impl TransactionManager {
         Ok(())
     }
 
-    /// `sendOffsetsToTransaction` (TV1): AddOffsetsToTxn, then TxnOffsetCommit. An empty map
-    /// does nothing: its handle is completed at once.
+    /// `sendOffsetsToTransaction`: under transactions V1 AddOffsetsToTxn, then TxnOffsetCommit;
+    /// under V2 TxnOffsetCommit v5 alone (the group coordinator adds the group to the
+    /// transaction), and the transaction counts as started (Java sets `transactionStarted` as it
+    /// queues the request). An empty map does nothing: its handle is completed at once.
     pub fn send_offsets_to_transaction(
         &mut self,
         offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
@@ -377,7 +405,17 @@ impl TransactionManager {
             self.complete(handle, Ok(()));
             return Ok(handle);
         }
-        self.enqueue(TxnRequest::AddOffsets { group, offsets }, Some(handle), 0);
+        if self.transaction_v2 {
+            self.transaction_started = true;
+            self.pending_txn_offset_commits.extend(offsets);
+            self.enqueue(
+                TxnRequest::TxnOffsetCommit { group, v2: true },
+                Some(handle),
+                0,
+            );
+        } else {
+            self.enqueue(TxnRequest::AddOffsets { group, offsets }, Some(handle), 0);
+        }
         Ok(handle)
     }
 
@@ -412,19 +450,28 @@ impl TransactionManager {
         Ok(handle)
     }
 
-    /// `TransactionManager.beginCompletingTransaction` (TV1): AddPartitions for new partitions
-    /// first (so their batches can be flushed), then EndTxn, then the epoch bump if one is owed.
+    /// `TransactionManager.beginCompletingTransaction`: AddPartitions for new partitions first
+    /// (V1, so their batches can be flushed), then EndTxn under the ending transaction's
+    /// protocol, then the protocol of the next one is chosen, then the epoch bump if one is owed
+    /// (an abortable error under V1, or the move from V1 to V2).
     fn begin_completing(&mut self, commit: bool, handle: TxnHandle) {
         self.flush_round += 1;
         self.actions.push_back(TxnAction::Flush {
             round: self.flush_round,
             abort: !commit,
         });
-        if self.epoch_bump_required && !commit {
-            self.enqueue(TxnRequest::EndTxn { commit }, None, 0);
+        self.completing_v2 = Some(self.transaction_v2);
+        let end = TxnRequest::EndTxn {
+            commit,
+            v2: self.transaction_v2,
+        };
+        // Only `kacrab.transaction.version=2` errs, and only at initialization.
+        let _ = self.maybe_update_transaction_v2(false);
+        if self.epoch_bump_required {
+            self.enqueue(end, None, 0);
             self.enqueue(TxnRequest::InitProducerId { bump: true }, Some(handle), 0);
         } else {
-            self.enqueue(TxnRequest::EndTxn { commit }, Some(handle), 0);
+            self.enqueue(end, Some(handle), 0);
         }
     }
 
@@ -463,7 +510,10 @@ impl TransactionManager {
     // ----------------------------------------------------------------------------------------
 
     /// A participant's partitions got their first batch. Returns those already in the
-    /// transaction (the caller ungates them at once).
+    /// transaction (the caller ungates them at once). Under transactions V2 that is every one
+    /// accepted: Java's `maybeAddPartition` puts the partition in `partitionsInTransaction` and
+    /// starts the transaction with no request, and its first Produce v12 adds it at the
+    /// coordinator.
     pub fn add_partitions(&mut self, partitions: &[TopicPartition]) -> Vec<TopicPartition> {
         let mut already = Vec::new();
         // After the abort began, unadded partitions are not added: their batches are unsent and
@@ -474,6 +524,10 @@ impl TransactionManager {
         );
         for tp in partitions {
             if self.partitions_in_transaction.contains(tp) {
+                already.push(tp.clone());
+            } else if accepting && self.current_transaction_v2() {
+                self.partitions_in_transaction.insert(tp.clone());
+                self.transaction_started = true;
                 already.push(tp.clone());
             } else if accepting && !self.pending_partitions.contains(tp) {
                 self.new_partitions.insert(tp.clone());
@@ -493,7 +547,7 @@ impl TransactionManager {
                 Box::new(error.clone()),
             )));
         }
-        if needs_bump && !self.coordinator_supports_bumping_epoch {
+        if needs_bump && !self.can_handle_abortable_error() {
             // `transitionToAbortableErrorOrFatalError`: without a bump the sequences cannot
             // be brought back in line.
             let cause = ErrorCause::Record(Box::new(error.clone()));
@@ -502,8 +556,10 @@ impl TransactionManager {
             )));
         }
         // `needToTriggerEpochBumpFromClient` and not completing; an unknown outcome always
-        // needs the bump.
-        if self.coordinator_supports_bumping_epoch && (needs_bump || !self.state.is_completing()) {
+        // needs the bump. Under transactions V2 the abort's EndTxn bumps the epoch instead.
+        if self.need_to_trigger_epoch_bump_from_client()
+            && (needs_bump || !self.state.is_completing())
+        {
             self.epoch_bump_required = true;
         }
         // INVALID_PRODUCER_EPOCH on produce is abortable (KIP-588), yet `maybeFailWithError`
@@ -555,8 +611,22 @@ impl TransactionManager {
         }
     }
 
-    /// InitProducerId succeeded.
-    pub fn on_init_producer_id(&mut self, request: &QueuedRequest, identity: ProducerIdAndEpoch) {
+    /// InitProducerId succeeded. The first one of `init_transactions` also chooses the
+    /// protocol (Java's `KafkaProducer.initTransactions` calls
+    /// `maybeUpdateTransactionV2Enabled(true)` once the call returned); a protocol forced to V2
+    /// that the brokers cannot speak fails the call, fatally, and installs nothing. Returns
+    /// whether the identity was installed.
+    pub fn on_init_producer_id(
+        &mut self,
+        request: &QueuedRequest,
+        identity: ProducerIdAndEpoch,
+    ) -> bool {
+        if request.request == (TxnRequest::InitProducerId { bump: false }) {
+            if let Err(err) = self.maybe_update_transaction_v2(true) {
+                self.fail_request(request, err);
+                return false;
+            }
+        }
         let from = self.producer_id_and_epoch;
         self.producer_id_and_epoch = identity;
         self.epoch_bump_required = false;
@@ -566,6 +636,7 @@ impl TransactionManager {
         if let Some(op) = request.op {
             self.complete(op, Ok(()));
         }
+        true
     }
 
     /// The in-flight request's answer is lost (its connection closed, or the answer could not
@@ -607,6 +678,7 @@ impl TransactionManager {
         self.enqueue(
             TxnRequest::TxnOffsetCommit {
                 group: group.clone(),
+                v2: false,
             },
             request.op,
             0,
@@ -677,6 +749,7 @@ impl TransactionManager {
         self.pending_txn_offset_commits.clear();
         self.transaction_started = false;
         self.start_outcome_unknown = false;
+        self.completing_v2 = None;
     }
 
     /// Checks the manager's own invariants (tests and the simulator call it).

@@ -222,6 +222,7 @@ impl Producer {
             metrics: metrics.clone(),
             stopped: stopped.clone(),
             close_by: close_by.clone(),
+            transaction_version: config.transaction_version,
         });
         let engine_configs: Vec<EngineConfig> = (0..shard_count)
             .map(|index| EngineConfig::for_shard(&config, index, shard_count))

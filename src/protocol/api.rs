@@ -58,11 +58,14 @@ impl ApiKey {
         self as i16
     }
 
-    /// The versions kacrab implements. Produce stops at v11: v12 means transactions V2
-    /// (implicit partition add, KIP-890 part 2) and v13 addresses topics by id.
+    /// The versions kacrab implements. Produce stops at v12 (v13 addresses topics by id). Three
+    /// top versions mean transactions V2 (KIP-890 part 2) and are sent only by a producer whose
+    /// transaction runs under it (`engine::transaction_version`): Produce v12 (the partition
+    /// joins the transaction with its first write), EndTxn v5 (every commit and abort bumps the
+    /// epoch) and TxnOffsetCommit v5 (the group joins the transaction with its first commit).
     pub fn supported(self) -> VersionRange {
         let (min, max) = match self {
-            ApiKey::Produce => (3, 11),
+            ApiKey::Produce => (3, 12),
             // v13 adds the top-level error code a broker uses to ask for a rebootstrap
             // (REBOOTSTRAP_REQUIRED, KIP-1102); the request is v12's.
             ApiKey::Metadata => (1, 13),
@@ -70,11 +73,10 @@ impl ApiKey {
             ApiKey::ApiVersions => (0, 3),
             ApiKey::InitProducerId => (0, 4),
             ApiKey::AddPartitionsToTxn => (0, 3),
-            // Transactions V1: AddPartitionsToTxn v4+ batches transactions for brokers, and
-            // EndTxn / TxnOffsetCommit v5 mean transactions V2 (KIP-890 part 2).
+            // AddPartitionsToTxn v4+ batches transactions for brokers (a client stops at v3).
             ApiKey::AddOffsetsToTxn => (0, 4),
-            ApiKey::EndTxn => (0, 4),
-            ApiKey::TxnOffsetCommit => (0, 4),
+            ApiKey::EndTxn => (0, 5),
+            ApiKey::TxnOffsetCommit => (0, 5),
             // v0 sends the SASL tokens as bare frames with no Kafka header (pre-KIP-43); v1
             // wraps them in SaslAuthenticate, which every broker since 1.0 supports.
             ApiKey::SaslHandshake => (1, 1),
@@ -224,7 +226,7 @@ mod tests {
         let err = v.version(ApiKey::Produce).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "broker supports Produce v0..=v2, kacrab implements v3..=v11: no common version"
+            "broker supports Produce v0..=v2, kacrab implements v3..=v12: no common version"
         );
     }
 

@@ -1,4 +1,4 @@
-//! kacrab's own Produce request encoder (v3 to v11), for the one request whose size is its
+//! kacrab's own Produce request encoder (v3 to v12), for the one request whose size is its
 //! payload: the record batches go into the [`Frame`] as their own segments, shared with the
 //! engine's batches, and only the length prefix, the header and the fixed fields around them are
 //! written (into one small buffer). The bytes on the wire are those of Kafka's schema, the same
@@ -26,7 +26,9 @@ use super::wire::{Frame, WireError};
 /// fields; request header v2).
 const FIRST_FLEXIBLE_VERSION: i16 = 9;
 /// The versions this encoder writes: those the engine negotiates (`ApiKey::Produce`'s range).
-const VERSIONS: std::ops::RangeInclusive<i16> = 3..=11;
+/// v12 is v11's layout (KIP-890 part 2: to a broker, v12 from a transactional producer means
+/// transactions V2, the partition joins the transaction with its first write).
+const VERSIONS: std::ops::RangeInclusive<i16> = 3..=12;
 
 /// The fixed fields of one Produce request.
 #[derive(Debug, Clone, Copy)]
@@ -63,7 +65,7 @@ pub fn encode_produce_request(
     };
     if !VERSIONS.contains(&version) {
         return Err(fail(format!(
-            "Produce v{version} is outside the encoder's v3..=v11"
+            "Produce v{version} is outside the encoder's v3..=v12"
         )));
     }
     let flexible = version >= FIRST_FLEXIBLE_VERSION;
@@ -351,7 +353,7 @@ mod tests {
 
     #[test]
     fn versions_outside_the_encoders_range_are_refused() {
-        for version in [2, 12, 13] {
+        for version in [2, 13, 14] {
             let head = plain_head(version, "c");
             assert!(matches!(
                 encode_produce_request(&head, &partitions()),

@@ -1,5 +1,5 @@
-//! ProduceResponse v3..=v11, bounded (see [`super::response`]). The hot path's answer: one per
-//! produce request.
+//! ProduceResponse v3..=v12 (v12 is v11's layout), bounded (see [`super::response`]). The hot
+//! path's answer: one per produce request.
 
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse,
@@ -10,7 +10,7 @@ use kafka_protocol::messages::{ProduceResponse, TopicName};
 use super::response::{DecodeResult, Reader, ResponseBody};
 
 impl ResponseBody for ProduceResponse {
-    const VERSIONS: (i16, i16) = (3, 11);
+    const VERSIONS: (i16, i16) = (3, 12);
     const FIRST_FLEXIBLE: i16 = 9;
 
     fn decode_body(r: &mut Reader, version: i16) -> DecodeResult<Self> {
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn every_version_decodes_as_kafka_protocol_does_and_re_encodes_identically() {
-        for version in 3..=11 {
+        for version in 3..=12 {
             for full in [true, false] {
                 assert_same_as_kafka_protocol(&response(version, full), version);
             }
@@ -170,14 +170,14 @@ mod tests {
 
     #[test]
     fn every_truncation_is_an_error() {
-        for version in 3..=11 {
+        for version in 3..=12 {
             assert_every_prefix_is_refused(&response(version, true), version);
         }
     }
 
     #[test]
     fn a_huge_count_at_each_array_is_refused_before_any_element() {
-        for version in 3..=11 {
+        for version in 3..=12 {
             let flexible = version >= 9;
             let full = response(version, true);
             // responses: the body's first field.

@@ -1,4 +1,5 @@
-//! TxnOffsetCommitResponse v0..=v4, bounded (see [`super::response`]).
+//! TxnOffsetCommitResponse v0..=v5 (v5 is v4's layout: KIP-890 part 2 adds the group to the
+//! transaction implicitly), bounded (see [`super::response`]).
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -8,7 +9,7 @@ use kafka_protocol::messages::{TopicName, TxnOffsetCommitResponse};
 use super::response::{DecodeResult, Reader, ResponseBody};
 
 impl ResponseBody for TxnOffsetCommitResponse {
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     const FIRST_FLEXIBLE: i16 = 3;
 
     fn decode_body(r: &mut Reader, _version: i16) -> DecodeResult<Self> {
@@ -72,7 +73,7 @@ mod tests {
 
     #[test]
     fn every_version_decodes_as_kafka_protocol_does_and_re_encodes_identically() {
-        for version in 0..=4 {
+        for version in 0..=5 {
             for full in [true, false] {
                 assert_same_as_kafka_protocol(&response(version, full), version);
             }
@@ -81,14 +82,14 @@ mod tests {
 
     #[test]
     fn every_truncation_is_an_error() {
-        for version in 0..=4 {
+        for version in 0..=5 {
             assert_every_prefix_is_refused(&response(version, true), version);
         }
     }
 
     #[test]
     fn a_huge_count_at_each_array_is_refused_before_any_element() {
-        for version in 0..=4 {
+        for version in 0..=5 {
             let full = response(version, true);
             let context = format!("v{version}");
             assert_refused_count(

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt;
 
 use crate::engine::buffer_pool::BufferPool;
+use crate::engine::transaction_version::TransactionVersion;
 use crate::engine::{Engine, EngineConfig};
 use crate::metrics::{MetricsBoard, ShardPublisher};
 use crate::runtime::buffer_memory::{release_sink, BufferMemory};
@@ -76,6 +77,8 @@ pub(crate) struct ShardContext {
     pub stopped: Arc<Latch>,
     /// When a closing shard fails what it still holds and stops.
     pub close_by: Arc<CloseDeadline>,
+    /// `kacrab.transaction.version`, for the owner's transaction manager.
+    pub transaction_version: TransactionVersion,
 }
 
 impl TxnPeers for ShardContext {
@@ -115,9 +118,13 @@ pub(crate) async fn run_shard(
     let _release = release_sink::FlushOnDrop(&ctx.memory);
     let linger_us = config.linger;
     let mut state = ShardState {
-        engine: Engine::new(config)
-            .with_batch_memory(ctx.memory.clone())
-            .with_buffer_pool(pool),
+        engine: {
+            let mut engine = Engine::new(config)
+                .with_batch_memory(ctx.memory.clone())
+                .with_buffer_pool(pool);
+            engine.set_transaction_version(ctx.transaction_version);
+            engine
+        },
         intake: Intake::new(linger_us),
         local: VecDeque::new(),
         flushes: Vec::new(),

@@ -64,7 +64,12 @@ pub(crate) enum TxnCommand {
         slot: Arc<CallSlot>,
     },
     AddPartitions(Vec<TopicPartition>),
-    PartitionsAdded(Vec<TopicPartition>),
+    /// The partitions may drain; `transaction_v2`: the transaction's protocol, which sets
+    /// the Produce version of their batches (`Engine::txn_set_transaction_v2`).
+    PartitionsAdded {
+        partitions: Vec<TopicPartition>,
+        transaction_v2: bool,
+    },
     ProduceFailed {
         error: ProduceError,
         needs_bump: bool,
@@ -463,7 +468,13 @@ impl TxnDriver {
         match command {
             TxnCommand::Call { call, slot } => self.call(call, slot, engine, peers),
             TxnCommand::AddPartitions(partitions) => engine.txn_add_partitions(&partitions),
-            TxnCommand::PartitionsAdded(partitions) => engine.txn_partitions_added(&partitions),
+            TxnCommand::PartitionsAdded {
+                partitions,
+                transaction_v2,
+            } => {
+                engine.txn_set_transaction_v2(transaction_v2);
+                engine.txn_partitions_added(&partitions)
+            }
             TxnCommand::ProduceFailed {
                 error,
                 needs_bump,
@@ -578,11 +589,18 @@ impl TxnDriver {
                 engine,
                 peers,
             ),
-            TxnAction::PartitionsAdded { partitions } => self.send_to_all(
-                || TxnCommand::PartitionsAdded(partitions.clone()),
-                engine,
-                peers,
-            ),
+            TxnAction::PartitionsAdded { partitions } => {
+                // Read when the owner emitted it: the protocol of the transaction in progress.
+                let transaction_v2 = engine.txn_transaction_v2();
+                self.send_to_all(
+                    || TxnCommand::PartitionsAdded {
+                        partitions: partitions.clone(),
+                        transaction_v2,
+                    },
+                    engine,
+                    peers,
+                )
+            }
             TxnAction::Abortable { error } => {
                 self.send_to_all(|| TxnCommand::Abortable(error.clone()), engine, peers)
             }

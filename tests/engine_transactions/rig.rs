@@ -10,7 +10,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -95,6 +95,20 @@ pub struct Rig {
     /// APIs the broker advertises only up to a lower max version than the script's table
     /// (an older broker); see `ready_with_max_version`.
     pub max_versions: HashMap<ApiKey, i16>,
+    /// A Kafka 4.0 broker with `transaction.version=2` finalized (see `tv2.rs`): it speaks
+    /// Produce v12, EndTxn v5 and TxnOffsetCommit v5, and EndTxn v5 bumps the epoch.
+    pub tv2: bool,
+    /// Speaks the V2 versions but does not finalize the feature (`tv2` off).
+    pub tv2_versions_only: bool,
+    /// The next EndTxn v5 returns this (producer id, epoch) instead of a bump of the epoch.
+    pub end_txn_answer: Option<(i64, i16)>,
+    /// The epoch the last EndTxn v5 ended (a retry of it names that epoch and gets the
+    /// bumped one back, as Kafka 4.0's coordinator answers a retried EndTxn).
+    pub ended_epoch: Option<i16>,
+    /// Every batch produced: partition, producer id, epoch, base sequence, request version.
+    pub produce_stamps: Vec<(i32, i64, i16, i32, i16)>,
+    /// Answers computed (the broker acted) but never delivered: see `lose_held`.
+    pub lost: usize,
 }
 
 pub fn config(linger: Duration) -> EngineConfig {
@@ -133,6 +147,12 @@ impl Rig {
             generations: HashMap::new(),
             produce_failed: Vec::new(),
             max_versions: HashMap::new(),
+            tv2: false,
+            tv2_versions_only: false,
+            end_txn_answer: None,
+            ended_epoch: None,
+            produce_stamps: Vec::new(),
+            lost: 0,
         }
     }
 
@@ -327,7 +347,9 @@ impl Rig {
         match action {
             TxnAction::AddPartitions { partitions } => self.engine.txn_add_partitions(&partitions),
             TxnAction::PartitionsAdded { partitions } => {
+                let transaction_v2 = self.engine.txn_transaction_v2();
                 for i in 0..n {
+                    self.eng(i).txn_set_transaction_v2(transaction_v2);
                     self.eng(i).txn_partitions_added(&partitions);
                 }
             }
@@ -403,6 +425,30 @@ impl Rig {
         self.eng(from).on_frame(now, node, generation, answer);
     }
 
+    /// The broker acts on every held request of `api` (its state moves) but its answers are
+    /// lost, and engine `from`'s connection drops.
+    pub fn lose_held(&mut self, api: ApiKey, from: usize) {
+        self.held_apis.retain(|a| *a != api);
+        for (i, _, _, seen) in std::mem::take(&mut self.held) {
+            assert_eq!(seen.api, api);
+            self.answer(i, &seen);
+            self.lost += 1;
+        }
+        let generation = self.generations[&from];
+        let now = self.now;
+        self.eng(from).on_disconnected(now, 1, generation);
+        self.step();
+    }
+
+    /// The versions of every request of `api` written, in order.
+    pub fn versions(&self, api: ApiKey) -> Vec<i16> {
+        self.log
+            .iter()
+            .filter(|s| s.api == api)
+            .map(|s| s.version)
+            .collect()
+    }
+
     pub fn release(&mut self, api: ApiKey) {
         self.held_apis.retain(|a| *a != api);
         let held = std::mem::take(&mut self.held);
@@ -438,16 +484,18 @@ impl Rig {
         let str = |s: &str| StrBytes::from_string(s.to_string());
         match seen.api {
             ApiKey::ApiVersions => {
+                let v2 = self.tv2 || self.tv2_versions_only;
+                let (produce, end_txn, offsets) = if v2 { (12, 5, 5) } else { (11, 3, 3) };
                 let keys = [
-                    (0, 3, 11),
+                    (0, 3, produce),
                     (3, 1, 12),
                     (10, 0, 3),
                     (18, 0, 3),
                     (22, 0, 4),
                     (24, 0, 3),
                     (25, 0, 3),
-                    (26, 0, 3),
-                    (28, 0, 3),
+                    (26, 0, end_txn),
+                    (28, 0, offsets),
                 ]
                 .into_iter()
                 .filter(|(k, ..)| *k != 0 || !self.strip_produce_for.contains(&from))
@@ -462,9 +510,16 @@ impl Rig {
                         .with_max_version(max)
                 })
                 .collect();
-                ApiVersionsResponse::default()
-                    .with_api_keys(keys)
-                    .encode(&mut out, version)
+                let mut r = ApiVersionsResponse::default().with_api_keys(keys);
+                if self.tv2 {
+                    r = r
+                        .with_finalized_features_epoch(1)
+                        .with_finalized_features(vec![FinalizedFeatureKey::default()
+                            .with_name(str("transaction.version"))
+                            .with_max_version_level(2)
+                            .with_min_version_level(2)]);
+                }
+                r.encode(&mut out, version)
             }
             ApiKey::Metadata => {
                 let partitions = (0..3)
@@ -583,10 +638,27 @@ impl Rig {
             }
             ApiKey::EndTxn => {
                 let request = EndTxnRequest::decode(&mut body, version).expect("end txn");
-                assert_eq!(request.producer_epoch, self.epoch);
-                EndTxnResponse::default()
-                    .with_error_code(error)
-                    .encode(&mut out, version)
+                let mut r = EndTxnResponse::default().with_error_code(error);
+                if version >= 5 && error == code::NONE {
+                    if self.ended_epoch == Some(request.producer_epoch) {
+                        // A retry of the EndTxn that already ended this epoch.
+                        r = r
+                            .with_producer_id(ProducerId(7))
+                            .with_producer_epoch(self.epoch);
+                    } else {
+                        assert_eq!(request.producer_epoch, self.epoch);
+                        self.ended_epoch = Some(self.epoch);
+                        let (producer_id, epoch) =
+                            self.end_txn_answer.take().unwrap_or((7, self.epoch + 1));
+                        self.epoch = epoch;
+                        r = r
+                            .with_producer_id(ProducerId(producer_id))
+                            .with_producer_epoch(epoch);
+                    }
+                } else {
+                    assert_eq!(request.producer_epoch, self.epoch);
+                }
+                r.encode(&mut out, version)
             }
             ApiKey::Produce => {
                 let request = ProduceRequest::decode(&mut body, version).expect("produce");
@@ -602,6 +674,13 @@ impl Rig {
                                 let attributes = i16::from_be_bytes([records[21], records[22]]);
                                 let count = i32::from_be_bytes(records[57..61].try_into().unwrap());
                                 self.produce_batches.push((p.index, attributes & 0x10 != 0));
+                                self.produce_stamps.push((
+                                    p.index,
+                                    i64::from_be_bytes(records[43..51].try_into().unwrap()),
+                                    i16::from_be_bytes(records[51..53].try_into().unwrap()),
+                                    i32::from_be_bytes(records[53..57].try_into().unwrap()),
+                                    version,
+                                ));
                                 let mut r = PartitionProduceResponse::default().with_index(p.index);
                                 if error == code::NONE {
                                     let offset = &mut self.next_offset[p.index as usize];

@@ -215,6 +215,11 @@ impl<D: Delivery> Engine<D> {
                 return Ok(());
             }
         }
+        // The owner's transaction manager chooses the transaction protocol from what the
+        // brokers say (Java's `ApiVersions.update`, `engine/transaction_version.rs`).
+        if let Some(tm) = self.tm.as_mut() {
+            tm.on_api_versions(node, &response, &versions);
+        }
         let uses_sasl = self.uses_sasl();
         let conn = self.connections.get_mut(&node).expect("known");
         conn.versions = versions;

@@ -110,6 +110,12 @@ impl<D: Delivery> Engine<D> {
                     {
                         continue; // gate 1: not (yet) in the transaction
                     }
+                    // The transaction's protocol decides the version (checked at the request's
+                    // first batch, so a broker that leads nothing drainable is never refused).
+                    if batches.is_empty() && self.produce_version(node, version).is_none() {
+                        return;
+                    }
+                    let slot = &self.partitions[slot_index];
                     let head_size = slot.deque.front().expect("drainable").size_in_bytes();
                     if !batches.is_empty() && size + head_size > self.config.max_request_size {
                         break;
@@ -135,6 +141,9 @@ impl<D: Delivery> Engine<D> {
                 if batches.is_empty() {
                     break;
                 }
+                let version = self
+                    .produce_version(node, version)
+                    .expect("checked at the first batch");
                 self.send_produce(now, node, version, batches);
             }
         }

@@ -1,14 +1,14 @@
 //! The engine's transactional side: the owner's request loop over the transaction manager
-//! (`Sender.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the participant's drain
-//! gate and batch commands, and the API calls. The protocol between engines is described in
-//! `engine/transaction.rs`.
+//! (`Sender.maybeSendAndPollTransactionalRequest`, `TxnRequestHandler`), the commands the driver
+//! forwards, and the API calls (the participant's data plane is in `txn_participant.rs`). The
+//! protocol between engines is described in `engine/transaction.rs`.
 //!
 //! Deviation from Java, on purpose: produce requests are not paused while a transactional
 //! request is in flight (docs/java-rules.md §0 quirk). The drain gate (a partition's batches wait
 //! for its AddPartitionsToTxn) and the EndTxn flush barrier are what order data and control; the
 //! pause adds latency only.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
     InitProducerIdResponse, TxnOffsetCommitResponse,
 };
 
+use crate::config::TransactionVersion;
 use crate::error::{ErrorCause, ProduceError, TransactionError};
 use crate::protocol::api::ApiKey;
 use crate::protocol::wire::{self, WireError};
@@ -27,29 +28,10 @@ use super::super::transaction::{
     CoordinatorType, GroupMetadata, OffsetAndMetadata, QueuedRequest, TransactionManager,
     TransactionState, TxnAction, TxnHandle, TxnRequest,
 };
+use super::super::transaction_version;
 use super::super::txn_requests::{self as requests, TxnOutcome, ADD_PARTITIONS_RETRY_BACKOFF_MS};
 use super::super::{Delivery, Micros, NodeId};
-use super::{Engine, RequestBody};
-
-/// A participant's view of the current transaction: which of its partitions may drain, and
-/// the commands the owner sent.
-#[derive(Debug, Default)]
-pub struct TxnParticipant {
-    /// Partitions (slot indexes) confirmed in the transaction.
-    pub added: HashSet<usize>,
-    /// Partitions asked for and not confirmed yet.
-    pub requested: HashSet<usize>,
-    /// Unsent batches fail with this (the transaction is abortable or aborting).
-    pub fail_unsent: Option<ProduceError>,
-    /// A flush the owner waits for.
-    pub flush_round: Option<u64>,
-    /// A definitely failed batch had later batches of its partition on the wire: their
-    /// sequences were moved down (or, with one of unknown outcome among them, left as they
-    /// are), but the broker may already hold them under the old ones (a producer's first write
-    /// to a partition is accepted at any sequence), so only an epoch bump brings client and
-    /// broker back in line. Consumed by the failure's report.
-    pub sequences_diverged: bool,
-}
+use super::{Engine, RequestBody, TxnParticipant};
 
 impl<D: Delivery> Engine<D> {
     pub fn is_transactional(&self) -> bool {
@@ -127,8 +109,32 @@ impl<D: Delivery> Engine<D> {
     // Commands forwarded by the driver
     // ----------------------------------------------------------------------------------------
 
+    /// Owner: `kacrab.transaction.version` (the default is `auto`). Set before
+    /// `init_transactions`; a participant ignores it (it follows the owner).
+    pub fn set_transaction_version(&mut self, version: TransactionVersion) {
+        if let Some(tm) = self.tm.as_mut() {
+            tm.transaction_version_config = version;
+        }
+    }
+
+    /// Owner: the protocol of the transaction in progress, which every participant learns
+    /// with the `PartitionsAdded` that opens its gate (`txn_set_transaction_v2`).
+    pub fn txn_transaction_v2(&self) -> bool {
+        self.tm
+            .as_ref()
+            .is_some_and(|tm| tm.current_transaction_v2())
+    }
+
+    /// Participant: the transaction in progress runs under transactions V2 (`v2`) or V1; the
+    /// driver calls it with every `PartitionsAdded`, before `txn_partitions_added`.
+    pub fn txn_set_transaction_v2(&mut self, v2: bool) {
+        self.participant.transaction_v2 = v2;
+    }
+
     /// Owner: a participant's partitions want in.
     pub fn txn_add_partitions(&mut self, partitions: &[TopicPartition]) {
+        let v2 = self.txn_transaction_v2();
+        self.participant.transaction_v2 = v2;
         let Some(tm) = self.tm.as_mut() else { return };
         let already = tm.add_partitions(partitions);
         if !already.is_empty() {
@@ -211,87 +217,6 @@ impl<D: Delivery> Engine<D> {
         if self.fatal.is_none() {
             self.fatal = Some(error);
         }
-    }
-
-    // ----------------------------------------------------------------------------------------
-    // Participant data plane
-    // ----------------------------------------------------------------------------------------
-
-    /// At append: a partition's first batch of the transaction asks to be added.
-    pub(super) fn txn_on_append(&mut self, slot_index: usize) {
-        if !self.is_transactional()
-            || self.participant.added.contains(&slot_index)
-            || !self.participant.requested.insert(slot_index)
-        {
-            return;
-        }
-        let tp = self.partitions[slot_index].tp.clone();
-        self.txn_actions.push_back(TxnAction::AddPartitions {
-            partitions: vec![tp],
-        });
-    }
-
-    /// The drain gate (`TransactionManager.isSendToPartitionAllowed`) for an unstamped head.
-    pub(super) fn txn_send_allowed(&self, slot_index: usize) -> bool {
-        !self.is_transactional()
-            || (self.participant.added.contains(&slot_index)
-                && self.participant.fail_unsent.is_none())
-    }
-
-    /// Every loop: unsent batches fail while the transaction is abortable or aborting
-    /// (`RecordAccumulator.abortUndrainedBatches`); then a pending flush is reported once nothing
-    /// is left.
-    pub(super) fn txn_participant_poll(&mut self) {
-        if !self.is_transactional() {
-            return;
-        }
-        if let Some(err) = self.participant.fail_unsent.clone() {
-            for slot_index in 0..self.partitions.len() {
-                let slot = &mut self.partitions[slot_index];
-                if !slot.deque.iter().any(|b| b.stamp.is_none()) {
-                    continue;
-                }
-                let (stamped, unsent): (Vec<_>, Vec<_>) =
-                    slot.deque.drain(..).partition(|b| b.stamp.is_some());
-                slot.deque.extend(stamped);
-                for batch in unsent {
-                    self.finish_batch(slot_index, batch, Err(err.clone()));
-                }
-            }
-        }
-        if let Some(round) = self.participant.flush_round {
-            if self.incomplete_batches.is_empty() {
-                self.participant.flush_round = None;
-                self.flushes = self.flushes.saturating_sub(1);
-                self.txn_actions.push_back(TxnAction::Flushed { round });
-            }
-        }
-    }
-
-    /// A batch of the transaction failed: the owner must learn it (`maybeTransitionToErrorState`).
-    /// Failures that come from the transaction's own state are not reported back.
-    pub(super) fn txn_report_failure(&mut self, error: &ProduceError, fatal: bool) {
-        if !self.is_transactional() {
-            return;
-        }
-        if matches!(
-            error,
-            ProduceError::Closed
-                | ProduceError::TransactionAborted
-                | ProduceError::TransactionAbortable(_)
-        ) || (matches!(
-            error,
-            ProduceError::Fatal(_) | ProduceError::Authentication { .. } | ProduceError::Tls { .. }
-        ) && !fatal)
-        {
-            return;
-        }
-        let diverged = std::mem::take(&mut self.participant.sequences_diverged);
-        self.txn_actions.push_back(TxnAction::ProduceFailed {
-            error: error.clone(),
-            needs_bump: error.is_outcome_unknown() || diverged,
-            fatal,
-        });
     }
 
     // ----------------------------------------------------------------------------------------
@@ -409,7 +334,18 @@ impl<D: Delivery> Engine<D> {
             TxnRequest::TxnOffsetCommit { .. } => ApiKey::TxnOffsetCommit,
             TxnRequest::EndTxn { .. } => ApiKey::EndTxn,
         };
-        let version = match self.connections[&node].versions.version(api) {
+        // A V1 transaction caps EndTxn and TxnOffsetCommit at v4; a V2 one needs v5
+        // (`transaction_version::version_for`).
+        let v2 = match &request.request {
+            TxnRequest::EndTxn { v2, .. } | TxnRequest::TxnOffsetCommit { v2, .. } => *v2,
+            _ => false,
+        };
+        let negotiated = self.connections[&node]
+            .versions
+            .version(api)
+            .map_err(|e| e.to_string())
+            .and_then(|v| transaction_version::version_for(api, v, v2));
+        let version = match negotiated {
             Ok(v) => v,
             Err(error) => {
                 // Java: UnsupportedVersionException is fatal.
@@ -418,7 +354,7 @@ impl<D: Delivery> Engine<D> {
                     &request,
                     TransactionError::Fatal(ErrorCause::UnsupportedVersion {
                         broker: node,
-                        error: error.to_string(),
+                        error,
                     }),
                 );
                 return;
@@ -429,7 +365,7 @@ impl<D: Delivery> Engine<D> {
         // metadata below v3). The refusal is a version mismatch, fatal as above; nothing is
         // written and no request is in flight.
         let offset_commit = match &request.request {
-            TxnRequest::TxnOffsetCommit { group } => {
+            TxnRequest::TxnOffsetCommit { group, .. } => {
                 let tm = self.tm.as_mut().expect("owner");
                 match requests::txn_offset_commit_request(
                     version,
@@ -483,7 +419,7 @@ impl<D: Delivery> Engine<D> {
                 let r = offset_commit.expect("built before the request went in flight");
                 self.send_request(now, node, api, version, &r, body);
             }
-            TxnRequest::EndTxn { commit } => {
+            TxnRequest::EndTxn { commit, .. } => {
                 let r = requests::end_txn_request(&transactional_id, identity, *commit);
                 self.send_request(now, node, api, version, &r, body);
             }
@@ -534,8 +470,12 @@ impl<D: Delivery> Engine<D> {
                 }
             }
             TxnOutcome::AbortableIfPossible(err) => {
-                if tm.coordinator_supports_bumping_epoch {
-                    tm.epoch_bump_required = true;
+                // `TxnRequestHandler.abortableErrorIfPossible`: under transactions V2 the
+                // abort's EndTxn brings the new epoch, so no client bump is owed.
+                if tm.can_handle_abortable_error() {
+                    if tm.need_to_trigger_epoch_bump_from_client() {
+                        tm.epoch_bump_required = true;
+                    }
                     tm.fail_request(&request, err);
                 } else {
                     let cause = ErrorCause::Transaction(Box::new(err));
@@ -603,7 +543,7 @@ impl<D: Delivery> Engine<D> {
                     outcome => self.apply_txn_outcome(now, request, outcome),
                 }
             }
-            TxnRequest::TxnOffsetCommit { group } => {
+            TxnRequest::TxnOffsetCommit { group, .. } => {
                 let response = decode!(TxnOffsetCommitResponse);
                 let decided = requests::classify_txn_offset_commit(&response);
                 match decided.outcome {
@@ -625,16 +565,35 @@ impl<D: Delivery> Engine<D> {
                     }
                 }
             }
-            TxnRequest::EndTxn { commit } => {
+            TxnRequest::EndTxn { commit, .. } => {
                 let response = decode!(EndTxnResponse);
                 let started = self.tm.as_ref().expect("owner").transaction_started;
                 match requests::classify_end_txn(response.error_code, commit, started) {
-                    TxnOutcome::Done => self.tm.as_mut().expect("owner").on_end_txn(&request),
+                    TxnOutcome::Done => self.on_end_txn_done(now, request, &response),
                     outcome => self.apply_txn_outcome(now, request, outcome),
                 }
             }
         }
         Ok(())
+    }
+
+    /// EndTxn succeeded (`EndTxnHandler.handleResponse`). A v5 answer carries the identity the
+    /// coordinator bumped to at this commit or abort (KIP-890 part 2), also when it answers a
+    /// retry of an EndTxn it had already completed: the owner runs under it at once, the driver
+    /// carries it to the other engines (`TxnAction::IdentityReplaced`), and each partition's
+    /// sequences start again at 0 under it, before the next transaction's first batch.
+    fn on_end_txn_done(&mut self, now: Micros, request: QueuedRequest, response: &EndTxnResponse) {
+        let returned = ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
+        let tm = self.tm.as_mut().expect("owner");
+        match tm.adopt_end_txn_identity(returned) {
+            Ok(adopted) => {
+                tm.on_end_txn(&request);
+                if let Some(identity) = adopted {
+                    self.on_identity(identity);
+                }
+            }
+            Err(err) => self.apply_txn_outcome(now, request, TxnOutcome::Fatal(err)),
+        }
     }
 
     /// The transactional InitProducerId answered (`InitProducerIdHandler.handleResponse`,
@@ -649,13 +608,16 @@ impl<D: Delivery> Engine<D> {
         let identity = ProducerIdAndEpoch::new(response.producer_id.0, response.producer_epoch);
         match outcome {
             TxnOutcome::Done if identity.is_valid() && identity.epoch >= 0 => {
-                self.tm
+                let installed = self
+                    .tm
                     .as_mut()
                     .expect("owner")
                     .on_init_producer_id(&request, identity);
                 // The owner runs under the new identity at once; the driver carries it
                 // to the other engines (`TxnAction::IdentityReplaced`).
-                self.on_identity(identity);
+                if installed {
+                    self.on_identity(identity);
+                }
             }
             TxnOutcome::Done => self.apply_txn_outcome(
                 now,
@@ -741,7 +703,9 @@ impl<D: Delivery> Engine<D> {
 /// (`AddOffsetsToTxnHandler`).
 fn coordinator_key(tm: &TransactionManager, request: &TxnRequest, kind: CoordinatorType) -> String {
     match (kind, request) {
-        (CoordinatorType::Group, TxnRequest::TxnOffsetCommit { group }) => group.group_id.clone(),
+        (CoordinatorType::Group, TxnRequest::TxnOffsetCommit { group, .. }) => {
+            group.group_id.clone()
+        }
         _ => tm.transactional_id.clone(),
     }
 }

@@ -36,22 +36,20 @@ pub enum TxnRequest {
     },
     /// With `bump`, it carries the current producer id and epoch (KIP-360,
     /// docs/java-rules.md §4.5).
-    InitProducerId {
-        bump: bool,
-    },
+    InitProducerId { bump: bool },
     /// Carries the whole pending set when it is sent (`TransactionManager.nextRequest` step 1).
     AddPartitions,
     AddOffsets {
         group: GroupMetadata,
         offsets: BTreeMap<TopicPartition, OffsetAndMetadata>,
     },
-    /// Sends the offsets still in `pending_txn_offset_commits`.
-    TxnOffsetCommit {
-        group: GroupMetadata,
-    },
-    EndTxn {
-        commit: bool,
-    },
+    /// Sends the offsets still in `pending_txn_offset_commits`. `v2`: queued under
+    /// transactions V2, so sent at v5+ (the group joins the transaction with it); under V1 at
+    /// v4 at most (Java's `TxnOffsetCommitRequest.Builder` takes the flag when it is built).
+    TxnOffsetCommit { group: GroupMetadata, v2: bool },
+    /// `v2`: the ending transaction ran under transactions V2, so EndTxn goes at v5+ and
+    /// returns the bumped epoch; under V1 at v4 at most (`EndTxnRequest.Builder`).
+    EndTxn { commit: bool, v2: bool },
 }
 
 impl TxnRequest {

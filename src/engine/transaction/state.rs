@@ -6,7 +6,7 @@ use crate::error::{ErrorCause, ProduceError, TransactionError};
 
 use super::{TransactionManager, TxnAction};
 
-/// Java's `TransactionManager.State` (TV1; no PREPARED_TRANSACTION, no 2PC).
+/// Java's `TransactionManager.State` (no PREPARED_TRANSACTION, no 2PC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransactionState {
     /// `init_transactions` has not been called.

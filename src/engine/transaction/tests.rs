@@ -1,4 +1,5 @@
 use super::*;
+use crate::protocol::api::NegotiatedVersions;
 use TransactionState::*;
 
 const ALL: [TransactionState; 8] = [
@@ -145,7 +146,13 @@ fn end_txn_waits_for_the_flush_of_its_round() {
     assert!(tm.next_request(0).is_none(), "EndTxn waits for the flush");
     tm.all_flushed(1);
     let end = tm.next_request(0).unwrap();
-    assert_eq!(end.request, TxnRequest::EndTxn { commit: true });
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: true,
+            v2: false
+        }
+    );
     tm.on_end_txn(&end);
     assert_eq!(tm.take_result(handle), Some(Ok(())));
     assert!(tm.partitions_in_transaction.is_empty());
@@ -176,7 +183,13 @@ fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
     assert_eq!(tm.state(), AbortingTransaction);
     tm.all_flushed(1);
     let end = tm.next_request(0).unwrap();
-    assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: false,
+            v2: false
+        }
+    );
     assert_eq!(end.op, None, "the bump decides the abort's result");
     tm.on_end_txn(&end);
     assert_eq!(tm.state(), Initializing);
@@ -192,7 +205,14 @@ fn abortable_error_fails_commit_and_abort_bumps_the_epoch() {
 fn requests_go_out_by_priority_then_fifo() {
     let mut tm = ready();
     tm.begin_transaction().unwrap();
-    tm.enqueue(TxnRequest::EndTxn { commit: true }, None, 0);
+    tm.enqueue(
+        TxnRequest::EndTxn {
+            commit: true,
+            v2: false,
+        },
+        None,
+        0,
+    );
     tm.add_partitions(&[tp(1)]);
     tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
     tm.lookup_coordinator(CoordinatorType::Transaction, "tx".into());
@@ -362,7 +382,13 @@ fn an_abort_sends_end_txn_only_when_an_add_may_have_started_the_transaction() {
         match tm.next_request(0) {
             Some(end) => {
                 assert!(lost.is_some(), "EndTxn sent with nothing lost");
-                assert_eq!(end.request, TxnRequest::EndTxn { commit: false });
+                assert_eq!(
+                    end.request,
+                    TxnRequest::EndTxn {
+                        commit: false,
+                        v2: false
+                    }
+                );
             }
             None => {
                 assert!(lost.is_none(), "{lost:?} lost, and EndTxn was skipped");
@@ -488,4 +514,119 @@ fn other_abortable_errors_do_not_return_to_uninitialized() {
     assert!(!tm.should_handle_authorization_error());
     tm.transition_to_uninitialized();
     assert_eq!(tm.state(), AbortableError);
+}
+
+/// A 4.0 broker's answer: the V2 versions and `transaction.version` finalized at `level`.
+fn tv2_answer(
+    level: i16,
+) -> (
+    kafka_protocol::messages::ApiVersionsResponse,
+    NegotiatedVersions,
+) {
+    use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey};
+    use kafka_protocol::protocol::StrBytes;
+    let keys = [(0, 3, 12), (26, 0, 5), (28, 0, 5)]
+        .into_iter()
+        .map(|(k, min, max)| {
+            ApiVersion::default()
+                .with_api_key(k)
+                .with_min_version(min)
+                .with_max_version(max)
+        })
+        .collect();
+    let response = kafka_protocol::messages::ApiVersionsResponse::default()
+        .with_api_keys(keys)
+        .with_finalized_features_epoch(i64::from(level))
+        .with_finalized_features(vec![FinalizedFeatureKey::default()
+            .with_name(StrBytes::from_static_str("transaction.version"))
+            .with_max_version_level(level)
+            .with_min_version_level(level)]);
+    let negotiated = NegotiatedVersions::from_response(&response);
+    (response, negotiated)
+}
+
+#[test]
+fn tv2_is_latched_per_transaction_and_the_ending_one_keeps_its_protocol() {
+    let mut tm = ready();
+    assert!(!tm.is_transaction_v2());
+    tm.begin_transaction().unwrap();
+    // The cluster finalizes transaction.version=2 in the middle of a V1 transaction: nothing
+    // changes until the transaction ends.
+    let (response, negotiated) = tv2_answer(2);
+    tm.on_api_versions(1, &response, &negotiated);
+    assert!(!tm.is_transaction_v2());
+    assert!(
+        tm.add_partitions(&[tp(0)]).is_empty(),
+        "a V1 add, not at once"
+    );
+    let handle = tm.commit_transaction().unwrap();
+    // The commit chose V2 for the next transaction, and owes the epoch bump of the move.
+    assert!(tm.is_transaction_v2());
+    assert!(tm.epoch_bump_required);
+    // A participant's late partition of the ending V1 transaction is still added by
+    // AddPartitionsToTxn: it is this transaction's protocol that counts.
+    assert!(tm.add_partitions(&[tp(1)]).is_empty());
+    assert!(tm.new_partitions.contains(&tp(1)));
+    let add = tm.next_request(0).unwrap();
+    assert_eq!(add.request, TxnRequest::AddPartitions);
+    tm.on_partitions_added();
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: true,
+            v2: false
+        }
+    );
+    assert_eq!(end.op, None, "the bump completes the call");
+    tm.on_end_txn(&end);
+    assert_eq!(tm.state(), Initializing);
+    let bump = tm.next_request(0).unwrap();
+    assert_eq!(bump.request, TxnRequest::InitProducerId { bump: true });
+    assert!(tm.on_init_producer_id(&bump, ProducerIdAndEpoch::new(7, 1)));
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    // The next transaction is V2: its partitions are in at once.
+    tm.begin_transaction().unwrap();
+    assert_eq!(tm.add_partitions(&[tp(2)]), vec![tp(2)]);
+    assert!(tm.transaction_started);
+    assert!(
+        tm.next_request(0).is_none(),
+        "no AddPartitionsToTxn under V2"
+    );
+}
+
+#[test]
+fn tv2_abortable_errors_owe_no_client_epoch_bump() {
+    let mut tm = TransactionManager::new("tx".into(), 60_000);
+    let (response, negotiated) = tv2_answer(2);
+    tm.on_api_versions(1, &response, &negotiated);
+    let handle = tm.init_transactions().unwrap();
+    let request = tm.next_request(0).unwrap();
+    assert!(tm.on_init_producer_id(&request, ProducerIdAndEpoch::new(7, 0)));
+    assert_eq!(tm.take_result(handle), Some(Ok(())));
+    assert!(tm.is_transaction_v2());
+    tm.begin_transaction().unwrap();
+    assert_eq!(tm.add_partitions(&[tp(0)]), vec![tp(0)]);
+    // Even a batch of unknown outcome: the abort's EndTxn v5 brings the new epoch.
+    tm.produce_failed(&ProduceError::TransactionAborted, true, false);
+    assert_eq!(tm.state(), AbortableError);
+    assert!(!tm.epoch_bump_required);
+    // Without KIP-360 at the coordinator V2 can still recover (`canHandleAbortableError`).
+    tm.coordinator_supports_bumping_epoch = false;
+    assert!(tm.can_handle_abortable_error());
+    tm.abort_transaction().unwrap();
+    tm.all_flushed(1);
+    let end = tm.next_request(0).unwrap();
+    assert_eq!(
+        end.request,
+        TxnRequest::EndTxn {
+            commit: false,
+            v2: true
+        }
+    );
+    assert!(
+        tm.next_request(0).is_none(),
+        "no InitProducerId after the EndTxn"
+    );
 }
