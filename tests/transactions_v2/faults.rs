@@ -218,3 +218,99 @@ fn tv2_coordinator_moves_during_end_txn_and_the_commit_completes_once() {
         by_partition(0..48)
     );
 }
+
+// At level 2 the coordinator's own abort of a timed-out transaction bumps the epoch and keeps
+// the old one as `lastProducerEpoch` (`TransactionStateManager.timedOutTransactions`,
+// `prepareAbortOrCommit`): the producer's records meet INVALID_PRODUCER_EPOCH, and its own
+// abort at the old epoch is a retry of that abort, answered with the bumped epoch
+// (`TransactionCoordinator.endTransaction`, `retryOnEpochBump`), so it goes on without a new
+// InitProducerId.
+#[test]
+fn tv2_after_the_coordinators_timeout_abort_the_producers_abort_adopts_the_bumped_epoch() {
+    let topic = "tv2-timed-out";
+    let cluster = start_cluster(TV2, &[topic]);
+    let p = producer(&cluster, "tv2-timed-out", &[]);
+    p.init_transactions(CALL).unwrap();
+    let (producer_id, first_epoch, _) = coordinator_view(&cluster, "tv2-timed-out");
+    p.begin_transaction().unwrap();
+    write_transaction(&p, topic, 0);
+    let aborted =
+        cluster.with_cluster(|c| c.abort_timed_out_transactions(wall_clock_ms() + 3_600_000));
+    assert_eq!(aborted, 1, "the coordinator aborted the open transaction");
+    assert_eq!(
+        coordinator_view(&cluster, "tv2-timed-out"),
+        (
+            producer_id,
+            first_epoch + 1,
+            TransactionState::CompleteAbort
+        )
+    );
+
+    for (id, result) in (12..24).zip(wait_all(send_ids(&p, topic, 12..24))) {
+        assert!(
+            result.is_err(),
+            "record {id} after the timeout abort: {result:?}"
+        );
+    }
+    let commit = p.commit_transaction(CALL);
+    assert!(
+        commit.is_err(),
+        "a commit after the timeout abort: {commit:?}"
+    );
+    p.abort_transaction(CALL)
+        .expect("the producer's abort is a retry of the coordinator's");
+    assert_eq!(
+        coordinator_view(&cluster, "tv2-timed-out"),
+        (
+            producer_id,
+            first_epoch + 1,
+            TransactionState::CompleteAbort
+        ),
+        "the retried abort wrote nothing and bumped nothing"
+    );
+    assert_eq!(
+        cluster.stats().requests(ApiKey::InitProducerId),
+        1,
+        "no InitProducerId after init_transactions"
+    );
+
+    p.begin_transaction().unwrap();
+    write_transaction(&p, topic, 1);
+    p.commit_transaction(CALL)
+        .expect("the next transaction commits");
+    assert_eq!(
+        coordinator_view(&cluster, "tv2-timed-out"),
+        (
+            producer_id,
+            first_epoch + 2,
+            TransactionState::CompleteCommit
+        )
+    );
+    let expected = vec![
+        LoggedTransaction {
+            data_epoch: first_epoch,
+            first_sequence: 0,
+            last_sequence: 1,
+            marker_epoch: first_epoch + 1,
+            commit: false,
+        },
+        LoggedTransaction {
+            data_epoch: first_epoch + 1,
+            first_sequence: 0,
+            last_sequence: 1,
+            marker_epoch: first_epoch + 2,
+            commit: true,
+        },
+    ];
+    for partition in 0..PARTITIONS {
+        assert_eq!(
+            logged_transactions(&log_entries(&cluster, topic, partition), producer_id),
+            expected,
+            "partition {partition}"
+        );
+    }
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(12..24)
+    );
+}

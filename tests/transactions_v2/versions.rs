@@ -118,3 +118,37 @@ fn transaction_version_key_forces_tv1_on_a_tv2_cluster() {
     let cluster = start_cluster(TV2, &["v1-in", "v1-out"]);
     transactions_go_the_v1_way(&cluster, &[("kacrab.transaction.version", "1")]);
 }
+
+// `kacrab.transaction.version=2` speaks V2 whatever the cluster finalized; the brokers serve
+// each request by its version (`TransactionVersion.transactionVersionForEndTxn`), so a
+// level-1 cluster that speaks Produce v12, EndTxn v5 and TxnOffsetCommit v5 runs it.
+#[test]
+fn transaction_version_key_forces_tv2_on_a_tv1_cluster() {
+    let topic = "forced-v2";
+    let cluster = start_cluster(TV1, &[topic]);
+    let p = producer(
+        &cluster,
+        "forced-v2",
+        &[("kacrab.transaction.version", "2")],
+    );
+    p.init_transactions(CALL).expect("init_transactions");
+    let (producer_id, epoch, _) = coordinator_view(&cluster, "forced-v2");
+    for k in 0..2u64 {
+        p.begin_transaction().unwrap();
+        expect_acked(send_ids(&p, topic, 12 * k..12 * k + 12), "transaction");
+        p.commit_transaction(CALL).expect("commit");
+    }
+    let stats = cluster.stats();
+    assert_eq!(stats.requests(ApiKey::AddPartitionsToTxn), 0);
+    assert_eq!(stats.versions_seen(ApiKey::Produce), vec![12]);
+    assert_eq!(stats.versions_seen(ApiKey::EndTxn), vec![5]);
+    assert_eq!(
+        coordinator_view(&cluster, "forced-v2"),
+        (producer_id, epoch + 2, TransactionState::CompleteCommit),
+        "each V2 commit bumped the epoch"
+    );
+    assert_eq!(
+        read_ids(&cluster, topic, Isolation::ReadCommitted),
+        by_partition(0..24)
+    );
+}
