@@ -216,6 +216,11 @@ fn type_errors_name_the_key_and_the_rule() {
             "2147483648",
             "bytes from 4096 to 2147483647",
         ),
+        (
+            "kacrab.transaction.version",
+            "3",
+            "must be one of auto, 1, 2",
+        ),
     ];
     for &(key, value, rule) in cases {
         let e = err(&[(key, value)]);

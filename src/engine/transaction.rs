@@ -770,6 +770,14 @@ impl TransactionManager {
         ) {
             assert!(self.last_error.is_some(), "an error state without an error");
         }
+        // Under Transactions V2 a partition joins the transaction with no request: none waits
+        // for an AddPartitionsToTxn (`add_partitions`).
+        if self.current_transaction_v2() {
+            assert!(
+                self.new_partitions.is_empty() && self.pending_partitions.is_empty(),
+                "a partition waits for AddPartitionsToTxn under transactions V2"
+            );
+        }
         assert!(self.flushed_round <= self.flush_round);
         assert!(
             self.queue.len() <= 16,

@@ -378,3 +378,21 @@ fn tv2_batch_for_a_broker_without_produce_v12_is_a_typed_fatal_error() {
     );
     assert_eq!(rig.state(), TransactionState::FatalError);
 }
+
+#[test]
+fn tv2_concurrent_transactions_on_produce_v12_is_retried() {
+    // The broker's implicit add meets the previous transaction still completing.
+    let mut rig = ready(0, |_| {});
+    rig.engine.begin_transaction().unwrap();
+    rig.inject
+        .entry(ApiKey::Produce)
+        .or_default()
+        .push_back(code::CONCURRENT_TRANSACTIONS);
+    let a = rig.send(0);
+    assert!(rig.run_until(2_000 * MS, |r| r.result(a).is_some()));
+    assert!(rig.result(a).unwrap().is_ok(), "{:?}", rig.result(a));
+    assert_eq!(rig.versions(ApiKey::Produce), vec![12, 12]);
+    assert_eq!(rig.state(), TransactionState::InTransaction);
+    let handle = rig.engine.commit_transaction().unwrap();
+    assert_eq!(rig.wait(handle), Ok(()));
+}
