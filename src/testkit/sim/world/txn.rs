@@ -114,7 +114,13 @@ impl Sim {
                 touched.push(OWNER);
             }
             TxnAction::PartitionsAdded { partitions } => {
+                // As the runtime's driver does: the protocol of the transaction in progress,
+                // read from the owner when it emitted the action, goes with the partitions, so
+                // that a participant's Produce version is v12 under transactions V2 (no
+                // AddPartitionsToTxn went out) and at most v11 under V1.
+                let transaction_v2 = self.shards[OWNER].engine.txn_transaction_v2();
                 for &s in &all {
+                    self.shards[s].engine.txn_set_transaction_v2(transaction_v2);
                     self.shards[s].engine.txn_partitions_added(&partitions);
                 }
                 touched.extend(&all);
