@@ -13,14 +13,24 @@ use bytes::Bytes;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{Error, Producer, ProducerRecord, TransactionError};
+use kafka_protocol::messages::ApiKey;
 
 use common::{payload_ids, read_back, Isolation};
 
 const CALL: Duration = Duration::from_secs(30);
 const READ: Duration = Duration::from_secs(30);
 
+/// A cluster as the module doc describes it: no finalized `transaction.version` and the TV1
+/// versions only (Produce v11, EndTxn v4, TxnOffsetCommit v4), as a Kafka 3.x broker.
 fn cluster() -> ReferenceCluster {
-    let cluster = ReferenceCluster::start(1, BrokerRules::default());
+    let rules = BrokerRules {
+        transaction_version: 0,
+        ..BrokerRules::default()
+    };
+    let cluster = ReferenceCluster::start(1, rules);
+    cluster.set_api_versions(None, ApiKey::Produce, Some((3, 11)));
+    cluster.set_api_versions(None, ApiKey::EndTxn, Some((0, 4)));
+    cluster.set_api_versions(None, ApiKey::TxnOffsetCommit, Some((0, 4)));
     cluster.create_topic("t", &[1, 1]);
     cluster
 }
