@@ -20,11 +20,6 @@ use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RecordId, RequestMatch, Sim, SimSetup, MS, SECOND};
 use kafka_protocol::messages::ApiKey;
 
-/// The scenarios are those of transactions V1 (a partition's first batch waits for
-/// AddPartitionsToTxn, an EndTxn that bumps nothing): the cluster finalizes
-/// `transaction.version` 1, so the producer does not choose V2.
-const TV1: i16 = 1;
-
 fn tp(partition: i32) -> TopicPartition {
     TopicPartition::new("t", partition)
 }
@@ -39,7 +34,6 @@ fn tv1_setup() -> SimSetup {
 fn transactional(shards: usize) -> Sim {
     let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.rules.transaction_version = TV1;
     setup.shards = shards;
     let mut sim = Sim::new(setup);
     sim.start();
@@ -58,7 +52,6 @@ fn init(sim: &mut Sim) -> Result<(), TransactionError> {
 fn in_transaction(tune: impl FnOnce(&mut SimSetup)) -> Sim {
     let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.rules.transaction_version = TV1;
     setup.engine.linger = 0;
     tune(&mut setup);
     let mut sim = Sim::new(setup);
@@ -420,7 +413,6 @@ fn a_commit_waits_for_every_grandchild_of_a_batch_split_twice() {
     // siblings wait. The commit's flush must wait for every one of them before EndTxn.
     let mut setup = tv1_setup();
     setup.engine.transactional_id = Some("tx-sim".to_string());
-    setup.rules.transaction_version = TV1;
     setup.rules.max_message_bytes = 150;
     let mut sim = Sim::new(setup);
     sim.start();
