@@ -124,29 +124,34 @@ impl Accumulator {
         }
     }
 
-    /// The queue of `topic`-`partition`, made on first use.
-    pub(crate) fn queue(&self, topic: &Arc<str>, partition: i32) -> Arc<PartitionQueue> {
+    /// Runs `f` with the queue of `topic`-`partition` (made on first use).
+    ///
+    /// The calling thread's last topic is taken out of its cache for the call and put back
+    /// after, so the common case (the same topic as the thread's last send) moves no reference
+    /// count: a count shared with the shard that takes the queue's batches would be a write to
+    /// a cache line of another thread per record. A send made inside `f` (a callback that
+    /// sends again) finds the cache empty and looks its topic up.
+    pub(crate) fn with_queue<R>(
+        &self,
+        topic: &Arc<str>,
+        partition: i32,
+        f: impl FnOnce(&Arc<PartitionQueue>) -> R,
+    ) -> R {
         let index = partition as usize;
-        let cached = LAST_QUEUES.with(|last| {
-            last.borrow().as_ref().and_then(|c| {
-                (c.accumulator == self.id
-                    && (Arc::ptr_eq(&c.queues.topic, topic) || *c.queues.topic == **topic))
-                    .then(|| c.queues.partitions.get(index).cloned())
-                    .flatten()
+        let cached = LAST_QUEUES
+            .with(|last| last.take())
+            .filter(|c| {
+                c.accumulator == self.id
+                    && (Arc::ptr_eq(&c.queues.topic, topic) || *c.queues.topic == **topic)
+                    && index < c.queues.partitions.len()
             })
-        });
-        if let Some(queue) = cached {
-            return queue;
-        }
-        let queues = self.topic_queues(topic, index + 1);
-        let queue = queues.partitions[index].clone();
-        LAST_QUEUES.with(|last| {
-            *last.borrow_mut() = Some(CachedTopic {
+            .unwrap_or_else(|| CachedTopic {
                 accumulator: self.id,
-                queues,
-            })
-        });
-        queue
+                queues: self.topic_queues(topic, index + 1),
+            });
+        let result = f(&cached.queues.partitions[index]);
+        LAST_QUEUES.with(|last| last.replace(Some(cached)));
+        result
     }
 
     /// `topic`'s queues, with at least `partitions` of them.

@@ -559,8 +559,11 @@ impl Producer {
                 .reserve(bytes, || deadline(&block))
                 .map_err(Some),
         };
-        let queue = inner.accumulator.queue(&record.topic, partition);
-        let appended = inner.accumulator.append(&queue, &append, callback, reserve);
+        let appended = inner
+            .accumulator
+            .with_queue(&record.topic, partition, |queue| {
+                inner.accumulator.append(queue, &append, callback, reserve)
+            });
         match appended {
             Ok(appended) => Ok(DeliveryFuture::new(
                 appended.completion,

@@ -100,7 +100,6 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                 let headers: [Header<'_>; 0] = [];
                 for i in 0..per_thread {
                     let partition = (i % partitions as u64) as i32;
-                    let queue = accumulator.queue(&topic, partition);
                     let append = Append {
                         timestamp: 1_700_000_000_000,
                         key: None,
@@ -109,7 +108,9 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                         upper_bound: RECORD_BATCH_OVERHEAD + 36 + value.len(),
                         txn_barrier: 0,
                     };
-                    let appended = accumulator.append(&queue, &append, None, |_| Ok::<(), ()>(()));
+                    let appended = accumulator.with_queue(&topic, partition, |queue| {
+                        accumulator.append(queue, &append, None, |_| Ok::<(), ()>(()))
+                    });
                     drop(appended.ok().expect("room"));
                 }
             })
