@@ -9,29 +9,34 @@
 //! Invariants:
 //! - every pooled buffer is empty and has at least `buffer_size` bytes of capacity and at most
 //!   twice that (a larger one, from a record bigger than `batch.size`, is freed, not kept);
-//! - the pool holds at most `max_idle` buffers (the free list's capacity). It only ever holds buffers that were in use at
-//!   the same time before, so it never raises the peak number of buffers the engine had, and it
-//!   bounds what an engine keeps after a burst;
+//! - the pool holds at most `max_idle` buffers (`idle_bytes` of them). It only ever holds
+//!   buffers that were in use at the same time before, so it never raises the peak number of
+//!   buffers the engine had, and it bounds what an engine keeps after a burst;
 //! - with a room check ([`BufferPool::with_room`]), a buffer is kept only while the check
 //!   says the idle buffers fit beside what is in use: the producer's one passes while
 //!   `buffer.memory`'s count plus this pool's idle bytes stays within `buffer.memory`, so that,
 //!   as in Java's `BufferPool` (whose free list is part of `totalMemory`), idle buffers are not
 //!   memory on top of the bound when the producer is at it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use bytes::BytesMut;
-use crossbeam::queue::ArrayQueue;
+use crossbeam::queue::SegQueue;
 
 /// Says whether the pool may hold this many idle bytes (see [`BufferPool::with_room`]).
 pub type RoomCheck = Box<dyn Fn(usize) -> bool + Send + Sync>;
 
-/// Shared by a shard's engine, which gives finished batches' buffers back, and the application
-/// threads that open batches for that shard's partitions, which take them. The free list is a
-/// bounded lock-free queue: one push per finished batch, one pop per new batch, no lock.
+/// Shared by the engines that give finished batches' buffers back and the application threads
+/// that open batches, which take them. The free list is a lock-free queue that grows as buffers
+/// come back (no slot is allocated for a buffer that never idles): one push per finished
+/// batch, one pop per new batch, no lock.
 pub struct BufferPool {
     buffer_size: usize,
-    free: ArrayQueue<BytesMut>,
+    free: SegQueue<BytesMut>,
+    /// Buffers on the free list or about to be pushed: taken before a push (so two threads
+    /// returning buffers at once never pass the bound together), given back after a pop.
+    idle: AtomicUsize,
+    max_idle: usize,
     /// Whether idle buffers of this many bytes in all still fit (`with_room`).
     room: Option<RoomCheck>,
     /// Buffers taken from the free list, and buffers allocated; for tests and benchmarks.
@@ -46,7 +51,9 @@ impl BufferPool {
         let buffer_size = buffer_size.max(1);
         BufferPool {
             buffer_size,
-            free: ArrayQueue::new((idle_bytes / buffer_size).max(1)),
+            free: SegQueue::new(),
+            idle: AtomicUsize::new(0),
+            max_idle: (idle_bytes / buffer_size).max(1),
             room: None,
             reused: AtomicU64::new(0),
             allocated: AtomicU64::new(0),
@@ -70,6 +77,7 @@ impl BufferPool {
     pub fn allocate(&self, capacity: usize) -> BytesMut {
         if capacity <= self.buffer_size {
             if let Some(buf) = self.free.pop() {
+                self.idle.fetch_sub(1, Ordering::AcqRel);
                 self.reused.fetch_add(1, Ordering::Relaxed);
                 return buf;
             }
@@ -86,14 +94,23 @@ impl BufferPool {
         if capacity < self.buffer_size || capacity > self.buffer_size.saturating_mul(2) {
             return;
         }
+        // A full free list drops the buffer: the bound on idle memory.
+        let Ok(before) = self
+            .idle
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_idle).then_some(n + 1)
+            })
+        else {
+            return;
+        };
         if let Some(room) = &self.room {
-            if !room((self.free.len() + 1).saturating_mul(capacity)) {
+            if !room((before + 1).saturating_mul(capacity)) {
+                self.idle.fetch_sub(1, Ordering::AcqRel);
                 return;
             }
         }
         buf.clear();
-        // A full free list drops the buffer: the bound on idle memory.
-        let _ = self.free.push(buf);
+        self.free.push(buf);
     }
 
     /// Buffers currently idle in the pool.
@@ -174,6 +191,25 @@ mod tests {
             pool.deallocate(b);
         }
         assert_eq!(pool.idle(), 3);
+    }
+
+    #[test]
+    fn threads_returning_buffers_at_once_keep_the_idle_bound_together() {
+        let pool = Arc::new(BufferPool::new(1000, 5500));
+        let returners: Vec<_> = (0..4)
+            .map(|_| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        pool.deallocate(BytesMut::with_capacity(1000));
+                    }
+                })
+            })
+            .collect();
+        for r in returners {
+            r.join().expect("returner");
+        }
+        assert_eq!(pool.idle(), 5, "5,500 bytes hold five buffers of 1,000");
     }
 
     #[test]

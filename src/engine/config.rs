@@ -21,8 +21,9 @@ pub struct EngineConfig {
     pub batch_size: usize,
     /// `buffer.memory`.
     pub buffer_memory: usize,
-    /// Bytes of idle batch buffers the engine keeps for reuse: an eighth of `buffer.memory`
-    /// for the producer, shared among its engines.
+    /// Bytes of idle batch buffers the engine's own pool keeps for reuse: an eighth of
+    /// `buffer.memory`, shared among the engines of a producer's shards. (The producer gives
+    /// its engines one pool of its own instead, bounded by `buffer.memory` itself.)
     pub buffer_pool_idle: usize,
     pub max_in_flight: usize,
     pub delivery_timeout: Micros,

@@ -65,7 +65,8 @@ pub(crate) struct Accumulator {
     id: u64,
     topics: RwLock<HashMap<Arc<str>, Arc<TopicQueues>>>,
     inboxes: Vec<Arc<ShardInbox>>,
-    /// Each shard's batch buffers, shared with its engine.
+    /// The batch buffers for each shard's partitions, shared with its engine (the producer
+    /// gives every shard the same pool).
     pools: Vec<Arc<BufferPool>>,
     memory: Arc<BufferMemory>,
     shard_for: fn(&TopicPartition, usize) -> usize,

@@ -257,27 +257,26 @@ impl Producer {
                 engine
             })
             .collect();
-        // Idle buffers are outside `buffer.memory`'s count; a pool keeps one only while it
-        // fits beside that count, so that at the bound they are not memory on top of it
-        // (`tuning/README.md`).
-        let pools: Vec<Arc<BufferPool>> = engine_configs
-            .iter()
-            .map(|c| {
-                let memory = memory.clone();
-                Arc::new(
-                    BufferPool::new(c.batch_size.min(c.max_request_size), c.buffer_pool_idle)
-                        .with_room(move |idle| {
-                            memory.used().saturating_add(idle) <= memory.limit()
-                        }),
-                )
-            })
-            .collect();
+        // One pool of batch buffers for every shard: a buffer any shard's batch gave back
+        // serves the next batch of any partition. Idle buffers are outside `buffer.memory`'s
+        // count; the pool keeps one only while the batches and every idle buffer fit in
+        // `buffer.memory`, so that at the bound they are not memory on top of it, whatever the
+        // shard count (`tuning/README.md`; `BufferMemory::idle_fits`).
+        let batch_buffer_size = config.batch_size.min(config.max_request_size);
+        let pool = {
+            let memory = memory.clone();
+            Arc::new(
+                BufferPool::new(batch_buffer_size, config.buffer_memory)
+                    .with_room(move |idle| memory.idle_fits(idle)),
+            )
+        };
+        let pools: Vec<Arc<BufferPool>> = vec![pool; shard_count];
         let accumulator = Accumulator::new(
             inboxes.clone(),
             pools.clone(),
             memory.clone(),
             shard_for,
-            config.batch_size.min(config.max_request_size),
+            batch_buffer_size,
             config.compression_codec(),
         );
         let mut joins = Vec::with_capacity(shard_count);

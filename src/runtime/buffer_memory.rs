@@ -186,6 +186,16 @@ impl BufferMemory {
         self.limit
     }
 
+    /// Whether `idle` bytes of idle batch buffers fit beside the batches in use, within the
+    /// limit: the producer's pool keeps a returned buffer only then. What this thread's
+    /// finished batches still owe the count (its release sink, given back at the end of its
+    /// turn) is not in use: those batches' buffers are the ones coming back, and counting
+    /// them in `used` as well would refuse every buffer a producer at the bound gives back.
+    pub(crate) fn idle_fits(&self, idle: usize) -> bool {
+        let live = self.used().saturating_sub(release_sink::pending(self));
+        live.saturating_add(idle) <= self.limit()
+    }
+
     /// The producer is closing (`close`).
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -278,6 +288,23 @@ pub(crate) mod release_sink {
         memory.release(bytes);
     }
 
+    /// What this thread's completions freed of `memory`'s reservations and have not given
+    /// back yet: bytes `used` still counts whose batches are done.
+    pub(crate) fn pending(memory: &BufferMemory) -> usize {
+        let id = memory.id();
+        let owed = PENDING.with(|pending| match pending.get() {
+            (owner, owed) if owner == id => owed,
+            _ => 0,
+        });
+        owed + OTHERS.with(|others| {
+            others
+                .borrow()
+                .iter()
+                .find(|(owner, _)| *owner == id)
+                .map_or(0, |(_, owed)| *owed)
+        })
+    }
+
     /// Flushes on drop: a shard that unwinds still returns what its dropped records held.
     pub(crate) struct FlushOnDrop<'a>(pub &'a BufferMemory);
 
@@ -291,6 +318,22 @@ pub(crate) mod release_sink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_batch_whose_release_is_pending_leaves_room_for_its_buffer_to_idle() {
+        let memory = BufferMemory::new(10_000);
+        assert!(memory.try_reserve(10_000), "batches fill the buffer");
+        assert!(!memory.idle_fits(1), "every byte is in use");
+        // A batch of 4,000 bytes completes on this thread; its bytes go back at the end of
+        // the turn, and its buffer to the pool now.
+        release_sink::release(memory.id(), 4_000);
+        assert_eq!(memory.used(), 10_000, "not given back yet");
+        assert!(memory.idle_fits(4_000), "its own buffer fits");
+        assert!(!memory.idle_fits(4_001), "nothing more than it");
+        release_sink::flush_to(&memory);
+        assert_eq!(memory.used(), 6_000);
+        assert!(memory.idle_fits(4_000) && !memory.idle_fits(4_001));
+    }
 
     #[test]
     fn batches_charge_into_an_eighth_above_the_limit_that_callers_never_use() {
