@@ -95,3 +95,59 @@ fn a_batch_that_completes_gives_its_buffer_to_the_next_batch_instead_of_a_new_al
         "(reused, allocated) batch buffers for 20 batches in turn"
     );
 }
+
+#[test]
+fn a_ready_broker_takes_the_open_batches_of_its_other_partitions_before_their_linger_and_no_other_brokers(
+) {
+    let mut setup = SimSetup::scripted(9);
+    // Long enough that a batch which goes before it went because its broker was ready.
+    setup.engine.linger = 2 * SECOND;
+    let mut sim = Sim::new(setup);
+    sim.start();
+    // Partition 0 (broker 1) fills a batch; partition 3 (broker 1) and partition 4 (broker 2)
+    // each hold one record in a batch that is neither full nor lingered.
+    let batch_size = 16_384;
+    let fill: Vec<RecordId> = (0..batch_size / PAD + 1)
+        .map(|_| sim.send(&tp(0), None, PAD))
+        .collect();
+    let quiet_same_broker = sim.send(&tp(3), None, PAD);
+    let quiet_other_broker = sim.send(&tp(4), None, PAD);
+    let mut all = fill.clone();
+    all.extend([quiet_same_broker, quiet_other_broker]);
+    run_until_acked(&mut sim, &all);
+    let trace = sim.produce_trace();
+    let first_of = |p: i32| {
+        trace
+            .iter()
+            .filter(|t| t.batches.iter().any(|b| b.tp == tp(p)))
+            .map(|t| t.written_at)
+            .min()
+            .expect("sent")
+    };
+    let together = trace.iter().any(|t| {
+        t.broker == 1
+            && t.batches.iter().any(|b| b.tp == tp(0))
+            && t.batches.iter().any(|b| b.tp == tp(3))
+    });
+    assert!(
+        together,
+        "partition 3's open batch rides in the request of partition 0's full one: {:?}",
+        trace
+            .iter()
+            .map(|t| (
+                t.broker,
+                t.written_at,
+                t.batches.iter().map(|b| b.tp.partition).collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        first_of(3) < SECOND,
+        "partition 3 went with its broker's request, long before its linger"
+    );
+    assert!(
+        first_of(4) >= 2 * SECOND,
+        "partition 4's broker was not ready: its batch waited for its linger ({} µs)",
+        first_of(4)
+    );
+}

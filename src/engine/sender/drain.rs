@@ -10,7 +10,7 @@ use crate::protocol::record_batch;
 
 use super::super::batch::{BatchStamp, ProducerBatch};
 use super::super::partition::{InflightSequence, PartitionSlot};
-use super::super::{Delivery, Micros, NodeId};
+use super::super::{Delivery, Micros, NodeId, TopicPartition};
 use super::{exponential_backoff, Engine};
 
 impl<D: Delivery> Engine<D> {
@@ -23,8 +23,11 @@ impl<D: Delivery> Engine<D> {
     }
 
     /// Whether the partition's head batch may go out now: past its backoff, and through gates
-    /// 2 to 4 (gate 1 is checked in `drain`).
-    fn head_is_drainable(&self, slot: &PartitionSlot<D>, now: Micros) -> bool {
+    /// 2 to 4 (gate 1 is checked in `drain`). An unstamped head must also be ready
+    /// (`batch_ready`) unless `node_ready`: its broker is being drained because another of its
+    /// partitions is ready, and then every head goes, as Java's `drainBatchesForOneNode` polls
+    /// the first batch of each partition of a ready node whatever its fill or linger.
+    fn head_is_drainable(&self, slot: &PartitionSlot<D>, now: Micros, node_ready: bool) -> bool {
         let Some(head) = slot.deque.front() else {
             return false;
         };
@@ -35,7 +38,7 @@ impl<D: Delivery> Engine<D> {
             return false;
         }
         if !self.config.idempotent {
-            return head.stamp.is_some() || self.batch_ready(slot, now);
+            return head.stamp.is_some() || node_ready || self.batch_ready(slot, now);
         }
         if !self.identity.is_valid() {
             return false; // gate 2: no producer id
@@ -68,9 +71,42 @@ impl<D: Delivery> Engine<D> {
                 if slot.entry.inflight_batches_by_sequence.len() >= self.config.max_in_flight {
                     return false;
                 }
-                self.batch_ready(slot, now)
+                node_ready || self.batch_ready(slot, now)
             }
         }
+    }
+
+    /// Whether `node` is ready (Java's `RecordAccumulator.ready`): one of the partitions it
+    /// leads has a head that may go out on its own (full, lingered, retried, or the producer
+    /// flushing or closing), past gate 1.
+    fn node_has_ready_head(&self, node: NodeId, now: Micros) -> bool {
+        self.partitions
+            .iter()
+            .enumerate()
+            .any(|(slot_index, slot)| {
+                slot.leader == Some(node)
+                    && self.head_is_drainable(slot, now, false)
+                    && (slot.deque.front().is_some_and(|b| b.stamp.is_some())
+                        || self.txn_send_allowed(slot_index))
+            })
+    }
+
+    /// The brokers a drain now would send to: connected, below
+    /// `max.in.flight.requests.per.connection`, and ready (`node_has_ready_head`). A drain takes
+    /// the head of every partition they lead, so a caller holding records of those partitions
+    /// outside the engine (the runtime's open batches) may hand them over first to go along.
+    pub fn drain_ready_nodes(&self, now: Micros) -> Vec<NodeId> {
+        self.connections
+            .values()
+            .filter(|c| c.is_ready() && c.produce_in_flight() < self.config.max_in_flight)
+            .map(|c| c.node)
+            .filter(|&node| self.node_has_ready_head(node, now))
+            .collect()
+    }
+
+    /// The broker that leads `tp`, as the engine's metadata has it.
+    pub fn leader_of(&self, tp: &TopicPartition) -> Option<NodeId> {
+        self.partition(tp).and_then(|slot| slot.leader)
     }
 
     pub(super) fn drain(&mut self, now: Micros) {
@@ -94,6 +130,11 @@ impl<D: Delivery> Engine<D> {
                 if conn.produce_in_flight() >= self.config.max_in_flight {
                     break;
                 }
+                // A request goes to a ready broker only, and then carries every partition's
+                // head it may (docs/java-rules.md §2.5).
+                if !self.node_has_ready_head(node, now) {
+                    break;
+                }
                 let version = match conn.versions.version(ApiKey::Produce) {
                     Ok(v) => v,
                     Err(_) => break,
@@ -103,7 +144,7 @@ impl<D: Delivery> Engine<D> {
                 for k in 0..count {
                     let slot_index = (start + k) % count;
                     let slot = &self.partitions[slot_index];
-                    if slot.leader != Some(node) || !self.head_is_drainable(slot, now) {
+                    if slot.leader != Some(node) || !self.head_is_drainable(slot, now, true) {
                         continue;
                     }
                     if slot.deque.front().is_some_and(|b| b.stamp.is_none())
