@@ -8,6 +8,15 @@
 //! before it. A queue left with nothing leaves the list; its next batch notices the shard again.
 //! The shard's sleep is bounded by the earliest open batch's linger (`next_due`).
 //!
+//! An open batch also goes before its linger when its partition's broker is about to get a
+//! request anyway (`Engine::drain_ready_nodes`: another partition it leads has a batch ready):
+//! Java's drain takes the first batch of every partition of a ready broker, open or not, so
+//! one request carries them all instead of one request per batch as each fills or lingers.
+//! (Each shard drains its own partitions over its own connections: only partitions of one
+//! shard travel together.)
+//! `Shard::take_batches` takes in two passes for it: the closed and due batches, then the open
+//! ones of the brokers those made ready.
+//!
 //! A due open batch whose partition still has a batch in the engine waiting for the wire (all
 //! of the connection's requests in flight, say) is *held*: it stays open, and the records sent
 //! meanwhile join it instead of each opening a batch of its own. This is Java's accumulator,
@@ -24,7 +33,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::{Engine, Micros};
+use crate::engine::{Engine, Micros, NodeId};
 use crate::error::ProduceError;
 
 use super::delivery_handle::DeliveryHandle;
@@ -81,14 +90,17 @@ impl Intake {
     }
 
     /// Moves every closed batch, and every open one due at `now` (or every open one, with
-    /// `take_open`), into `engine`, in each queue's order. A batch whose records were checked
-    /// before a transaction barrier this shard has seen is refused (`TxnDriver::admit`).
+    /// `take_open`; or the open one of a partition led by one of `open_for`, unless the
+    /// partition has a batch in the engine still to drain), into `engine`, in each queue's
+    /// order. A batch whose records were checked before a transaction barrier this shard has
+    /// seen is refused (`TxnDriver::admit`).
     pub(crate) fn take_into(
         &mut self,
         engine: &mut Engine<DeliveryHandle>,
         txn: &TxnDriver,
         now: Micros,
         take_open: bool,
+        open_for: &[NodeId],
     ) {
         let mut next_due: Option<u64> = None;
         let mut held = false;
@@ -96,7 +108,13 @@ impl Intake {
         let linger_us = self.linger_us;
         self.listed.retain(|queue| {
             let undrained = !take_open && engine.has_undrained(&queue.tp);
-            let left = queue.take(now, linger_us, take_open, undrained, &mut taken);
+            let open_now = take_open
+                || (!undrained
+                    && !open_for.is_empty()
+                    && engine
+                        .leader_of(&queue.tp)
+                        .is_some_and(|leader| open_for.contains(&leader)));
+            let left = queue.take(now, linger_us, open_now, undrained, &mut taken);
             for mut closed in taken.drain(..) {
                 if let Err(err) = txn.admit(closed.txn_barrier) {
                     fail_batch(closed.batch, &err);

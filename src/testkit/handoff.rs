@@ -74,7 +74,7 @@ pub fn send_to_encoded(threads: usize, per_thread: u64, partitions: i32, value: 
                         }
                     }
                     let now = epoch.elapsed().as_micros() as u64;
-                    intake.take_into(&mut engine, &txn, now, last);
+                    intake.take_into(&mut engine, &txn, now, last, &[]);
                     release_sink::flush_to(&memory);
                     if last {
                         break;

@@ -76,7 +76,7 @@ impl Shard<'_> {
                 | ShardCommand::TxnBarrier { .. }
                 | ShardCommand::Close
         ) {
-            intake.take_into(engine, txn, append_at, true);
+            intake.take_into(engine, txn, append_at, true, &[]);
         }
         match cmd {
             ShardCommand::Queue(notice) => intake.notice(notice.take()),
@@ -125,13 +125,23 @@ impl Shard<'_> {
     }
 
     /// Moves the batches that are ready, and the open ones whose linger ran out (all of them
-    /// while closing), into the engine.
+    /// while closing), into the engine; then the open ones of the partitions whose broker the
+    /// engine will send to now, which go in the same request (`runtime::intake`).
     pub(super) fn take_batches(&mut self) {
         let now = self.now();
         let state = &mut *self.state;
         state
             .intake
-            .take_into(&mut state.engine, &state.txn, now, state.closing);
+            .take_into(&mut state.engine, &state.txn, now, state.closing, &[]);
+        if state.closing || state.intake.is_empty() {
+            return;
+        }
+        let ready = state.engine.drain_ready_nodes(now);
+        if !ready.is_empty() {
+            state
+                .intake
+                .take_into(&mut state.engine, &state.txn, now, false, &ready);
+        }
     }
 
     /// Brings the identity up to date with the ring, then polls the engine and carries out its
