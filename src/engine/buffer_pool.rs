@@ -9,12 +9,13 @@
 //! Invariants:
 //! - every pooled buffer is empty and has at least `buffer_size` bytes of capacity and at most
 //!   twice that (a larger one, from a record bigger than `batch.size`, is freed, not kept);
-//! - the pool holds at most `max_idle` buffers (`idle_bytes` of them). It only ever holds
+//! - the pool holds at most `max_idle` buffers (`idle_bytes` worth). It only ever holds
 //!   buffers that were in use at the same time before, so it never raises the peak number of
 //!   buffers the engine had, and it bounds what an engine keeps after a burst;
 //! - with a room check ([`BufferPool::with_room`]), a buffer is kept only while the check
 //!   says the idle buffers fit beside what is in use: the producer's one passes while
-//!   `buffer.memory`'s count plus this pool's idle bytes stays within `buffer.memory`, so that,
+//!   `buffer.memory`'s count (less what finished batches are about to give back:
+//!   `BufferMemory::idle_fits`) plus this pool's idle bytes stays within `buffer.memory`, so that,
 //!   as in Java's `BufferPool` (whose free list is part of `totalMemory`), idle buffers are not
 //!   memory on top of the bound when the producer is at it.
 
