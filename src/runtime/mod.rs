@@ -25,6 +25,7 @@ mod stats;
 pub mod ticket_ring;
 mod tls;
 pub(crate) mod txn_driver;
+pub(crate) mod txn_status;
 mod uring;
 pub(crate) mod waiters;
 
