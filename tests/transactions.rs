@@ -18,9 +18,7 @@ use kacrab::{
     TopicPartition, TransactionError,
 };
 use kafka_protocol::messages::ApiKey;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 
 use common::{check_acked_offsets, payload_ids, read_back, Isolation, ReadRecord};
 
@@ -47,9 +45,7 @@ fn producer(
     transactional_id: &str,
     extra: &[(&str, &str)],
 ) -> Producer {
-    let mut settings = vec![("transactional.id", transactional_id)];
-    settings.extend_from_slice(extra);
-    common::kacrab_producer(&cluster.bootstrap_servers(), &settings)
+    common::transactional_producer(&cluster.bootstrap_servers(), transactional_id, extra)
 }
 
 /// Sends record `id` (its payload: the id, big-endian) to `partition`.
@@ -196,30 +192,6 @@ fn check_markers(records: &[ReadRecord]) {
     }
 }
 
-fn committed_offsets(cluster: &ReferenceCluster, group: &str, topic: &str) -> Vec<Offset> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for partition in 0..2 {
-        list.add_partition(topic, partition);
-    }
-    let committed = consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..2)
-        .map(|p| {
-            committed
-                .find_partition(topic, p)
-                .expect("partition")
-                .offset()
-        })
-        .collect()
-}
-
 #[test]
 fn offsets_sent_in_a_transaction_are_the_groups_committed_offsets_only_after_it_commits() {
     let (input, output) = ("txn-offsets-in", "txn-offsets-out");
@@ -246,7 +218,7 @@ fn offsets_sent_in_a_transaction_are_the_groups_committed_offsets_only_after_it_
     p.commit_transaction(CALL).expect("commit");
     assert!(wait_all(sent).iter().all(Result::is_ok));
     assert_eq!(
-        committed_offsets(&cluster, "copier", input),
+        common::committed_offsets(&cluster.bootstrap_servers(), "copier", input, 2),
         vec![Offset::Offset(10), Offset::Offset(20)]
     );
 
@@ -257,7 +229,7 @@ fn offsets_sent_in_a_transaction_are_the_groups_committed_offsets_only_after_it_
     p.abort_transaction(CALL).expect("abort");
     wait_all(sent);
     assert_eq!(
-        committed_offsets(&cluster, "copier", input),
+        common::committed_offsets(&cluster.bootstrap_servers(), "copier", input, 2),
         vec![Offset::Offset(10), Offset::Offset(20)],
         "an aborted transaction's offsets are not committed"
     );

@@ -18,15 +18,10 @@ mod rig;
 #[path = "transactions_v2/versions.rs"]
 mod versions;
 
-use std::time::Duration;
-
 use kacrab::testkit::broker::TransactionState;
-use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{GroupMetadata, OffsetAndMetadata, ProduceError, TopicPartition};
 use kafka_protocol::messages::ApiKey;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 
 use common::{payload_ids, read_back, Isolation};
 use rig::*;
@@ -81,32 +76,6 @@ fn tv2_first_write_of_a_partition_sends_no_add_partitions_to_txn() {
     );
 }
 
-/// The committed offsets of `group` for `topic`'s partitions 0 and 1, as librdkafka's
-/// OffsetFetch reads them.
-fn committed_offsets(cluster: &ReferenceCluster, group: &str, topic: &str) -> Vec<Offset> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
-    let mut list = TopicPartitionList::new();
-    for partition in 0..2 {
-        list.add_partition(topic, partition);
-    }
-    let committed = consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..2)
-        .map(|p| {
-            committed
-                .find_partition(topic, p)
-                .expect("partition")
-                .offset()
-        })
-        .collect()
-}
-
 #[test]
 fn tv2_offsets_commit_without_add_offsets_to_txn() {
     let (input, output) = ("tv2-offsets-in", "tv2-offsets-out");
@@ -146,7 +115,7 @@ fn tv2_offsets_commit_without_add_offsets_to_txn() {
     p.commit_transaction(CALL).expect("commit");
     expect_acked(sent, "committed transaction");
     assert_eq!(
-        committed_offsets(&cluster, "tv2-copier", input),
+        common::committed_offsets(&cluster.bootstrap_servers(), "tv2-copier", input, 2),
         vec![Offset::Offset(10), Offset::Offset(20)]
     );
 
@@ -158,7 +127,7 @@ fn tv2_offsets_commit_without_add_offsets_to_txn() {
     p.abort_transaction(CALL).expect("abort");
     wait_all(sent);
     assert_eq!(
-        committed_offsets(&cluster, "tv2-copier", input),
+        common::committed_offsets(&cluster.bootstrap_servers(), "tv2-copier", input, 2),
         vec![Offset::Offset(10), Offset::Offset(20)],
         "an aborted transaction's offsets are not committed"
     );
@@ -169,7 +138,7 @@ fn tv2_offsets_commit_without_add_offsets_to_txn() {
         .expect("send_offsets_to_transaction");
     p.commit_transaction(CALL).expect("commit of offsets alone");
     assert_eq!(
-        committed_offsets(&cluster, "tv2-copier", input),
+        common::committed_offsets(&cluster.bootstrap_servers(), "tv2-copier", input, 2),
         vec![Offset::Offset(50), Offset::Offset(60)]
     );
 

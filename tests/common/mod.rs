@@ -388,6 +388,49 @@ pub fn kacrab_producer(bootstrap: &str, extra: &[(&str, &str)]) -> kacrab::Produ
     builder.build().expect("producer")
 }
 
+/// The committed offsets of `group` for `topic`'s partitions `0..partitions`, as librdkafka's
+/// OffsetFetch reads them.
+pub fn committed_offsets(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<Offset> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, partition);
+    }
+    let committed = consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .expect("committed offsets");
+    (0..partitions)
+        .map(|p| {
+            committed
+                .find_partition(topic, p)
+                .expect("partition")
+                .offset()
+        })
+        .collect()
+}
+
+/// A transactional [`kacrab_producer`] with `transactional_id` (`extra` adds or overrides
+/// settings).
+pub fn transactional_producer(
+    bootstrap: &str,
+    transactional_id: &str,
+    extra: &[(&str, &str)],
+) -> kacrab::Producer {
+    let mut settings = vec![("transactional.id", transactional_id)];
+    settings.extend_from_slice(extra);
+    kacrab_producer(bootstrap, &settings)
+}
+
 /// Sends `make(id)` for ids `0..count` and returns each one's error. Every record is expected
 /// to fail; one acknowledged panics, with `why` they should all have failed.
 pub fn send_expecting_failures(

@@ -44,9 +44,7 @@ pub fn producer(
     transactional_id: &str,
     extra: &[(&str, &str)],
 ) -> Producer {
-    let mut settings = vec![("transactional.id", transactional_id)];
-    settings.extend_from_slice(extra);
-    common::kacrab_producer(&cluster.bootstrap_servers(), &settings)
+    common::transactional_producer(&cluster.bootstrap_servers(), transactional_id, extra)
 }
 
 /// The partition record `id` goes to.
