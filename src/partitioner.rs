@@ -216,16 +216,7 @@ impl StickyPartitioner {
         available: &[i32],
         rng_next: u64,
     ) -> i32 {
-        assert!(
-            topic_partition_count > 0,
-            "topic has {topic_partition_count} partitions"
-        );
-        match self.current {
-            // A partition id beyond the count can only come from metadata for a different
-            // topic shape; draw again rather than return it.
-            Some(current) if !self.switch_pending && current < topic_partition_count => current,
-            _ => self.next_partition(topic_partition_count, available, rng_next),
-        }
+        self.partition_with(topic_partition_count, available, rng_next, |_| None)
     }
 
     /// [`partition`](Self::partition), with the next sticky partition chosen by `next` when a
@@ -247,6 +238,8 @@ impl StickyPartitioner {
             "topic has {topic_partition_count} partitions"
         );
         match self.current {
+            // A partition id beyond the count can only come from metadata for a different
+            // topic shape; draw again rather than return it.
             Some(current) if !self.switch_pending && current < topic_partition_count => current,
             _ => {
                 let random = self.next_random(rng_next);
@@ -278,16 +271,6 @@ impl StickyPartitioner {
     /// The sticky partition, if one was chosen.
     pub fn current_partition(&self) -> Option<i32> {
         self.current
-    }
-
-    fn next_partition(
-        &mut self,
-        topic_partition_count: i32,
-        available: &[i32],
-        rng_next: u64,
-    ) -> i32 {
-        let random = self.next_random(rng_next);
-        self.draw_uniform(topic_partition_count, available, random)
     }
 
     fn draw_uniform(&mut self, topic_partition_count: i32, available: &[i32], random: u64) -> i32 {
