@@ -43,7 +43,7 @@ pub(crate) fn callback(
 
 /// A record's result from its outcome (already shifted to the record's place) and its own
 /// create time.
-fn result_of(
+pub(crate) fn result_of(
     topic: &Arc<str>,
     partition: i32,
     timestamp: i64,
@@ -69,6 +69,29 @@ fn result_of(
             partition,
             reason: "the record's shard dropped it without an answer".into(),
         }),
+    }
+}
+
+/// A record the accumulator took: where its result will be written (its batch's completion and
+/// its place in the batch) and what the result is built from. [`DeliveryFuture`] is one made
+/// awaitable; a batch send keeps the parts without the topic (`producer::send_batch`).
+pub(crate) struct Queued {
+    pub(crate) completion: Arc<BatchCompletion>,
+    pub(crate) index: u32,
+    pub(crate) timestamp: i64,
+    pub(crate) topic: Arc<str>,
+    pub(crate) partition: i32,
+}
+
+impl From<Queued> for DeliveryFuture {
+    fn from(queued: Queued) -> DeliveryFuture {
+        DeliveryFuture::new(
+            queued.completion,
+            queued.index,
+            queued.timestamp,
+            queued.topic,
+            queued.partition,
+        )
     }
 }
 

@@ -42,6 +42,7 @@ use crate::runtime::txn_driver::{control_queue, ControlSender, TxnStatus, OWNER}
 use crate::runtime::{self, RuntimeCounters, RuntimeStats};
 
 pub use delivery::DeliveryFuture;
+use delivery::Queued;
 pub use on_shard::{ShardTask, ShardTaskError};
 pub use record::{ProducerRecord, RecordHeader};
 pub use send_batch::BatchDelivery;
@@ -397,7 +398,7 @@ impl Producer {
     /// waiting for room or metadata, which then fails with [`ProduceError::Closed`].
     pub fn send(&self, record: ProducerRecord) -> DeliveryFuture {
         match self.send_record(record, Block::UpTo(self.max_block()), None) {
-            Ok(future) => future,
+            Ok(queued) => queued.into(),
             Err(Refused::Failed(topic, err)) => DeliveryFuture::failed(topic, err),
             Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
         }
@@ -409,7 +410,7 @@ impl Producer {
     /// [`send`](Self::send).
     pub fn try_send(&self, record: ProducerRecord) -> Result<DeliveryFuture, TrySendError> {
         match self.send_record(record, Block::Never, None) {
-            Ok(future) => Ok(future),
+            Ok(queued) => Ok(queued.into()),
             Err(Refused::Failed(topic, err)) => Ok(DeliveryFuture::failed(topic, err)),
             Err(Refused::WouldBlock(record, why)) => Err(match why {
                 WouldBlock::BufferFull => TrySendError::BufferFull(record),
@@ -461,7 +462,7 @@ impl Producer {
         record: ProducerRecord,
         block: Block,
         callback: Option<MakeCallback<'_>>,
-    ) -> Result<DeliveryFuture, Refused> {
+    ) -> Result<Queued, Refused> {
         let inner = &self.inner;
         let fail = |record: &ProducerRecord, err| Refused::Failed(record.topic.clone(), err);
         if inner.closed.load(Ordering::Acquire) {
@@ -564,13 +565,13 @@ impl Producer {
                 inner.accumulator.append(queue, &append, callback, reserve)
             });
         match appended {
-            Ok(appended) => Ok(DeliveryFuture::new(
-                appended.completion,
-                appended.index,
+            Ok(appended) => Ok(Queued {
+                completion: appended.completion,
+                index: appended.index,
                 timestamp,
-                record.topic,
+                topic: record.topic,
                 partition,
-            )),
+            }),
             Err((None, _)) => Err(Refused::WouldBlock(
                 Box::new(record),
                 WouldBlock::BufferFull,

@@ -8,6 +8,7 @@
 //! place in the results and the others go on. Records to one partition keep the order they
 //! have in the call.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -15,64 +16,177 @@ use std::task::{Context, Poll};
 
 use crate::engine::RecordMetadata;
 use crate::error::ProduceError;
+use crate::runtime::completion::{BatchCompletion, Outcome};
 
-use super::{DeliveryFuture, Producer, ProducerRecord};
+use super::delivery::{result_of, Queued};
+use super::{Block, Producer, ProducerRecord, Refused};
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
 
+/// Topics a call's records are looked up among one by one; past this, by a hash of the name.
+const TOPICS_SEARCHED: usize = 16;
+
+/// One record of a call: where its result will be, and what it is built from. Its topic is a
+/// position in the call's `topics`.
+struct Entry {
+    completion: Arc<BatchCompletion>,
+    index: u32,
+    topic: u32,
+    partition: i32,
+    timestamp: i64,
+}
+
 /// The results of one [`Producer::send_batch`], in the order its records were given:
 /// awaitable from async code, or waited on from a thread.
+///
+/// It keeps, per record, its batch's completion and its place in that batch, and each topic of
+/// the call once: the records' own topic handles are released on the sending thread, within
+/// the call. The topic of each result is cloned from a handle the reading thread makes for
+/// itself when it first reads. So the one `Arc<str>` an application clones for every record it
+/// makes is counted by that thread alone, and a thread that reads results while another sends
+/// does not move its reference count (or the topic's bytes beside it, which each `send`
+/// compares) between two cores for every record.
 #[must_use = "a BatchDelivery reports whether the records were written"]
 pub struct BatchDelivery {
-    futures: Vec<DeliveryFuture>,
-    /// Results already read, by position, while polling.
-    results: Vec<Option<DeliveryResult>>,
-    /// Position of the first record whose result has not been read yet.
-    next: usize,
+    /// The call's topics, each once, in the order first seen.
+    topics: Vec<Arc<str>>,
+    /// `topics` by name, once a call names more than `TOPICS_SEARCHED`.
+    topic_index: Option<HashMap<Arc<str>, u32>>,
+    entries: Vec<Entry>,
+    /// The results read so far, in order: those of `entries[..results.len()]`.
+    results: Vec<DeliveryResult>,
+    /// Copies of `topics` made by the reading thread, for the results' topics.
+    readers_topics: Vec<Arc<str>>,
+    /// A waker is registered for `entries[results.len()]` with its completion.
+    registered: bool,
 }
 
 impl BatchDelivery {
-    fn new(futures: Vec<DeliveryFuture>) -> BatchDelivery {
+    fn with_capacity(records: usize) -> BatchDelivery {
         BatchDelivery {
-            results: Vec::with_capacity(futures.len()),
-            futures,
-            next: 0,
+            topics: Vec::new(),
+            topic_index: None,
+            entries: Vec::with_capacity(records),
+            results: Vec::new(),
+            readers_topics: Vec::new(),
+            registered: false,
         }
+    }
+
+    /// Position of `topic` in `topics`, added if new. A call names few topics, and mostly the
+    /// same as the record before.
+    fn topic_position(&mut self, topic: &Arc<str>) -> u32 {
+        if let Some(last) = self.entries.last() {
+            let known = &self.topics[last.topic as usize];
+            if Arc::ptr_eq(known, topic) || **known == **topic {
+                return last.topic;
+            }
+        }
+        let found = match &self.topic_index {
+            Some(index) => index.get(topic).copied(),
+            None => self
+                .topics
+                .iter()
+                .position(|t| **t == **topic)
+                .map(|at| at as u32),
+        };
+        if let Some(at) = found {
+            return at;
+        }
+        let at = u32::try_from(self.topics.len()).expect("no more topics than records");
+        self.topics.push(topic.clone());
+        if let Some(index) = &mut self.topic_index {
+            index.insert(topic.clone(), at);
+        } else if self.topics.len() > TOPICS_SEARCHED {
+            let index = self.topics.iter().cloned().zip(0..).collect();
+            self.topic_index = Some(index);
+        }
+        at
+    }
+
+    fn push(&mut self, queued: Queued) {
+        let topic = self.topic_position(&queued.topic);
+        self.entries.push(Entry {
+            completion: queued.completion,
+            index: queued.index,
+            topic,
+            partition: queued.partition,
+            timestamp: queued.timestamp,
+        });
+    }
+
+    /// A record that failed before it was queued: its result is `err` already.
+    fn push_failed(&mut self, topic: Arc<str>, err: ProduceError) {
+        let topic = self.topic_position(&topic);
+        self.entries.push(Entry {
+            completion: Arc::new(BatchCompletion::done(Outcome::Failed(Box::new(err)))),
+            index: 0,
+            topic,
+            partition: -1,
+            timestamp: -1,
+        });
     }
 
     /// How many records the call was given.
     pub fn len(&self) -> usize {
-        self.futures.len()
+        self.entries.len()
     }
 
     /// True for a call given no records.
     pub fn is_empty(&self) -> bool {
-        self.futures.is_empty()
+        self.entries.is_empty()
+    }
+
+    /// The reading thread's own topic handles, made at its first read.
+    fn readers_topics(&mut self) -> &[Arc<str>] {
+        if self.readers_topics.len() != self.topics.len() {
+            self.readers_topics = self.topics.iter().map(|t| Arc::from(&**t)).collect();
+        }
+        &self.readers_topics
     }
 
     /// Blocks the calling thread until every record's result is known; in the order given.
     /// On a shard thread (in a delivery callback) it does not block, as
-    /// [`DeliveryFuture::wait`] does not.
-    pub fn wait(self) -> Vec<DeliveryResult> {
-        let mut results = self.results;
-        results.extend(
-            self.futures
-                .into_iter()
-                .skip(self.next)
-                .map(|future| Some(future.wait())),
-        );
+    /// [`DeliveryFuture::wait`](super::DeliveryFuture::wait) does not: a result not known yet
+    /// is then [`ProduceError::OutcomeUnknown`].
+    pub fn wait(mut self) -> Vec<DeliveryResult> {
+        let on_shard = crate::runtime::shard::on_shard_thread();
+        let entries = std::mem::take(&mut self.entries);
+        let mut results = std::mem::take(&mut self.results);
+        self.registered = false;
+        let topics = self.readers_topics();
+        results.reserve(entries.len() - results.len());
+        for entry in &entries[results.len()..] {
+            let topic = &topics[entry.topic as usize];
+            let outcome = if on_shard {
+                entry.completion.outcome(entry.index)
+            } else {
+                entry.completion.wait(entry.index, None)
+            };
+            results.push(match outcome {
+                Some(outcome) => result_of(topic, entry.partition, entry.timestamp, &outcome),
+                None => Err(ProduceError::OutcomeUnknown {
+                    topic: topic.clone(),
+                    partition: entry.partition,
+                    reason: "wait() was called on a shard thread, where it cannot wait, before \
+                             the record's result was known"
+                        .into(),
+                }),
+            });
+        }
         results
-            .into_iter()
-            .map(|result| result.expect("every result is read"))
-            .collect()
     }
 
     /// Every result if all are known already (never blocks).
     pub fn try_results(&self) -> Option<Vec<DeliveryResult>> {
-        self.futures
-            .iter()
-            .map(DeliveryFuture::try_result)
-            .collect()
+        let mut results = Vec::with_capacity(self.entries.len());
+        results.extend(self.results.iter().cloned());
+        for entry in &self.entries[self.results.len()..] {
+            let outcome = entry.completion.outcome(entry.index)?;
+            let topic = &self.topics[entry.topic as usize];
+            results.push(result_of(topic, entry.partition, entry.timestamp, &outcome));
+        }
+        Some(results)
     }
 }
 
@@ -81,24 +195,38 @@ impl Future for BatchDelivery {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        this.readers_topics();
         // Results are read in order: a pending record registers its waker and the poll
-        // returns; a later wake resumes from it.
-        while this.next < this.futures.len() {
-            match Pin::new(&mut this.futures[this.next]).poll(cx) {
-                Poll::Ready(result) => {
-                    this.results.push(Some(result));
-                    this.next += 1;
+        // returns; the completion's wake (which takes the waker) resumes from it.
+        while this.results.len() < this.entries.len() {
+            let entry = &this.entries[this.results.len()];
+            let outcome = match entry.completion.outcome(entry.index) {
+                Some(outcome) => outcome,
+                None if entry.completion.register_waker(entry.index, cx.waker()) => {
+                    this.registered = true;
+                    return Poll::Pending;
                 }
-                Poll::Pending => return Poll::Pending,
+                None => entry.completion.outcome(entry.index).expect("written"),
+            };
+            this.registered = false;
+            let topic = &this.readers_topics[entry.topic as usize];
+            let result = result_of(topic, entry.partition, entry.timestamp, &outcome);
+            this.results.push(result);
+        }
+        Poll::Ready(std::mem::take(&mut this.results))
+    }
+}
+
+impl Drop for BatchDelivery {
+    fn drop(&mut self) {
+        // Once the outcome is known the completion has taken every waker already.
+        if self.registered {
+            if let Some(entry) = self.entries.get(self.results.len()) {
+                if entry.completion.outcome(entry.index).is_none() {
+                    entry.completion.unregister_waker(entry.index);
+                }
             }
         }
-        let results = std::mem::take(&mut this.results);
-        Poll::Ready(
-            results
-                .into_iter()
-                .map(|result| result.expect("every result is read"))
-                .collect(),
-        )
     }
 }
 
@@ -108,12 +236,17 @@ impl Producer {
     /// sent fails in its place and the others go on); records to one partition keep the order
     /// they have here. The handle yields every record's result, in this order.
     pub fn send_batch(&self, records: impl IntoIterator<Item = ProducerRecord>) -> BatchDelivery {
-        BatchDelivery::new(
-            records
-                .into_iter()
-                .map(|record| self.send(record))
-                .collect(),
-        )
+        let records = records.into_iter();
+        let mut delivery = BatchDelivery::with_capacity(records.size_hint().0);
+        let max_block = self.max_block();
+        for record in records {
+            match self.send_record(record, Block::UpTo(max_block), None) {
+                Ok(queued) => delivery.push(queued),
+                Err(Refused::Failed(topic, err)) => delivery.push_failed(topic, err),
+                Err(Refused::WouldBlock(..)) => unreachable!("a blocking send waits"),
+            }
+        }
+        delivery
     }
 
     /// Sends many records as [`send_batch`](Self::send_batch) does, and runs `callback` once,
@@ -195,6 +328,103 @@ impl Gather {
                     "a batch's delivery callback panicked"
                 );
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Wake, Waker};
+
+    use super::*;
+
+    fn queued(completion: &Arc<BatchCompletion>, index: u32, topic: &str) -> Queued {
+        Queued {
+            completion: completion.clone(),
+            index,
+            timestamp: 1000 + i64::from(index),
+            // A handle of its own, as each record of an application may bring.
+            topic: Arc::from(topic),
+            partition: 0,
+        }
+    }
+
+    fn appended(base_offset: i64) -> Outcome {
+        Outcome::Appended {
+            base_offset,
+            log_append_time: -1,
+        }
+    }
+
+    #[test]
+    fn records_of_many_topics_resolve_in_order_each_with_its_own_topic() {
+        // More topics than are searched one by one, each named twice, by handles that are
+        // not the same `Arc`.
+        let names: Vec<String> = (0..TOPICS_SEARCHED * 2 + 3)
+            .map(|i| format!("topic-{i}"))
+            .collect();
+        let completions: Vec<_> = names
+            .iter()
+            .map(|_| Arc::new(BatchCompletion::new()))
+            .collect();
+        let mut delivery = BatchDelivery::with_capacity(0);
+        for round in 0..2 {
+            for (name, completion) in names.iter().zip(&completions) {
+                delivery.push(queued(completion, round, name));
+            }
+        }
+        assert_eq!(delivery.topics.len(), names.len(), "each topic kept once");
+        for (i, completion) in completions.iter().enumerate() {
+            completion.complete(appended(100 * i as i64));
+        }
+        let results = delivery.wait();
+        assert_eq!(results.len(), names.len() * 2);
+        for (at, result) in results.into_iter().enumerate() {
+            let (round, i) = (at / names.len(), at % names.len());
+            let metadata = result.expect("appended");
+            assert_eq!(&*metadata.topic, names[i]);
+            assert_eq!(metadata.offset, 100 * i as i64 + round as i64);
+            assert_eq!(metadata.timestamp, 1000 + round as i64);
+        }
+    }
+
+    struct CountingWaker(AtomicUsize);
+
+    impl Wake for CountingWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_batch_dropped_while_pending_leaves_no_waker_behind() {
+        let completion = Arc::new(BatchCompletion::new());
+        let mut delivery = BatchDelivery::with_capacity(1);
+        delivery.push(queued(&completion, 0, "t"));
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut delivery).poll(&mut cx).is_pending());
+        drop(delivery);
+        completion.complete(appended(0));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0, "nobody to wake");
+    }
+
+    #[test]
+    fn a_pending_batch_is_woken_once_its_record_completes_and_then_resolves() {
+        let completion = Arc::new(BatchCompletion::new());
+        let mut delivery = BatchDelivery::with_capacity(1);
+        delivery.push(queued(&completion, 0, "t"));
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut delivery).poll(&mut cx).is_pending());
+        completion.complete(appended(7));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1);
+        match Pin::new(&mut delivery).poll(&mut cx) {
+            Poll::Ready(results) => assert_eq!(results[0].as_ref().unwrap().offset, 7),
+            Poll::Pending => panic!("the record completed"),
         }
     }
 }
