@@ -26,9 +26,9 @@
 //!   it towards 1 and hides how much the producers themselves differ; the ratio above null
 //!   compares what the producers spend.
 //! - `kacrab`: `Producer::send` per record, a waker per record that records its latency.
-//! - `kacrab-batch`: `Producer::send_batch` over chunks of `PEERS_BATCH` records (under a send
-//!   rate, a chunk also goes as soon as the next record is not due yet, as a bridge sends what
-//!   one poll brought). A second thread waits each `BatchDelivery` in order and counts each
+//! - `kacrab-batch`: `Producer::send_batch` over chunks of `PEERS_BATCH` records, at most
+//!   256 KiB of payload each (under a send rate, a chunk also goes as soon as the next record
+//!   is not due yet, as a bridge sends what one poll brought). A second thread waits each `BatchDelivery` in order and counts each
 //!   record's result, with at most 32 MiB of buffer's worth of chunks outstanding; a record's
 //!   latency runs from when it was made to when its chunk's `wait` returns.
 //! - `librdkafka`: `ThreadedProducer::send` per record, latency from the delivery callback.
@@ -49,7 +49,8 @@
 //!   available);
 //! - `PEERS_REPS`: repetitions (default 3);
 //! - `PEERS_SCALE`: multiplies record counts (default 1; e.g. 0.1 for a quick pass);
-//! - `PEERS_BATCH`: records per `send_batch` call of `kacrab-batch` (default 1000);
+//! - `PEERS_BATCH`: records per `send_batch` call of `kacrab-batch` (default 1000, fewer when
+//!   they would carry more than 256 KiB);
 //! - `PEERS_JAVA_LIB`: a folder holding kafka-clients.jar and slf4j-api.jar (default: fetched
 //!   by `benches/peers/java/fetch-jars.sh` into the target folder).
 
@@ -453,9 +454,12 @@ fn run_kacrab(spec: &RunSpec, batch: bool) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// The payload bytes one `send_batch` call of `kacrab-batch` carries at most.
+const MAX_CHUNK_BYTES: usize = 256 << 10;
+
 /// `kacrab-batch`'s driver: the records `load::drive_kacrab` makes (same payloads, topic,
 /// partitions, pacing and transaction clock), handed to `Producer::send_batch` in chunks of
-/// `spec.chunk`. Under a rate a chunk also goes as soon as the next record is not due yet: the
+/// `spec.chunk` records and at most `MAX_CHUNK_BYTES` of payload. Under a rate a chunk also goes as soon as the next record is not due yet: the
 /// driver would otherwise hold records it has while it sleeps, which no application does.
 ///
 /// A second thread waits each chunk's `BatchDelivery` in the order sent, and counts every
@@ -475,7 +479,10 @@ fn drive_kacrab_batch(
 
     let tracker = Tracker::get();
     let topic: std::sync::Arc<str> = std::sync::Arc::from(spec.topic.as_str());
-    let chunk_len = spec.chunk.max(1);
+    // A chunk is `spec.chunk` records, or fewer when they would hold more than
+    // `MAX_CHUNK_BYTES` of payload: a bridge hands over what one poll brought, and a poll is
+    // bounded in bytes too (the consumer's `fetch.max.bytes`).
+    let chunk_len = spec.chunk.min(MAX_CHUNK_BYTES / spec.size.max(1)).max(1);
     // At least two: one filling while the waiter waits on another.
     let outstanding = (spec.max_outstanding() / chunk_len).max(2);
     // The waiter holds one chunk while the channel holds the rest.
