@@ -29,6 +29,27 @@ pub(super) fn scenarios(scale: f64) -> Vec<Scenario> {
         ("rskafka", "rskafka", 0, 0),
         ("java", "java", 0, 0),
     ];
+    // The compressed scenarios differ in their codec alone. rskafka is built without its
+    // compression features.
+    let compressed = |codec: &'static str, title: &'static str| Scenario {
+        name: codec,
+        title,
+        records: n(1_000_000),
+        size: 100,
+        partitions: 6,
+        rate: 0.0,
+        linger_ms: 5,
+        batch_size: 16384,
+        clients: vec![
+            ("null", "null", 0, 0),
+            ("kacrab", "kacrab", 2, 0),
+            ("kacrab-batch", "kacrab-batch", 2, 0),
+            ("librdkafka", "librdkafka", 0, 0),
+            ("java", "java", 0, 0),
+        ],
+        txn_ms: 0,
+        compression: codec,
+    };
     vec![
         Scenario {
             name: "small",
@@ -118,46 +139,13 @@ pub(super) fn scenarios(scale: f64) -> Vec<Scenario> {
             txn_ms: 100,
             compression: "none",
         },
-        Scenario {
-            name: "lz4",
-            title:
-                "lz4: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
-            records: n(1_000_000),
-            size: 100,
-            partitions: 6,
-            rate: 0.0,
-            linger_ms: 5,
-            batch_size: 16384,
-            // rskafka is built without its compression features.
-            clients: vec![
-                ("null", "null", 0, 0),
-                ("kacrab", "kacrab", 2, 0),
-                ("kacrab-batch", "kacrab-batch", 2, 0),
-                ("librdkafka", "librdkafka", 0, 0),
-                ("java", "java", 0, 0),
-            ],
-            txn_ms: 0,
-            compression: "lz4",
-        },
-        Scenario {
-            name: "zstd",
-            title:
-                "zstd: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
-            records: n(1_000_000),
-            size: 100,
-            partitions: 6,
-            rate: 0.0,
-            linger_ms: 5,
-            batch_size: 16384,
-            clients: vec![
-                ("null", "null", 0, 0),
-                ("kacrab", "kacrab", 2, 0),
-                ("kacrab-batch", "kacrab-batch", 2, 0),
-                ("librdkafka", "librdkafka", 0, 0),
-                ("java", "java", 0, 0),
-            ],
-            txn_ms: 0,
-            compression: "zstd",
-        },
+        compressed(
+            "lz4",
+            "lz4: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
+        ),
+        compressed(
+            "zstd",
+            "zstd: 1,000,000 x 100 B, 6 partitions, unthrottled, linger.ms=5, batch.size=16384",
+        ),
     ]
 }
