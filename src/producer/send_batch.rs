@@ -397,8 +397,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_batch_dropped_while_pending_leaves_no_waker_behind() {
+    /// A one-record batch polled once before its record completed, and the waker it left.
+    fn polled_while_pending() -> (Arc<BatchCompletion>, BatchDelivery, Arc<CountingWaker>) {
         let completion = Arc::new(BatchCompletion::new());
         let mut delivery = BatchDelivery::with_capacity(1);
         delivery.push(queued(&completion, 0, "t"));
@@ -406,6 +406,12 @@ mod tests {
         let waker = Waker::from(counter.clone());
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut delivery).poll(&mut cx).is_pending());
+        (completion, delivery, counter)
+    }
+
+    #[test]
+    fn a_batch_dropped_while_pending_leaves_no_waker_behind() {
+        let (completion, delivery, counter) = polled_while_pending();
         drop(delivery);
         completion.complete(appended(0));
         assert_eq!(counter.0.load(Ordering::SeqCst), 0, "nobody to wake");
@@ -413,16 +419,11 @@ mod tests {
 
     #[test]
     fn a_pending_batch_is_woken_once_its_record_completes_and_then_resolves() {
-        let completion = Arc::new(BatchCompletion::new());
-        let mut delivery = BatchDelivery::with_capacity(1);
-        delivery.push(queued(&completion, 0, "t"));
-        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
-        let waker = Waker::from(counter.clone());
-        let mut cx = Context::from_waker(&waker);
-        assert!(Pin::new(&mut delivery).poll(&mut cx).is_pending());
+        let (completion, mut delivery, counter) = polled_while_pending();
         completion.complete(appended(7));
         assert_eq!(counter.0.load(Ordering::SeqCst), 1);
-        match Pin::new(&mut delivery).poll(&mut cx) {
+        let waker = Waker::from(counter);
+        match Pin::new(&mut delivery).poll(&mut Context::from_waker(&waker)) {
             Poll::Ready(results) => assert_eq!(results[0].as_ref().unwrap().offset, 7),
             Poll::Pending => panic!("the record completed"),
         }
