@@ -35,7 +35,7 @@ use kacrab::error::ProduceError;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::internals::engine::{EngineConfig, TopicPartition};
 use kacrab::testkit::internals::protocol::record_batch::RecordBatchBuilder;
-use kacrab::testkit::sim::{ProduceTrace, RecordId, Sim, SimSetup, SECOND};
+use kacrab::testkit::sim::{ProduceTrace, RecordId, RequestMatch, Sim, SimSetup, SECOND};
 
 /// Value bytes after each record's 8-byte id.
 const PAD: usize = 24;
@@ -45,6 +45,14 @@ const PID: i64 = 7;
 
 fn tp(partition: i32) -> TopicPartition {
     TopicPartition::new("t", partition)
+}
+
+/// Produce requests for p0 whose batch starts at `base_sequence`: the batch most of these
+/// scenarios aim a fault at.
+fn p0_batch_at(base_sequence: i32) -> RequestMatch {
+    RequestMatch::produce()
+        .partition(&tp(0))
+        .base_sequence(base_sequence)
 }
 
 /// `batch.size` that takes exactly `n` of the tests' records.

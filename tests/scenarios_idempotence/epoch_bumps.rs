@@ -9,8 +9,8 @@ use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Sim, EPOCH_MS, MS, SE
 use kafka_protocol::messages::ApiKey;
 
 use super::{
-    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, rewrites,
-    settle, setup_with, started, tp, PID,
+    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, p0_batch_at,
+    rewrites, settle, setup_with, started, tp, PID,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -26,7 +26,7 @@ fn out_of_order_sequence_on_the_next_batch_bumps_locally_renumbers_p0_from_0_and
     let a = batch(&mut sim, &tp(0));
     settle(&mut sim, SECOND);
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
     ));
     sim.add_fault(FaultRule::new(
@@ -82,7 +82,7 @@ fn out_of_order_sequence_on_the_next_batch_bumps_locally_renumbers_p0_from_0_and
 fn out_of_order_sequence_on_the_first_batch_of_a_partition_bumps_and_renumbers_it_from_0() {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -111,11 +111,11 @@ fn a_renumbered_batch_answered_out_of_order_again_bumps_again_and_is_renumbered_
     let a = batch(&mut sim, &tp(0));
     settle(&mut sim, SECOND);
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
     ));
     let b = batch(&mut sim, &tp(0));
@@ -275,15 +275,11 @@ fn init_producer_id_refused_after_the_id_was_dropped_neither_misreports_a_batch_
 fn a_retry_answered_out_of_order_after_a_snapshot_reload_is_never_failed_definitely() {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     sim.add_fault(
-        FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
-            Fault::None,
-        )
-        .before(|cluster| {
+        FaultRule::new(p0_batch_at(0), Fault::None).before(|cluster| {
             cluster.reload_producer_state_from_snapshot("t", 0, EPOCH_MS);
         }),
     );
@@ -344,13 +340,10 @@ fn an_out_of_order_batch_behind_an_earlier_batch_of_unknown_outcome_is_retried_n
         Fault::Inject(code::INVALID_RECORD),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::REQUEST_TIMED_OUT),
     ));
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
-        Fault::Delay(50 * MS),
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(20), Fault::Delay(50 * MS)));
     let y = batch(&mut sim, &tp(1));
     let x = batch(&mut sim, &tp(0));
     let b = batch(&mut sim, &tp(0));

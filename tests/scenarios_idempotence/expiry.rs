@@ -6,7 +6,8 @@ use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RecordId, RequestMatch, Sim, Verdict, MS, SECOND};
 
 use super::{
-    acked_offsets, attempts, batch, bumps, offsets, settle, setup_with, started, stretched, tp,
+    acked_offsets, attempts, batch, bumps, offsets, p0_batch_at, settle, setup_with, started,
+    stretched, tp,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -23,7 +24,7 @@ fn a_batch_of_unknown_outcome_failed_when_its_retries_ran_out_leaves_its_sequenc
 ) {
     let mut sim = started(setup_with(&[1], |c| c.retries = 0));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -106,13 +107,13 @@ fn a_retried_batch_expires_then_the_later_batch_acks_and_the_unresolved_mark_cle
     // B (10-19), sent at 1 s behind it, is appended and answered at 30.5 s.
     sim.add_fault(
         FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            p0_batch_at(0),
             Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
         )
         .delayed(2 * SECOND),
     );
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Delay(29 * SECOND + 500 * MS),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -158,13 +159,10 @@ fn when_every_batch_expires_the_partition_bumps_once_nothing_is_in_flight_and_re
     // A (0-9) is refused without an append and waits 40 s to retry; B (10-19) is lost on
     // the way, and the connection stays silent until the 60 s request timeout.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
-        Fault::DropRequest,
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(10), Fault::DropRequest));
     let a = batch(&mut sim, &tp(0));
     let b = batch(&mut sim, &tp(0));
     sim.run_until(t0 + 30 * SECOND - MS);
@@ -203,11 +201,8 @@ fn out_of_order_sequence_right_after_an_unresolved_gap_bumps_at_once_and_retries
     // 25 s behind it, is out of order. A expires at 30 s while waiting to retry: p0 is
     // unresolved at 20, and B's retry at 36 s is out of order again.
     sim.add_fault(
-        FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
-            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
-        )
-        .delayed(26 * SECOND),
+        FaultRule::new(p0_batch_at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS))
+            .delayed(26 * SECOND),
     );
     let a = batch(&mut sim, &tp(0));
     sim.run_until(t0 + 25 * SECOND);

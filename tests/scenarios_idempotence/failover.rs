@@ -7,8 +7,8 @@ use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RequestMatch, Verdict, MS, SECOND};
 
 use super::{
-    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, settle,
-    setup_with, started, stretched, tp, PID,
+    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, p0_batch_at,
+    settle, setup_with, started, stretched, tp, PID,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -82,16 +82,10 @@ fn a_retried_batch_that_expires_bumps_only_after_the_partition_has_nothing_in_fl
     // expires in the queue at 30 s. B (20-29), sent at 10 s, is still on the wire then: its
     // answer would only come at 45 s, and it expires at 40 s.
     sim.add_fault(
-        FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
-            Fault::Inject(code::NOT_ENOUGH_REPLICAS),
-        )
-        .delayed(15 * SECOND),
+        FaultRule::new(p0_batch_at(10), Fault::Inject(code::NOT_ENOUGH_REPLICAS))
+            .delayed(15 * SECOND),
     );
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
-        Fault::Delay(35 * SECOND),
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(20), Fault::Delay(35 * SECOND)));
     let a = batch(&mut sim, &tp(0));
     sim.run_until(t0 + 10 * SECOND);
     let b = batch(&mut sim, &tp(0));
@@ -200,11 +194,11 @@ fn a_bump_for_a_partition_never_re_stamps_its_batch_of_unknown_outcome_and_the_r
     // behind it on the connection, is refused for good, which bumps the epoch for p0 while X
     // waits for its retry.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::INVALID_RECORD),
     ));
     let x = batch(&mut sim, &tp(0));
@@ -294,11 +288,11 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_the_bump_instead_of_landing_a
     // (0-9) is refused without an append, B (10-19) is appended first, and C (20-29) is
     // refused for good, which bumps the epoch for p0.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        p0_batch_at(20),
         Fault::Inject(code::INVALID_RECORD),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -336,15 +330,15 @@ fn a_batch_of_unknown_outcome_behind_a_refused_batch_on_a_fresh_partition_is_nev
 ) {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        p0_batch_at(20),
         Fault::Inject(code::INVALID_RECORD),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -381,15 +375,15 @@ fn a_batch_of_unknown_outcome_before_the_last_acked_sequence_is_not_failed_as_ov
 ) {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(30),
+        p0_batch_at(30),
         Fault::Inject(code::INVALID_RECORD),
     ));
     let z = batch(&mut sim, &tp(0));
@@ -423,15 +417,15 @@ fn a_bump_never_re_stamps_a_batch_of_unknown_outcome_queued_behind_the_head_and_
     // REQUEST_TIMED_OUT: its outcome is unknown. C (20-29) is refused for good, which bumps
     // the epoch for p0 while A and B wait for their retries, A at the head of the queue.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        p0_batch_at(20),
         Fault::Inject(code::INVALID_RECORD),
     ));
     let a = batch(&mut sim, &tp(0));

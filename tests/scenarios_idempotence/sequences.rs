@@ -13,8 +13,8 @@ use kacrab::testkit::sim::{
 use kafka_protocol::messages::ApiKey;
 
 use super::{
-    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, request_for,
-    settle, setup_with, started, stretched, tp, PAD, PID,
+    acked_offsets, assert_rejected_with, attempts, batch, bumps, log_batches, offsets, p0_batch_at,
+    request_for, settle, setup_with, started, stretched, tp, PAD, PID,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ fn request_timed_out_after_append_while_the_next_batch_acks_is_retried_as_a_dupl
 ) {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     let first = batch(&mut sim, &tp(0));
@@ -256,11 +256,11 @@ fn not_leader_or_follower_or_storage_error_after_the_append_is_retried_under_its
         // X (0-9) is appended, then answered `error`. Y (10-19), behind it on the connection,
         // is refused for good, which bumps the epoch for p0 while X waits for its retry.
         sim.add_fault(FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+            p0_batch_at(0),
             Fault::AppendThenAnswer(error),
         ));
         sim.add_fault(FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+            p0_batch_at(10),
             Fault::Inject(code::INVALID_RECORD),
         ));
         let x = batch(&mut sim, &tp(0));
@@ -294,7 +294,7 @@ fn a_batch_answered_not_leader_or_follower_after_the_append_that_expires_is_outc
     // X (0-9) is appended, then answered NOT_LEADER_OR_FOLLOWER; it waits 40 s for its retry
     // and expires in the queue at 30 s.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::AppendThenAnswer(code::NOT_LEADER_OR_FOLLOWER),
     ));
     let x = batch(&mut sim, &tp(0));
@@ -330,7 +330,7 @@ fn out_of_order_sequence_on_a_batch_that_is_not_next_is_retried_at_the_same_epoc
     settle(&mut sim, SECOND);
     // Batch 10-19 is refused without an append; 20-29 then has a gap before it.
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     let b = batch(&mut sim, &tp(0));
@@ -360,7 +360,7 @@ fn a_batch_overtaken_on_a_fresh_partition_fails_at_its_first_out_of_order_answer
 ) {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     let a = batch(&mut sim, &tp(0));

@@ -9,8 +9,8 @@ use kacrab::testkit::internals::protocol::record_batch::RecordBatchHeader;
 use kacrab::testkit::sim::{Fault, FaultRule, RecordId, RequestMatch, MS, SECOND};
 
 use super::{
-    acked_offsets, attempts, batch, batch_size_for, bumps, offsets, settle, setup_with, started,
-    stretched, tp, PAD, PID,
+    acked_offsets, attempts, batch, batch_size_for, bumps, offsets, p0_batch_at, settle,
+    setup_with, started, stretched, tp, PAD, PID,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -27,14 +27,11 @@ fn message_too_large_splits_a_batch_at_base_100_into_children_with_its_sequences
         settle(&mut sim, SECOND);
     }
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(100),
+        p0_batch_at(100),
         Fault::Inject(code::MESSAGE_TOO_LARGE),
     ));
     // The first child (also at base 100) is held so the state can be looked at.
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(100),
-        Fault::Hold,
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(100), Fault::Hold));
     let big = batch(&mut sim, &tp(0));
     let flush = sim.begin_flush(0);
     sim.run_for(50 * MS);
@@ -117,11 +114,11 @@ fn a_batch_answered_message_too_large_after_it_expired_is_not_split_and_a_flush_
 fn a_batch_split_behind_an_earlier_batch_waiting_to_retry_takes_the_place_of_its_own_entry_only() {
     let mut sim = started(setup_with(&[1], |_| {}));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(0),
+        p0_batch_at(0),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
     ));
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::MESSAGE_TOO_LARGE),
     ));
     let a = batch(&mut sim, &tp(0));
@@ -202,7 +199,7 @@ fn a_compressed_batch_refused_as_too_large_splits_into_compressed_children_that_
             settle(&mut sim, SECOND);
         }
         sim.add_fault(FaultRule::new(
-            RequestMatch::produce().partition(&tp(0)).base_sequence(100),
+            p0_batch_at(100),
             Fault::Inject(code::MESSAGE_TOO_LARGE),
         ));
         let ids = batch(&mut sim, &tp(0));

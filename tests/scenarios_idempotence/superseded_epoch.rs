@@ -7,8 +7,8 @@ use kacrab::testkit::internals::protocol::error_code::code;
 use kacrab::testkit::sim::{Fault, FaultRule, RecordId, RequestMatch, Sim, MS, SECOND};
 
 use super::{
-    acked_offsets, attempts, batch, bumps, log_batches, offsets, settle, setup_with, started,
-    stretched, tp, PID,
+    acked_offsets, attempts, batch, bumps, log_batches, offsets, p0_batch_at, settle, setup_with,
+    started, stretched, tp, PID,
 };
 
 #[test]
@@ -163,10 +163,7 @@ fn a_refused_batch_ahead_of_one_of_unknown_outcome_answered_unknown_producer_id_
     settle(&mut sim, SECOND);
     assert!(sim.partition_quiet(&tp(0)));
     sim.truncate_partition(&tp(0));
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
-        Fault::DropRequest,
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(20), Fault::DropRequest));
     let d = batch(&mut sim, &tp(0));
     let c = batch(&mut sim, &tp(0));
     let limit = sim.now() + 10 * SECOND;
@@ -230,13 +227,10 @@ fn a_batch_of_unknown_outcome_refused_out_of_order_under_a_superseded_epoch_fail
     let w = batch(&mut sim, &tp(0));
     settle(&mut sim, SECOND);
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::INVALID_RECORD),
     ));
-    sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
-        Fault::DropRequest,
-    ));
+    sim.add_fault(FaultRule::new(p0_batch_at(20), Fault::DropRequest));
     let l = batch(&mut sim, &tp(0));
     let h = batch(&mut sim, &tp(0));
     // Well within the delivery timeout (120 s), which would otherwise end H.
@@ -299,7 +293,7 @@ fn a_batch_refused_out_of_order_under_a_superseded_epoch_with_nothing_of_unknown
     let a = batch(&mut sim, &tp(0));
     settle(&mut sim, SECOND);
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(10),
+        p0_batch_at(10),
         Fault::Inject(code::OUT_OF_ORDER_SEQUENCE_NUMBER),
     ));
     sim.add_fault(
@@ -335,7 +329,7 @@ fn next_batch_refused_ahead_of_one_of_unknown_outcome(
 ) -> [Vec<RecordId>; 3] {
     let w = batch(sim, &tp(0));
     settle(sim, SECOND);
-    let d_match = RequestMatch::produce().partition(&tp(0)).base_sequence(10);
+    let d_match = p0_batch_at(10);
     sim.add_fault(FaultRule::new(
         d_match.clone(),
         Fault::Inject(code::NOT_ENOUGH_REPLICAS),
@@ -344,7 +338,7 @@ fn next_batch_refused_ahead_of_one_of_unknown_outcome(
         sim.add_fault(FaultRule::new(d_match.clone(), Fault::Inject(error)));
     }
     sim.add_fault(FaultRule::new(
-        RequestMatch::produce().partition(&tp(0)).base_sequence(20),
+        p0_batch_at(20),
         Fault::AppendThenAnswer(code::REQUEST_TIMED_OUT),
     ));
     let d = batch(sim, &tp(0));
