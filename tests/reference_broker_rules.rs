@@ -82,8 +82,8 @@ fn transactional_batch(pid: i64, epoch: i16, seq: i32) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Transactions: the coordinator, markers, the last stable offset and read_committed,
-// transactional offsets; TV1, the client versions.
+// What the transaction rows of `coordinator` and `transactions` share: a transactional producer
+// of the cluster (TV1, the client versions), the requests it sends and the markers they leave.
 
 const TXN: &str = "tx";
 const GROUP: &str = "g";
