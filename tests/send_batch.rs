@@ -23,6 +23,7 @@ use kacrab::partitioner::partition_for_key;
 use kacrab::testkit::broker::BrokerRules;
 use kacrab::testkit::server::ReferenceCluster;
 use kacrab::{ProduceError, Producer, ProducerRecord, RecordMetadata};
+use kafka_protocol::messages::ApiKey;
 
 use common::bounded::{block_on_timeout, within};
 use common::{check_acked_offsets, payload_ids, read_back, Isolation};
@@ -735,12 +736,19 @@ fn batches_and_single_sends_from_one_thread_land_in_call_order_per_partition() {
 
 // A batch whose records need several times `buffer.memory` goes in record by record as room
 // frees (each record waits for room as `send` would, within `max.block.ms`): every record is
-// acknowledged and in the log, in the order given.
+// acknowledged and in the log, in the order given. Each broker holds its first Produce answer
+// (and every answer behind it) for longer than the call takes to fill the buffer, so room must
+// free while the call runs, however fast the shards drain.
 #[test]
 fn a_batch_larger_than_buffer_memory_lands_whole_as_room_frees() {
     within(TEST, || {
         const TOPIC: &str = "batch-larger-than-buffer";
         let cluster = start_cluster(&[(TOPIC, PARTITIONS)]);
+        for broker in 1..=3 {
+            cluster
+                .faults()
+                .delay_response(broker, ApiKey::Produce, 1, Duration::from_secs(3));
+        }
         let producer = producer(&cluster, &[("buffer.memory", "32768")]);
         let partition_of = |id: u64| ((id / 7) % PARTITIONS as u64) as i32;
         let ids: Vec<u64> = (0..3000).collect();
