@@ -72,6 +72,18 @@ pub(crate) fn result_of(
     }
 }
 
+/// What `wait` gives on a shard thread for a record whose result is not known yet: it cannot
+/// wait there (the shard running the caller may be the one that must complete the record).
+pub(crate) fn unknown_on_shard(topic: &Arc<str>, partition: i32) -> ProduceError {
+    ProduceError::OutcomeUnknown {
+        topic: topic.clone(),
+        partition,
+        reason: "wait() was called on a shard thread, where it cannot wait, before the \
+                 record's result was known"
+            .into(),
+    }
+}
+
 /// A record the accumulator took: where its result will be written (its batch's completion and
 /// its place in the batch) and what the result is built from. [`DeliveryFuture`] is one made
 /// awaitable; a batch send keeps the parts without the topic (`producer::send_batch`).
@@ -147,15 +159,9 @@ impl DeliveryFuture {
     /// give the record a callback of its own.
     pub fn wait(self) -> DeliveryResult {
         if crate::runtime::shard::on_shard_thread() {
-            return self.try_result().unwrap_or_else(|| {
-                Err(ProduceError::OutcomeUnknown {
-                    topic: self.topic.clone(),
-                    partition: self.partition,
-                    reason: "wait() was called on a shard thread, where it cannot wait, before \
-                             the record's result was known"
-                        .into(),
-                })
-            });
+            return self
+                .try_result()
+                .unwrap_or_else(|| Err(unknown_on_shard(&self.topic, self.partition)));
         }
         let outcome = self
             .completion
@@ -188,23 +194,20 @@ impl Future for DeliveryFuture {
     type Output = DeliveryResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(outcome) = self.completion.outcome(self.index) {
-            return Poll::Ready(self.result(&outcome));
-        }
         let this = &mut *self;
-        if this.completion.register_waker(this.index, cx.waker()) {
-            this.registered = true;
-            return Poll::Pending;
+        match this.completion.poll_outcome(this.index, cx) {
+            Poll::Ready(outcome) => Poll::Ready(this.result(&outcome)),
+            Poll::Pending => {
+                this.registered = true;
+                Poll::Pending
+            }
         }
-        let outcome = this.completion.outcome(this.index).expect("written");
-        Poll::Ready(this.result(&outcome))
     }
 }
 
 impl Drop for DeliveryFuture {
     fn drop(&mut self) {
-        // Once the outcome is known the completion has taken every waker already.
-        if self.registered && self.completion.outcome(self.index).is_none() {
+        if self.registered {
             self.completion.unregister_waker(self.index);
         }
     }

@@ -18,7 +18,7 @@ use crate::engine::RecordMetadata;
 use crate::error::ProduceError;
 use crate::runtime::completion::{BatchCompletion, Outcome};
 
-use super::delivery::{result_of, Queued};
+use super::delivery::{result_of, unknown_on_shard, Queued};
 use super::{Block, Producer, ProducerRecord, Refused};
 
 type DeliveryResult = Result<RecordMetadata, ProduceError>;
@@ -165,13 +165,7 @@ impl BatchDelivery {
             };
             results.push(match outcome {
                 Some(outcome) => result_of(topic, entry.partition, entry.timestamp, &outcome),
-                None => Err(ProduceError::OutcomeUnknown {
-                    topic: topic.clone(),
-                    partition: entry.partition,
-                    reason: "wait() was called on a shard thread, where it cannot wait, before \
-                             the record's result was known"
-                        .into(),
-                }),
+                None => Err(unknown_on_shard(topic, entry.partition)),
             });
         }
         results
@@ -200,13 +194,9 @@ impl Future for BatchDelivery {
         // returns; the completion's wake (which takes the waker) resumes from it.
         while this.results.len() < this.entries.len() {
             let entry = &this.entries[this.results.len()];
-            let outcome = match entry.completion.outcome(entry.index) {
-                Some(outcome) => outcome,
-                None if entry.completion.register_waker(entry.index, cx.waker()) => {
-                    this.registered = true;
-                    return Poll::Pending;
-                }
-                None => entry.completion.outcome(entry.index).expect("written"),
+            let Poll::Ready(outcome) = entry.completion.poll_outcome(entry.index, cx) else {
+                this.registered = true;
+                return Poll::Pending;
             };
             this.registered = false;
             let topic = &this.readers_topics[entry.topic as usize];
@@ -219,12 +209,9 @@ impl Future for BatchDelivery {
 
 impl Drop for BatchDelivery {
     fn drop(&mut self) {
-        // Once the outcome is known the completion has taken every waker already.
         if self.registered {
             if let Some(entry) = self.entries.get(self.results.len()) {
-                if entry.completion.outcome(entry.index).is_none() {
-                    entry.completion.unregister_waker(entry.index);
-                }
+                entry.completion.unregister_waker(entry.index);
             }
         }
     }

@@ -14,7 +14,7 @@
 //! order); then each part writes the outcome of its own records (`parts`), which the futures
 //! look up by their place. That path is rare and takes a lock.
 
-use std::task::Waker;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::ProduceError;
@@ -174,11 +174,30 @@ impl BatchCompletion {
         true
     }
 
-    /// Forgets record `index`'s waker (its future is gone before its outcome was known).
+    /// Forgets record `index`'s waker (its future is gone before its outcome was known). Once
+    /// the outcome is known the completion has taken every waker already, so there is nothing
+    /// to forget and the lock is not taken.
     pub(crate) fn unregister_waker(&self, index: u32) {
+        if self.outcome(index).is_some() {
+            return;
+        }
         if let Some(slot) = self.lock().wakers.get_mut(index as usize) {
             *slot = None;
         }
+    }
+
+    /// Record `index`'s outcome, or `Pending` with `cx`'s waker recorded for it: the completion
+    /// wakes it when the outcome is written. A future that got `Pending` and is dropped first
+    /// calls [`unregister_waker`](Self::unregister_waker).
+    pub(crate) fn poll_outcome(&self, index: u32, cx: &Context<'_>) -> Poll<Outcome> {
+        if let Some(outcome) = self.outcome(index) {
+            return Poll::Ready(outcome);
+        }
+        if self.register_waker(index, cx.waker()) {
+            return Poll::Pending;
+        }
+        // Written between the two looks.
+        Poll::Ready(self.outcome(index).expect("written"))
     }
 
     /// Blocks the calling thread until record `index`'s outcome is written or `deadline`
